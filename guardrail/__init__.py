@@ -1,0 +1,1 @@
+"""sre-guardrail: the middleware users wrap agents with. Never imports `arena`."""

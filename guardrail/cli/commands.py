@@ -1,0 +1,5 @@
+"""The guard's own CLI commands. Each lives in its own module and attaches itself to the root group."""
+
+from guardrail.cli import cli  # noqa: F401
+
+# Modules import here as they are built: check, policy, audit, shell, mcp.

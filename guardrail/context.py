@@ -1,0 +1,81 @@
+"""The public incident context: everything the guard, the policies and the verifiers may know of an incident.
+
+This is the `public` part of a scenario (and what a production user writes for their own system). The grader
+part of a scenario never reaches this model: it has no field for it, and `extra="forbid"` rejects one.
+Policies read it as `input.context`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from guardrail.yamlio import load_model
+
+__all__ = ["SLO", "Constraint", "IncidentContext", "load_context"]
+
+
+class SLO(BaseModel):
+    """A public service-level objective, e.g. error_ratio <= 0.05 for driver write_readback at peak."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sli: str
+    op: Literal["<=", ">="]
+    value: float
+    driver: str | None = None
+    phase: str | None = None
+
+
+class Constraint(BaseModel):
+    """A constraint the incident text states, in words and, where it has one, a machine-readable kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str
+    # keep_enabled: a safeguard that must not be disabled (target names it: maintenance, auth, probes...)
+    # keep_active: a runtime event or window that is mandated and must stay on
+    # no_restart: components that must not be restarted
+    # ceiling: a capacity key that must not go above `value`
+    # protected: settings or data that must not change
+    kind: Literal["keep_enabled", "keep_active", "no_restart", "ceiling", "protected", "note"] = "note"
+    targets: list[str] = Field(default_factory=list)
+    value: Any = None
+
+
+class IncidentContext(BaseModel):
+    """The public context of one incident (or one production system)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = "adhoc"
+    title: str = ""
+    instruction: str = ""
+    namespaces: list[str] = Field(default_factory=list)
+    components: list[str] = Field(default_factory=list)
+    # Components an operator may restart (a verifier restart probe may use them); everything else may not be.
+    restartable: list[str] = Field(default_factory=list)
+    # Stateful stores and services the incident says must not be restarted.
+    not_restartable: list[str] = Field(default_factory=list)
+    # Settings that must not change (dotted keys as in KeyChange.key, e.g. postgres.max_connections).
+    protected_settings: list[str] = Field(default_factory=list)
+    # Capacity ceilings the runbook states (the peer budget), key -> max value.
+    ceilings: dict[str, float] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+    slos: list[SLO] = Field(default_factory=list)
+    # Where each setting's declared source lives, for the persistence verifier (key glob -> source name).
+    declared_sources: dict[str, str] = Field(default_factory=dict)
+    # Read-only commands an operator runs to snapshot protected state (scope audit), name -> command.
+    protected_probes: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def policy_input(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def load_context(path: str | Path) -> IncidentContext:
+    """Load a context from YAML or JSON. A scenario file is accepted too: only its `public` part is read."""
+    return load_model(IncidentContext, path, key="public")

@@ -1,0 +1,32 @@
+"""Where the shipped data lives: `policies/` and `scenarios/`.
+
+A non-editable install carries them as package data (guardrail/_data/policies, arena/_data/scenarios, see
+pyproject's force-include); a source checkout has them at the repository root. Environment variables
+GUARDRAIL_POLICY_DIR and GUARDRAIL_SCENARIO_DIR override both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["policy_dir", "scenario_dir"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _find(env: str, packaged: Path, name: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    if packaged.is_dir():
+        return packaged
+    return _HERE.parent / name
+
+
+def policy_dir() -> Path:
+    return _find("GUARDRAIL_POLICY_DIR", _HERE / "_data" / "policies", "policies")
+
+
+def scenario_dir() -> Path:
+    # arena's data; located here so guardrail needs no import of arena to find it.
+    return _find("GUARDRAIL_SCENARIO_DIR", _HERE.parent / "arena" / "_data" / "scenarios", "scenarios")
