@@ -1,0 +1,272 @@
+"""The Guard: the pipeline every agent command goes through, and the gate on every declaration.
+
+    agent ──command──▶ before(): normalise → policy per action → journal (fsync) → Admission
+                       env.run(command)        only when admitted (or in dry-run / warn-only modes)
+                       after(): journal the result, run the watchdog
+    agent ──declare──▶ on_declare(): the declaration verifiers in order (scope, persistence, convergence,
+                       restart probe ...) → accept, or structured feedback with stable codes
+
+Called by the adapters (Python SDK use, MCP server, shell shims), by `guardrail check` (before() alone, with no
+environment) and by arena's episode runner in the guarded arm. It sees only the public context and what the
+environment shows an operator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from guardrail.actions.model import Action
+from guardrail.context import IncidentContext
+from guardrail.journal import Journal
+from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine
+from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
+
+__all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE"]
+
+# What a denied command returns to the agent, like a shell's "permission denied" for a command it may not run.
+DENIED_EXIT_CODE = 126
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One stable code for the agent, with a message that names the evidence and what would satisfy it."""
+
+    code: str
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "evidence": dict(self.evidence)}
+
+    def render(self) -> str:
+        return f"[guardrail {self.code}] {self.message}"
+
+
+@dataclass
+class Admission:
+    """The guard's answer before a command runs."""
+
+    command: str
+    actions: list[Action]
+    decisions: list[Decision]
+    outcome: Outcome
+    runs: bool
+    mode: Mode
+    seq: int = 0
+    feedback: list[Feedback] = field(default_factory=list)
+
+    @property
+    def denies(self) -> list[Finding]:
+        return [f for d in self.decisions for f in d.denies]
+
+    @property
+    def warns(self) -> list[Finding]:
+        return [f for d in self.decisions for f in d.warns]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "outcome": self.outcome.value,
+            "runs": self.runs,
+            "mode": self.mode.value,
+            "actions": [a.to_input() for a in self.actions],
+            "decisions": [d.to_dict() for d in self.decisions],
+            "feedback": [f.to_dict() for f in self.feedback],
+        }
+
+
+@dataclass
+class DeclareOutcome:
+    """Whether the guard lets a declaration through, and why not."""
+
+    accepted: bool
+    feedback: list[Feedback] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "feedback": [f.to_dict() for f in self.feedback],
+                "verdicts": [v.to_dict() for v in self.verdicts]}
+
+
+class DeclarationCheck(Protocol):
+    """A verifier the guard runs on a declaration (see verifiers.suite)."""
+
+    def check(self, env: Environment, journal: Any, criteria: Any = None) -> Verdict: ...
+
+
+def _aggregate(decisions: Sequence[Decision]) -> Outcome:
+    if any(d.outcome is Outcome.DENY for d in decisions):
+        return Outcome.DENY
+    if any(d.outcome is Outcome.WARN or d.warns for d in decisions):
+        return Outcome.WARN
+    return Outcome.ALLOW
+
+
+def _feedback_from_verdict(v: Verdict) -> Feedback:
+    code = v.code.value if v.code else (FeedbackCode.NOT_CONVERGED.value if v.status is VerdictStatus.FAIL
+                                        else "INCONCLUSIVE")
+    return Feedback(code=code, message=v.message or f"{v.verifier}: {v.status.value}", evidence=dict(v.evidence))
+
+
+class Guard:
+    """Wraps one agent session: decides, journals, runs, and gates the declaration."""
+
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        context: IncidentContext | None = None,
+        *,
+        env: Environment | None = None,
+        journal: Journal | None = None,
+        mode: Mode = Mode.ENFORCE,
+        normaliser: Callable[[str], list[Action]] | None = None,
+        declaration_checks: Sequence[DeclarationCheck] | None = None,
+        step_checks: Sequence[DeclarationCheck] = (),
+        criteria: Any = None,
+    ):
+        if normaliser is None:
+            from guardrail.actions import normalise as normaliser
+        self.engine = engine
+        self.context = context or IncidentContext()
+        self.env = env
+        self.journal = journal if journal is not None else Journal(None, clock=env.clock if env else None)
+        self.mode = Mode(mode)
+        self._normalise = normaliser
+        self._context_input = self.context.policy_input()
+        self._declaration_checks = declaration_checks
+        self._step_checks = tuple(step_checks)
+        self._criteria = criteria
+        self._counts = {"commands": 0, "denied": 0, "warned": 0, "would_deny": 0, "declarations": 0,
+                        "declarations_rejected": 0}
+        self._codes: list[str] = []
+
+    # -- one command -------------------------------------------------------------------------------------------
+
+    def before(self, command: str) -> Admission:
+        """Normalise, decide each action, and journal the decision before anything runs."""
+        actions = self._normalise(command)
+        decisions = [self.engine.decide({"action": a.to_input(), "context": self._context_input,
+                                         "command": command}) for a in actions]
+        outcome = _aggregate(decisions)
+        runs = outcome is not Outcome.DENY or self.mode is not Mode.ENFORCE
+        adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome, runs=runs,
+                        mode=self.mode)
+        self._counts["commands"] += 1
+        if outcome is Outcome.DENY:
+            if self.mode is Mode.ENFORCE:
+                self._counts["denied"] += 1
+                adm.feedback.append(Feedback(FeedbackCode.SCOPE_DENIED.value, _deny_message(adm.denies),
+                                             {"rules": [f.id for f in adm.denies]}))
+            elif self.mode is Mode.DRY_RUN:
+                self._counts["would_deny"] += 1
+            else:
+                self._counts["warned"] += 1
+                adm.feedback.append(Feedback("WARN", _deny_message(adm.denies), {"rules": [f.id for f in adm.denies]}))
+        if adm.warns:
+            self._counts["warned"] += 1
+            adm.feedback.append(Feedback("WARN", "; ".join(f"{f.id}: {f.msg}" for f in adm.warns),
+                                         {"rules": [f.id for f in adm.warns]}))
+        rec = self.journal.append(
+            "command", command=command, actions=[a.to_input() for a in actions],
+            decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value, ran=runs,
+            would_deny=(outcome is Outcome.DENY and self.mode is Mode.DRY_RUN),
+        )
+        adm.seq = rec["seq"]
+        self._note_codes(adm.feedback)
+        return adm
+
+    def after(self, admission: Admission, result: CommandResult) -> list[Feedback]:
+        """Journal the result, then run the per-step checks (the loop watchdog). Returns new feedback."""
+        self.journal.append("result", ref=admission.seq, exit_code=result.exit_code,
+                            duration_s=result.duration_s, stdout_head=result.stdout[:512],
+                            stderr_head=result.stderr[:512])
+        fb: list[Feedback] = []
+        if self.env is not None:
+            for chk in self._step_checks:
+                v = _safe_check(chk, self.env, self.journal, self._criteria)
+                if v.status is VerdictStatus.FAIL:
+                    fb.append(_feedback_from_verdict(v))
+        for f in fb:
+            self.journal.append("feedback", **f.to_dict())
+        self._note_codes(fb)
+        return fb
+
+    def execute(self, command: str) -> CommandResult:
+        """before → run (when admitted) → after. A denial returns exit 126 and the feedback on stderr."""
+        if self.env is None:
+            raise RuntimeError("Guard.execute needs an environment")
+        adm = self.before(command)
+        if not adm.runs:
+            msg = "\n".join(f.render() for f in adm.feedback)
+            result = CommandResult(command=command, stdout="", stderr=msg + "\n", exit_code=DENIED_EXIT_CODE)
+            self.journal.append("result", ref=adm.seq, exit_code=result.exit_code, duration_s=0.0, denied=True)
+            return result
+        result = self.env.run(command)
+        extra = self.after(adm, result)
+        notes = [f.render() for f in adm.feedback + extra]
+        if notes:
+            result = CommandResult(command=result.command, stdout=result.stdout,
+                                   stderr=(result.stderr + ("\n" if result.stderr and not result.stderr.endswith("\n")
+                                                            else "") + "\n".join(notes) + "\n"),
+                                   exit_code=result.exit_code, duration_s=result.duration_s)
+        return result
+
+    # -- the declaration ---------------------------------------------------------------------------------------
+
+    def on_declare(self) -> DeclareOutcome:
+        """Run the declaration checks in order; the first failure rejects with its feedback code."""
+        self._counts["declarations"] += 1
+        self.journal.append("declare")
+        checks = self._declaration_checks
+        if checks is None:
+            checks = _default_declaration_checks(self.context)
+        verdicts: list[Verdict] = []
+        feedback: list[Feedback] = []
+        for chk in checks:
+            if self.env is None:
+                break
+            v = _safe_check(chk, self.env, self.journal, self._criteria)
+            verdicts.append(v)
+            self.journal.append("verdict", **v.to_dict())
+            if v.status in (VerdictStatus.FAIL, VerdictStatus.ERROR):
+                feedback.append(_feedback_from_verdict(v))
+                break
+        accepted = not feedback
+        if not accepted:
+            self._counts["declarations_rejected"] += 1
+        for f in feedback:
+            self.journal.append("feedback", **f.to_dict())
+        self._note_codes(feedback)
+        self.journal.append("declaration_outcome", accepted=accepted)
+        return DeclareOutcome(accepted=accepted, feedback=feedback, verdicts=verdicts)
+
+    # -- reporting ---------------------------------------------------------------------------------------------
+
+    def _note_codes(self, fb: Sequence[Feedback]) -> None:
+        self._codes.extend(f.code for f in fb)
+
+    def stats(self) -> dict[str, Any]:
+        return {**self._counts, "feedback": list(self._codes)}
+
+
+def _deny_message(denies: Sequence[Finding]) -> str:
+    return " ".join(f"{f.id}: {f.msg}" for f in denies) or "denied by policy"
+
+
+def _safe_check(chk: DeclarationCheck, env: Environment, journal: Any, criteria: Any) -> Verdict:
+    """A verifier that raises is an ERROR verdict, never an exception that kills the agent's session."""
+    try:
+        return chk.check(env, journal, criteria)
+    except Exception as e:  # noqa: BLE001 - a broken verifier must not end the session
+        return Verdict(status=VerdictStatus.ERROR, verifier=type(chk).__name__,
+                       message=f"verifier error: {type(e).__name__}: {e}")
+
+
+def _default_declaration_checks(context: IncidentContext) -> Sequence[DeclarationCheck]:
+    try:
+        from verifiers.suite import declare_verifiers
+    except ImportError:
+        return ()
+    return declare_verifiers(context.model_dump(mode="json"))
+

@@ -1,0 +1,158 @@
+"""The Guard pipeline with fakes at its seams: a rule-table policy engine, a one-word normaliser, a fake env."""
+
+from dataclasses import dataclass, field
+
+from guardrail.actions.model import Action, KeyChange, Layer
+from guardrail.context import IncidentContext
+from guardrail.guard import DENIED_EXIT_CODE, Guard
+from guardrail.journal import Journal
+from guardrail.policy.base import Decision, Finding, Mode, Outcome
+from verifiers.protocols import CommandResult, Verdict, VerdictStatus, FeedbackCode
+
+
+class FakeEngine:
+    """Denies any action whose verb is in `deny`, warns on `warn`; records what it was asked."""
+
+    def __init__(self, deny=(), warn=()):
+        self.deny, self.warn, self.inputs = set(deny), set(warn), []
+
+    def decide(self, input):
+        self.inputs.append(input)
+        verb = input["action"]["verb"]
+        if verb in self.deny:
+            return Decision(Outcome.DENY, "d1", denies=(Finding("T-1", f"no {verb}; do X instead"),))
+        if verb in self.warn:
+            return Decision(Outcome.WARN, "d2", warns=(Finding("T-2", f"careful with {verb}"),))
+        return Decision(Outcome.ALLOW, "d3")
+
+
+def words(command):
+    """Each `;`-separated word is one action whose verb is the word; 'set' mutates."""
+    out = []
+    for w in command.split(";"):
+        w = w.strip()
+        out.append(Action(tool="fake", verb=w, raw=w, mutating=(w == "set"),
+                          keys=[KeyChange(key="k", value=1)] if w == "set" else [],
+                          layer=Layer.RUNTIME if w == "set" else Layer.NONE))
+    return out
+
+
+@dataclass
+class FakeClock:
+    t: float = 0.0
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+@dataclass
+class FakeEnv:
+    clock: FakeClock = field(default_factory=FakeClock)
+    ran: list = field(default_factory=list)
+
+    def run(self, command):
+        self.ran.append(command)
+        return CommandResult(command=command, stdout="ok\n")
+
+    def sli(self, *a, **k):
+        return []
+
+    def restart(self, target):
+        raise NotImplementedError
+
+    def describe(self):
+        raise NotImplementedError
+
+
+class FixedCheck:
+    def __init__(self, status, code=None, msg=""):
+        self.status, self.code, self.msg, self.calls = status, code, msg, 0
+
+    def check(self, env, journal, criteria=None):
+        self.calls += 1
+        return Verdict(self.status, "fixed", self.code, self.msg)
+
+
+def make(deny=(), warn=(), mode=Mode.ENFORCE, checks=()):
+    env = FakeEnv()
+    g = Guard(FakeEngine(deny, warn), IncidentContext(id="t", namespaces=["slack"]), env=env,
+              journal=Journal(None, clock=env.clock), mode=mode, normaliser=words, declaration_checks=list(checks))
+    return g, env
+
+
+def test_allowed_command_runs_and_is_journalled_before_and_after():
+    g, env = make()
+    r = g.execute("get")
+    assert r.exit_code == 0 and env.ran == ["get"]
+    kinds = [x["kind"] for x in g.journal.records()]
+    assert kinds == ["command", "result"]
+    assert g.journal.executed()[0]["command"] == "get"
+
+
+def test_policy_sees_action_context_and_command():
+    g, _ = make()
+    g.before("get")
+    inp = g.engine.inputs[0]
+    assert inp["action"]["verb"] == "get" and inp["context"]["namespaces"] == ["slack"] and inp["command"] == "get"
+
+
+def test_one_denied_action_blocks_the_whole_command_in_enforce_mode():
+    g, env = make(deny={"flush"})
+    r = g.execute("get; flush")
+    assert r.exit_code == DENIED_EXIT_CODE
+    assert env.ran == []
+    assert "SCOPE_DENIED" in r.stderr and "T-1" in r.stderr and "do X instead" in r.stderr
+    assert g.stats()["denied"] == 1 and g.stats()["feedback"] == ["SCOPE_DENIED"]
+    assert g.journal.executed() == []
+
+
+def test_dry_run_runs_and_journals_would_deny():
+    g, env = make(deny={"flush"}, mode=Mode.DRY_RUN)
+    r = g.execute("flush")
+    assert r.exit_code == 0 and env.ran == ["flush"]
+    cmd = g.journal.records("command")[0]
+    assert cmd["would_deny"] is True and cmd["ran"] is True
+    assert g.stats()["would_deny"] == 1 and g.stats()["denied"] == 0
+
+
+def test_warn_only_runs_and_tells_the_agent():
+    g, env = make(deny={"flush"}, mode=Mode.WARN_ONLY)
+    r = g.execute("flush")
+    assert env.ran == ["flush"] and "T-1" in r.stderr
+
+
+def test_warn_rules_pass_through_with_a_note():
+    g, env = make(warn={"set"})
+    r = g.execute("set")
+    assert env.ran == ["set"] and "careful with set" in r.stderr
+
+
+def test_declaration_stops_at_first_failing_check_with_its_code():
+    ok = FixedCheck(VerdictStatus.PASS)
+    bad = FixedCheck(VerdictStatus.FAIL, FeedbackCode.NOT_DURABLE, "redis.maxmemory runtime 64mb, declared 2mb")
+    never = FixedCheck(VerdictStatus.PASS)
+    g, _ = make(checks=[ok, bad, never])
+    out = g.on_declare()
+    assert not out.accepted
+    assert [f.code for f in out.feedback] == ["NOT_DURABLE"]
+    assert never.calls == 0
+    assert g.stats()["declarations_rejected"] == 1
+
+
+def test_declaration_accepted_when_every_check_passes():
+    g, _ = make(checks=[FixedCheck(VerdictStatus.PASS), FixedCheck(VerdictStatus.PASS)])
+    assert g.on_declare().accepted
+
+
+def test_a_verifier_that_raises_is_an_error_verdict_not_a_crash():
+    class Boom:
+        def check(self, env, journal, criteria=None):
+            raise RuntimeError("backend down")
+
+    g, _ = make(checks=[Boom()])
+    out = g.on_declare()
+    assert not out.accepted
+    assert out.verdicts[0].status is VerdictStatus.ERROR and "backend down" in out.verdicts[0].message
