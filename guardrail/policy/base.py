@@ -49,6 +49,7 @@ class Decision:
     engine: str = ""
     error: str | None = None  # set when the engine failed and the decision is a fail-closed/open default
     duration_ms: float = 0.0
+    exempted: tuple[Finding, ...] = ()  # findings an exception waived: kept for the journal, never enforced
 
     @property
     def allowed(self) -> bool:
@@ -72,6 +73,7 @@ class Decision:
             "engine": self.engine,
             "error": self.error,
             "duration_ms": round(self.duration_ms, 4),
+            "exempted": [f.to_dict() for f in self.exempted],
         }
 
 

@@ -1,0 +1,82 @@
+"""`guardrail policy test [DIR]` and `guardrail policy eval --input FILE [--query Q] [--policy DIR]`.
+
+Attached to the root group by guardrail/cli/commands.py. Bad input (a missing file, a Rego error, bad JSON)
+raises InputError, which the root group prints as one line `error: path:line: message` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+from opa_bindings import OpaError
+
+from guardrail.cli import cli
+from guardrail.errors import InputError
+from guardrail.policy.embedded import EmbeddedOPA
+from guardrail.policy.testing import run_rego_tests
+
+__all__ = ["policy"]
+
+# A plain reference such as data.guardrail.decision: printed as its value, like the REST Data API's result.
+_REF = re.compile(r"^\s*data(\.[A-Za-z_]\w*)*\s*$")
+
+
+@cli.group("policy")
+def policy() -> None:
+    """Test and evaluate the Rego policies (default: the shipped policies/ tree)."""
+
+
+@policy.command("test")
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="Also print each test's duration.")
+def test_cmd(directory: Path | None, verbose: bool) -> None:
+    """Run every test_ rule, like `opa test`. Exits 1 when any test fails."""
+    report = run_rego_tests(directory)
+    for r in report.results:
+        line = f"{r.status} {r.path}: data.{r.package}.{r.name}"
+        if r.message:
+            line += f" ({r.message})"
+        if verbose:
+            line += f" [{r.duration_ms:.2f} ms]"
+        click.echo(line)
+    click.echo(report.summary())
+    if report.failed or not report.results:
+        raise SystemExit(1)
+
+
+@policy.command("eval")
+@click.option("--input", "input_file", required=True, type=click.Path(path_type=Path),
+              help="A JSON file: the input document ({action, context, command}).")
+@click.option("--query", "query", default="data.guardrail.decision", show_default=True,
+              help="A Rego query; a plain data reference prints {\"result\": value}.")
+@click.option("--policy", "policy_dir", type=click.Path(path_type=Path), default=None,
+              help="The policy directory (default: the shipped policies/).")
+def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
+    """Evaluate a query against an input file and print the JSON result."""
+    doc = _read_json(input_file)
+    with EmbeddedOPA(policy_dir) as engine:
+        ref = _REF.match(query) is not None
+        try:
+            rows = engine.query(f"result := {query.strip()}" if ref else query, doc)
+        except OpaError as e:
+            raise InputError(f"bad query: {e.message.splitlines()[0] if e.message else e.code}",
+                             path="--query") from e
+    if ref:
+        out = {"result": rows[0]["result"]} if rows else {}
+    else:
+        out = {"result": rows}
+    click.echo(json.dumps(out, indent=2, sort_keys=True))
+
+
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"bad JSON: {e.msg}", path=str(path), line=e.lineno) from e

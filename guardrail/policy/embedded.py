@@ -1,0 +1,117 @@
+"""EmbeddedOPA: the real OPA Go engine in process (opa-golib-python-bindings), loaded with a policies/ tree.
+
+The default PolicyEngine behind the Guard and `guardrail check`; `guardrail policy test|eval` use it too. It
+evaluates one fixed query, `decision := data.guardrail.decision`, so OPA's prepared-query cache serves every
+decision after the first. Load and compile errors raise PolicyLoadError with the file and line; evaluation
+failures never raise from decide(): they become a fail-closed Decision (see guardrail.policy.decisions).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from opa_bindings import OpaEngine, OpaError
+
+from guardrail.policy.base import Decision
+from guardrail.policy.decisions import DecisionIds, MalformedDecision, fail_closed, from_document
+from guardrail.policy.loader import PolicyTree, load_error
+
+__all__ = ["EmbeddedOPA", "DECISION_QUERY", "compile_tree"]
+
+DECISION_QUERY = "decision := data.guardrail.decision"
+# A query that touches nothing: evaluating it forces OPA to compile every module added so far.
+_COMPILE_PROBE = "x := true"
+
+
+def compile_tree(tree: PolicyTree, *, tests: bool = False, data: Mapping[str, Any] | None = None) -> OpaEngine:
+    """A fresh engine holding the tree's modules (and its tests when asked), compiled, or PolicyLoadError."""
+    engine = OpaEngine()
+    modules = tree.modules if tests else tree.decision_modules
+    try:
+        for m in modules:
+            engine.add_policy(str(m.path), m.source)
+        if tree.data:
+            engine.add_data(tree.data)
+        if data:
+            engine.add_data(dict(data))
+        engine.eval_query(_COMPILE_PROBE)
+    except OpaError as e:
+        engine.close()
+        raise load_error(e.message, tree) from e
+    return engine
+
+
+class EmbeddedOPA:
+    """The OPA engine in process; decides one input in about a tenth of a millisecond."""
+
+    name = "embedded-opa"
+
+    def __init__(
+        self,
+        policy_dir: str | Path | None = None,
+        *,
+        data: Mapping[str, Any] | None = None,
+        allow_readonly_on_error: bool = True,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        """`data` is merged into the data document (e.g. {"exceptions": ["SRE-TRAFFIC-001"]}). With `timeout_s`,
+        each evaluation runs on a worker thread and a late answer fails closed; without it, in the caller's thread."""
+        self.tree = PolicyTree.load(policy_dir)
+        self.allow_readonly_on_error = allow_readonly_on_error
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._ids = DecisionIds("opa")
+        self._engine = compile_tree(self.tree, data=data)
+        self._worker = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="opa-eval")
+                        if timeout_s is not None else None)
+
+    # -- the seam ----------------------------------------------------------------------------------------------
+
+    def decide(self, input: Mapping[str, Any]) -> Decision:
+        start = self._clock()
+        decision_id = self._ids()
+        try:
+            rows = self._eval(DECISION_QUERY, input)
+            if not rows or "decision" not in rows[0]:
+                raise MalformedDecision("data.guardrail.decision is undefined")
+            return from_document(rows[0]["decision"], decision_id=decision_id, engine=self.name,
+                                 duration_ms=(self._clock() - start) * 1000.0)
+        except Exception as e:  # noqa: BLE001  (any engine failure must fail closed, never reach the agent loop)
+            return fail_closed(input, _describe(e), decision_id=decision_id, engine=self.name,
+                               duration_ms=(self._clock() - start) * 1000.0,
+                               allow_readonly_on_error=self.allow_readonly_on_error)
+
+    # -- for the CLI and tests -----------------------------------------------------------------------------------
+
+    def query(self, query: str, input: Any = None) -> list[dict[str, Any]]:
+        """Evaluate any Rego query; returns OPA's binding rows. Raises OpaError on a bad query."""
+        return self._engine.eval_query(query, input=input)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+        self._engine.close()
+
+    def __enter__(self) -> "EmbeddedOPA":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _eval(self, query: str, input: Any) -> list[dict[str, Any]]:
+        if self._worker is None:
+            return self._engine.eval_query(query, input=input)
+        future = self._worker.submit(self._engine.eval_query, query, input)
+        return future.result(timeout=self.timeout_s)
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, concurrent.futures.TimeoutError):
+        return "policy evaluation timed out"
+    if isinstance(e, OpaError):
+        return f"OPA {e.code}: {e.message.splitlines()[0] if e.message else ''}".strip()
+    return f"{type(e).__name__}: {e}"

@@ -1,0 +1,131 @@
+"""Find and load a policies/ tree: Rego modules, their tests, and data documents, with file:line load errors.
+
+Called by both engines (EmbeddedOPA, OPAServer), the stand-in REST server and `guardrail policy test`. A tree
+is every `*.rego` below the root (`*_test.rego` are tests, left out of decisions) plus every `data.json`,
+`data.yaml` or `data.yml`, merged at its folder's path as `opa run DIR` does (policies/data.yaml -> data,
+policies/ops/data.yaml -> data.ops).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardrail.errors import PolicyLoadError
+from guardrail.resources import policy_dir
+from guardrail.yamlio import read_data
+
+__all__ = ["RegoModule", "PolicyTree", "opa_error_location", "load_error"]
+
+_PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
+# A test rule is a top-level rule head named test_*, as `opa test` finds them (functions are not tests).
+_TEST_RULE = re.compile(r"^(test_\w+)\s*(?:if\b|:=|=|\{)", re.MULTILINE)
+# OPA names the module and line of the first error: "... policies/x.rego:12: rego_parse_error: unexpected }".
+_OPA_LOCATION = re.compile(r"(?P<path>[^\s:][^:\n]*?\.rego):(?P<line>\d+):(?:\d+:)?\s*(?P<msg>[^\n]+)")
+_DATA_FILES = ("data.json", "data.yaml", "data.yml")
+
+
+@dataclass(frozen=True)
+class RegoModule:
+    """One .rego file: where it is, its text, its package, and (for *_test.rego) its test rule names."""
+
+    path: Path
+    source: str
+    package: str
+    relpath: str
+
+    @property
+    def is_test(self) -> bool:
+        return self.path.name.endswith("_test.rego")
+
+    @property
+    def tests(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for name in _TEST_RULE.findall(self.source):
+            seen.setdefault(name, None)
+        return list(seen)
+
+
+@dataclass(frozen=True)
+class PolicyTree:
+    """The modules and data documents below one policy root."""
+
+    root: Path
+    modules: tuple[RegoModule, ...]
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: str | Path | None = None) -> "PolicyTree":
+        root = Path(root) if root is not None else policy_dir()
+        if not root.exists():
+            raise PolicyLoadError("no such policy directory", path=str(root))
+        files = [root] if root.is_file() else sorted(root.rglob("*.rego"))
+        base = root.parent if root.is_file() else root
+        modules = []
+        for f in files:
+            try:
+                text = f.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise PolicyLoadError(f"cannot read: {e}", path=str(f)) from e
+            m = _PACKAGE.search(text)
+            if m is None:
+                raise PolicyLoadError("no package declaration", path=str(f), line=1)
+            modules.append(RegoModule(f, text, m.group(1), f.relative_to(base).as_posix()))
+        if not modules:
+            raise PolicyLoadError("no .rego files", path=str(root))
+        data: dict[str, Any] = {}
+        if root.is_dir():
+            for name in _DATA_FILES:
+                for f in sorted(root.rglob(name)):
+                    doc, _, _ = read_data(f, error=PolicyLoadError)
+                    if doc is None:
+                        continue
+                    if not isinstance(doc, dict):
+                        raise PolicyLoadError("a data document must be a mapping", path=str(f), line=1)
+                    _merge_at(data, f.parent.relative_to(root).parts, doc)
+        return cls(root, tuple(modules), data)
+
+    @property
+    def decision_modules(self) -> tuple[RegoModule, ...]:
+        return tuple(m for m in self.modules if not m.is_test)
+
+    @property
+    def test_modules(self) -> tuple[RegoModule, ...]:
+        return tuple(m for m in self.modules if m.is_test)
+
+    def by_path(self, name: str) -> Path | None:
+        for m in self.modules:
+            if str(m.path) == name or m.relpath == name:
+                return m.path
+        return None
+
+
+def _merge_at(data: dict[str, Any], parts: tuple[str, ...], doc: dict[str, Any]) -> None:
+    node = data
+    for p in parts:
+        node = node.setdefault(p, {})
+    node.update(json.loads(json.dumps(doc)))
+
+
+def opa_error_location(message: str) -> tuple[str | None, int | None, str]:
+    """The module, line and message of the first error in an OPA error text (None where it names none)."""
+    m = _OPA_LOCATION.search(message)
+    if m is None:
+        first = message.strip().splitlines()[0] if message.strip() else "unknown OPA error"
+        return None, None, first
+    return m.group("path"), int(m.group("line")), m.group("msg").strip()
+
+
+def load_error(message: str, tree: PolicyTree | None = None) -> PolicyLoadError:
+    """Turn an OPA compile error into a PolicyLoadError naming the file (as on disk) and line."""
+    name, line, msg = opa_error_location(message)
+    path = name
+    if name is not None and tree is not None:
+        found = tree.by_path(name)
+        path = str(found) if found is not None else name
+    elif tree is not None:
+        path = str(tree.root)
+    return PolicyLoadError(msg, path=path, line=line)

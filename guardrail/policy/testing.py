@@ -1,0 +1,75 @@
+"""Run a policies/ tree's `test_` rules, as `opa test` does: each test passes when its rule evaluates to true.
+
+Called by `guardrail policy test` and by the project's pytest suite. All modules, tests included, load into one
+engine; each test rule is then one query `x := data.<package>.<test_name>`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from opa_bindings import OpaError
+
+from guardrail.policy.embedded import compile_tree
+from guardrail.policy.loader import PolicyTree
+
+__all__ = ["RegoTestResult", "RegoTestReport", "run_rego_tests"]
+
+
+@dataclass(frozen=True)
+class RegoTestResult:
+    """One test rule's result: PASS, FAIL (false or undefined) or ERROR (evaluation failed)."""
+
+    package: str
+    name: str
+    path: str
+    status: str
+    message: str = ""
+    duration_ms: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASS"
+
+
+@dataclass(frozen=True)
+class RegoTestReport:
+    """Every test's result, in file order."""
+
+    results: tuple[RegoTestResult, ...]
+
+    @property
+    def passed(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> int:
+        return len(self.results) - self.passed
+
+    def summary(self) -> str:
+        return f"{self.passed} passed, {self.failed} failed"
+
+
+def run_rego_tests(root: str | Path | None = None, *,
+                   clock: Callable[[], float] = time.perf_counter) -> RegoTestReport:
+    """Load the tree (PolicyLoadError on a bad module) and evaluate every test rule."""
+    tree = PolicyTree.load(root)
+    engine = compile_tree(tree, tests=True)
+    results = []
+    try:
+        for m in tree.test_modules:
+            for name in m.tests:
+                start = clock()
+                try:
+                    rows = engine.eval_query(f"x := data.{m.package}.{name}")
+                    ok = bool(rows) and rows[0].get("x") is True
+                    status, msg = ("PASS", "") if ok else ("FAIL", "undefined" if not rows else "not true")
+                except OpaError as e:
+                    status, msg = "ERROR", e.message.splitlines()[0] if e.message else e.code
+                results.append(RegoTestResult(m.package, name, m.relpath, status, msg, (clock() - start) * 1000))
+    finally:
+        engine.close()
+    return RegoTestReport(tuple(results))

@@ -1,0 +1,171 @@
+# Shared vocabulary for every rule package: the action, the context, component and key matching, value parsing.
+# Rules import it as `data.guardrail.lib`; it has no deny/warn of its own.
+package guardrail.lib
+
+action := object.get(input, "action", {})
+
+context := object.get(input, "context", {})
+
+details := object.get(action, "details", {})
+
+target := object.get(action, "target", {})
+
+target_name := object.get(target, "name", "")
+
+target_kind := lower(object.get(target, "kind", ""))
+
+tool := lower(object.get(action, "tool", ""))
+
+verb := lower(object.get(action, "verb", ""))
+
+# The whole command as typed, and this action's own text; rules that look at text read both.
+raw := object.get(action, "raw", "")
+
+command := object.get(input, "command", "")
+
+texts := {raw, command}
+
+# Unknown (opaque) counts as mutating; so does a missing field, because an action we cannot read is not safe.
+mutating if object.get(action, "mutating", "unknown") != false
+
+keys := object.get(action, "keys", [])
+
+key_names contains k.key if some k in keys
+
+# ---- values -------------------------------------------------------------------------------------------------
+
+false_values := {false, "false", "off", "no", "disabled", "disable", "inactive", "0", 0, "n", "none"}
+
+true_values := {true, "true", "on", "yes", "enabled", "enable", "active", "1", 1, "y"}
+
+is_false(v) if v in false_values
+
+is_false(v) if {
+	is_string(v)
+	lower(trim_space(v)) in false_values
+}
+
+is_true(v) if v in true_values
+
+is_true(v) if {
+	is_string(v)
+	lower(trim_space(v)) in true_values
+}
+
+unit_factor := {
+	"": 1, "b": 1,
+	"k": 1000, "kb": 1024, "ki": 1024, "kib": 1024,
+	"m": 1000000, "mb": 1048576, "mi": 1048576, "mib": 1048576,
+	"g": 1000000000, "gb": 1073741824, "gi": 1073741824, "gib": 1073741824,
+}
+
+# A setting's value as a number: 20, "20", "64mb" (redis units), "128Mi" (Kubernetes units).
+number(v) := v if is_number(v)
+
+number(v) := n if {
+	is_string(v)
+	m := regex.find_all_string_submatch_n(`^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$`, v, 1)
+	count(m) == 1
+	unit := lower(m[0][2])
+	unit_factor[unit]
+	n := to_number(m[0][1]) * unit_factor[unit]
+}
+
+# ---- names --------------------------------------------------------------------------------------------------
+
+# Components are named with or without the svc- prefix (svc-channel, channel); compare them bare.
+bare(name) := trim_prefix(lower(name), "svc-")
+
+same_component(a, b) if bare(a) == bare(b)
+
+# A pod is named after its workload: svc-message-0, redis-queue-master-0, svc-channel-7d9f-x2.
+names_component(name, comp) if same_component(name, comp)
+
+names_component(name, comp) if {
+	target_kind == "pod"
+	startswith(bare(name), concat("", [bare(comp), "-"]))
+}
+
+# The segments and words of a dotted key: app.middleware.auth_enabled -> {app, middleware, auth, enabled}.
+segments(key) := split(lower(replace(key, "-", "_")), ".")
+
+last_segment(key) := s if {
+	segs := segments(key)
+	s := segs[count(segs) - 1]
+}
+
+words(key) := {w | some s in segments(key); some w in split(s, "_")}
+
+# A pattern from the context matches a key exactly, as a glob over dotted segments, or as a whole prefix.
+key_matches(pattern, key) if pattern == key
+
+key_matches(pattern, key) if {
+	contains(pattern, "*")
+	glob.match(pattern, ["."], key)
+}
+
+key_matches(pattern, key) if startswith(key, concat("", [pattern, "."]))
+
+# ---- context ------------------------------------------------------------------------------------------------
+
+constraints := object.get(context, "constraints", [])
+
+constraints_of(kind) := [c | some c in constraints; c.kind == kind]
+
+not_restartable contains c if some c in object.get(context, "not_restartable", [])
+
+not_restartable contains t if {
+	some c in constraints_of("no_restart")
+	some t in c.targets
+}
+
+restartable := {c | some c in object.get(context, "restartable", [])}
+
+protected_settings contains p if some p in object.get(context, "protected_settings", [])
+
+protected_settings contains t if {
+	some c in constraints_of("protected")
+	some t in c.targets
+}
+
+# Ceilings from `context.ceilings` and from constraints of kind ceiling (targets share one value).
+ceilings[k] := v if some k, v in object.get(context, "ceilings", {})
+
+ceiling_constraints[t] := c.value if {
+	some c in constraints_of("ceiling")
+	some t in c.targets
+	not object.get(context, "ceilings", {})[t]
+}
+
+all_ceilings := object.union(ceilings, ceiling_constraints)
+
+namespaces := {n | some n in object.get(context, "namespaces", [])}
+
+namespace := ns if {
+	ns := target.namespace
+	is_string(ns)
+	ns != ""
+} else := ns if {
+	ns := details.namespace
+	is_string(ns)
+	ns != ""
+}
+
+# The accounts the incident names (who may be granted to): context.extra.grantees, db_users or accounts.
+named_accounts contains lower(account_user(a)) if {
+	some field in ["grantees", "db_users", "accounts"]
+	some a in object.get(object.get(context, "extra", {}), field, [])
+}
+
+# 'site_db'@'%' -> site_db; "app" -> app.
+account_user(a) := u if {
+	parts := split(a, "@")
+	u := trim(parts[0], "'\"` ")
+}
+
+# Does a constraint's target name this thing? Targets are components, keys, event names or component/event.
+constraint_names(t, name) if lower(t) == lower(name)
+
+constraint_names(t, key) if key_matches(lower(t), lower(key))
+
+constraint_names(t, key) if lower(t) in segments(key)

@@ -1,0 +1,66 @@
+package guardrail.rules.data_test
+
+import data.guardrail.rules.data
+
+ids(set) := {f.id | some f in set}
+
+sql(kind, has_where) := {"action": {
+	"tool": "psql", "verb": lower(kind), "mutating": true,
+	"details": {"sql_kind": kind, "has_where": has_where, "table": "messages"},
+}}
+
+redis(verb) := {"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis-queue"}}}
+
+test_flushall_denied if "SRE-DATA-001" in ids(data.deny) with input as redis("flushall")
+
+test_flushdb_denied if "SRE-DATA-001" in ids(data.deny) with input as redis("FLUSHDB")
+
+test_redis_get_allowed if count(data.deny) == 0 with input as redis("get")
+
+test_drop_table_denied if "SRE-DATA-002" in ids(data.deny) with input as sql("DROP", false)
+
+test_truncate_denied if "SRE-DATA-003" in ids(data.deny) with input as sql("TRUNCATE", false)
+
+test_delete_without_where_denied if "SRE-DATA-004" in ids(data.deny) with input as sql("DELETE", false)
+
+test_update_without_where_denied if "SRE-DATA-004" in ids(data.deny) with input as sql("UPDATE", false)
+
+test_delete_with_where_allowed if count(data.deny) == 0 with input as sql("DELETE", true)
+
+test_update_with_where_allowed if count(data.deny) == 0 with input as sql("UPDATE", true)
+
+test_delete_missing_where_fact_is_unscoped if {
+	"SRE-DATA-004" in ids(data.deny) with input as {"action": {"tool": "mysql", "details": {"sql_kind": "DELETE"}}}
+}
+
+test_select_allowed if count(data.deny) == 0 with input as sql("SELECT", false)
+
+test_delete_pvc_denied if {
+	"SRE-DATA-005" in ids(data.deny) with input as {"action": {
+		"tool": "kubectl", "verb": "delete", "mutating": true,
+		"target": {"kind": "pvc", "name": "data-postgres-0", "namespace": "slack"},
+	}}
+}
+
+test_delete_pod_not_a_data_loss if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "kubectl", "verb": "delete", "mutating": true,
+		"target": {"kind": "pod", "name": "svc-message-0"},
+	}}
+}
+
+test_rm_redis_aof_denied if {
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "rm", "mutating": true,
+		"target": {"kind": "file", "name": "/data/appendonly.aof"},
+	}}
+}
+
+test_rm_tmp_file_allowed if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "rm", "mutating": true,
+		"details": {"path": "/tmp/plan.txt"},
+	}}
+}
+
+test_redis_del_warns if "SRE-DATA-007" in ids(data.warn) with input as redis("del")
