@@ -1,0 +1,125 @@
+"""The twin behind the Environment seam: build a World from a scenario's `twin` section and operate it.
+
+Called by `arena.episode.run_episode` (and by tests and bench/twin_speed.py) through `build_twin(spec, seed)`.
+`TwinEnvironment` implements `verifiers.protocols.Environment`: `run(command)` goes through the operator shell,
+`clock` is virtual, `sli()` answers the named SLIs, `restart(target)` restarts a component and waits until it is
+ready, `describe()` lists the components. The gates use `.world` for ground truth; the guard must not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.twin.load import LoadProfile
+from arena.twin.programs import install_generic
+from arena.twin.shell import Shell
+from arena.twin.sli import TwinSLISource
+from arena.twin.world import SUBSTRATES, World
+from verifiers.protocols import (CommandResult, ComponentInfo, EnvironmentDescription, RestartResult,
+                                 Sample)
+
+__all__ = ["TwinSpec", "TwinEnvironment", "build_twin"]
+
+
+class TwinSpec(BaseModel):
+    """A scenario's `twin` section: which substrate, its wiring and faults, the load profile, the agent's RBAC."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    substrate: str
+    profile: LoadProfile = Field(default_factory=LoadProfile)
+    # Kubernetes writes the agent's RBAC allows (none in Incident-Arena): delete, rollout, scale, helm...
+    rbac: list[str] = Field(default_factory=list)
+    # Environment variables of the operator shell (DB_ADMIN_DSN ...).
+    shell_env: dict[str, str] = Field(default_factory=dict)
+    # Substrate-specific wiring and fault injection, validated by the substrate's own model.
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class TwinEnvironment:
+    """The digital twin as an `Environment`."""
+
+    def __init__(self, world: World, spec: TwinSpec):
+        self.world = world
+        self.spec = spec
+        self.shell = Shell(self.world.clock.sleep, spec.shell_env)
+        self._sli = TwinSLISource(world)
+        install_generic(self)
+        assert world.substrate is not None
+        for name, handler in world.substrate.commands().items():
+            self.shell.register(name, handler)
+
+    # --- the seam -----------------------------------------------------------------------------------------
+    @property
+    def clock(self):
+        return self.world.clock
+
+    def run(self, command: str) -> CommandResult:
+        return self.shell.run(command)
+
+    def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
+            step: float | None = None) -> list[Sample]:
+        return self._sli.sli(query, window, labels=labels, step=step)
+
+    def restart(self, target: str) -> RestartResult:
+        c = self.world.component(target)
+        if c is None:
+            raise KeyError(f"no component {target!r}")
+        t0 = self.clock.now()
+        image = c.image
+        rec = self.world.restart(c.name, by="guard")
+        if c.ready_at > self.clock.now():
+            self.clock.sleep(c.ready_at - self.clock.now())
+        return RestartResult(c.name, rec.old_uid, rec.new_uid, c.ready(self.clock.now()), image, c.image,
+                             round(self.clock.now() - t0, 6))
+
+    def describe(self) -> EnvironmentDescription:
+        now = self.clock.now()
+        comps = tuple(ComponentInfo(name=c.name, kind=c.kind, namespace=c.namespace, replicas=1,
+                                    ready_replicas=int(c.ready(now)), restarts=c.restarts, stateful=c.stateful,
+                                    restartable=c.restartable, image=c.image)
+                      for c in self.world.components.values())
+        namespaces = tuple(sorted({c.namespace for c in self.world.components.values()}))
+        return EnvironmentDescription(name=f"twin:{self.spec.substrate}", components=comps, namespaces=namespaces,
+                                      cycle_s=self.world.profile.cycle_s,
+                                      extra={"agent_window_s": self.world.profile.agent_window_s})
+
+    # --- helpers ------------------------------------------------------------------------------------------
+    def rbac_allows(self, verb: str) -> bool:
+        return verb in self.spec.rbac
+
+
+def build_twin(spec: TwinSpec | Mapping[str, Any], seed: int = 0, *, start: bool = True) -> TwinEnvironment:
+    """Build the world, boot it at the start of the pre-incident history, and (by default) simulate up to
+    episode start (t = 0), where the substrate lands the faults that do not ship in the release."""
+    if not isinstance(spec, TwinSpec):
+        spec = TwinSpec.model_validate(spec)
+    cls = SUBSTRATES.get(spec.substrate)
+    if cls is None:
+        _load_substrates()
+        cls = SUBSTRATES.get(spec.substrate)
+    if cls is None:
+        raise KeyError(f"unknown substrate {spec.substrate!r}; known: {', '.join(sorted(SUBSTRATES))}")
+    world = World(spec.profile, seed)
+    sub = cls(world, spec.spec)
+    world.substrate = sub
+    sub.build()
+    world.boot_all()
+    env = TwinEnvironment(world, spec)
+    if start:
+        world.advance_to(0.0)
+        sub.inject(0.0)
+    return env
+
+
+def _load_substrates() -> None:
+    import importlib
+
+    for mod in ("arena.twin.slack", "arena.twin.frappe", "arena.twin.saleor"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise

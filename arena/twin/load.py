@@ -1,0 +1,149 @@
+"""The load generator's profile and schedule: seeded open-loop drivers with peak/trough cycles and timed events.
+
+Read from a scenario's `twin.profile` (validated here) and used by `arena.twin.world.World`, which asks the
+`LoadSchedule` for the phase at any time and the next boundary, so that it can simulate whole steady segments at
+once. Field names follow Incident-Arena's `loadgen/profiles.yaml`: warmup_s, warmup_rps, cycles as
+[peak_s, peak_rps, trough_s, trough_rps], loop, soak_cycles, declare_deadline_s, drivers, events,
+align_soak_to_cycle. Episode time 0 is `POST /grader/episode-start`; the pre-incident history runs before it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["DriverSpec", "EventSpec", "LoadProfile", "Phase", "LoadSchedule"]
+
+
+class DriverSpec(BaseModel):
+    """One load driver: its share of the profile's rate and its client timeout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    rate_scale: float = 1.0  # this driver's rps = profile rps x rate_scale
+    timeout_s: float = 5.0
+    jitter: float = 0.05  # relative seeded noise on each segment's arrival count
+
+
+class EventSpec(BaseModel):
+    """A timed event the load generator fires (an `admin_event`, a maintenance epoch...).
+
+    `at_s` is episode time. `refire_after_declare_s` fires it again that long after the declaration.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str = "admin_event"
+    at_s: float | None = None
+    targets: list[str] = Field(default_factory=list)
+    active: bool = True
+    refire_after_declare_s: float | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class LoadProfile(BaseModel):
+    """A load-generator profile, as in Incident-Arena's profiles.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "dev"
+    seed: int = 42
+    warmup_s: float = 30.0
+    warmup_rps: float = 10.0
+    cycles: list[list[float]] = Field(default_factory=lambda: [[20.0, 50.0, 40.0, 10.0]])
+    loop: bool = True
+    soak_cycles: int = 2
+    declare_deadline_s: float = 3690.0
+    agent_window_s: float = 3600.0
+    align_soak_to_cycle: bool = False
+    # Healthy traffic simulated before episode start, so that a pre-incident baseline can be queried.
+    prehistory_cycles: int = 3
+    drivers: list[DriverSpec] = Field(default_factory=lambda: [DriverSpec(name="write_readback")])
+    events: list[EventSpec] = Field(default_factory=list)
+
+    @field_validator("cycles")
+    @classmethod
+    def _four_numbers(cls, v: list[list[float]]) -> list[list[float]]:
+        for c in v:
+            if len(c) != 4 or c[0] <= 0 or c[2] <= 0:
+                raise ValueError("each cycle is [peak_s, peak_rps, trough_s, trough_rps] with positive durations")
+        if not v:
+            raise ValueError("at least one cycle")
+        return v
+
+    @property
+    def cycle_s(self) -> float:
+        """Mean cycle length (exact when every cycle has the same length)."""
+        return sum(c[0] + c[2] for c in self.cycles) / len(self.cycles)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The load phase at one moment: its name, cycle number, rate and the segment it belongs to."""
+
+    name: str
+    cycle: int
+    rps: float
+    start: float
+    end: float
+
+
+class LoadSchedule:
+    """Where any virtual time falls in the profile: prehistory cycles, warmup, then cycles (looping)."""
+
+    def __init__(self, profile: LoadProfile):
+        self.p = profile
+        self._period = sum(c[0] + c[2] for c in profile.cycles)
+        self.history_s = profile.prehistory_cycles * self._period
+
+    @property
+    def start(self) -> float:
+        return -self.history_s
+
+    def _cycles_from(self, origin: float, t: float, first_cycle: int) -> Phase:
+        k = len(self.p.cycles)
+        rel = t - origin
+        reps = math.floor(rel / self._period + 1e-12)
+        base = origin + reps * self._period
+        cyc = first_cycle + reps * k
+        for i, (ps, pr, ts, tr) in enumerate(self.p.cycles):
+            if t < base + ps - 1e-12:
+                return Phase("peak", cyc + i, pr, base, base + ps)
+            if t < base + ps + ts - 1e-12:
+                return Phase("trough", cyc + i, tr, base + ps, base + ps + ts)
+            base += ps + ts
+        return self._cycles_from(origin, base + 1e-9, first_cycle)
+
+    def phase_at(self, t: float) -> Phase:
+        if t < 0:
+            ph = self._cycles_from(self.start, t, -self.p.prehistory_cycles * len(self.p.cycles))
+            return Phase(ph.name, ph.cycle, ph.rps, ph.start, min(ph.end, 0.0))
+        if t < self.p.warmup_s - 1e-12:
+            return Phase("warmup", 0, self.p.warmup_rps, 0.0, self.p.warmup_s)
+        return self._cycles_from(self.p.warmup_s, t, 1)
+
+    def cycle_start_at_or_after(self, t: float) -> float:
+        """The next cycle boundary (a peak start) at or after t, for a soak aligned to cycles."""
+        if t <= self.p.warmup_s:
+            return self.p.warmup_s
+        rel = t - self.p.warmup_s
+        n = math.ceil(rel / self._period - 1e-9)
+        cands = [self.p.warmup_s + n * self._period]
+        # With several cycle shapes, every shape's start is a boundary.
+        base = self.p.warmup_s + (n - 1) * self._period
+        for c in self.p.cycles:
+            if base >= t - 1e-9:
+                cands.append(base)
+            base += c[0] + c[2]
+        return min(x for x in cands if x >= t - 1e-9)
+
+    def soak_window(self, declared_at: float) -> tuple[float, float]:
+        start = max(declared_at, self.p.warmup_s)
+        if self.p.align_soak_to_cycle:
+            start = self.cycle_start_at_or_after(start)
+        return start, start + self.p.soak_cycles * self._period / len(self.p.cycles)
