@@ -1,0 +1,90 @@
+"""The guard as an MCP server: `exec`, `declare_repair_complete` and `guard_status` tools on the official SDK.
+
+Started by `guardrail mcp` (guardrail/cli/mcp.py) over stdio or streamable HTTP, and by bench/guard_load.py.
+Every tool call is routed to the GuardSession of the client that made it, so each client session has its own
+journal, context and environment:
+
+    stdio                        the process serves one client: one session for its lifetime
+    HTTP, handshake (legacy)     the transport's `mcp-session-id`
+    HTTP, any protocol version   a `guardrail-session` header the client chooses, when it sends one
+    HTTP, stateless, no header   one shared "http-anonymous" session (send `guardrail-session` to separate them)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from guardrail.adapters.session import GuardSessions
+from guardrail.guard import DENIED_EXIT_CODE
+
+__all__ = ["build_server", "session_key", "SESSION_HEADER"]
+
+SESSION_HEADER = "guardrail-session"
+_INSTRUCTIONS = (
+    "Run every shell command through the `exec` tool: the guard checks it against the incident's policy before it "
+    "runs, and a refused command comes back with the rule and what to do instead. When you believe the incident is "
+    "repaired, call `declare_repair_complete`; the guard verifies the repair and either accepts or tells you what "
+    "is still wrong. `guard_status` shows what the guard has seen in this session."
+)
+
+
+def session_key(ctx: Context | None, stdio_key: str) -> str:
+    """Which client session a tool call belongs to (see the module docstring)."""
+    headers = ctx.headers if ctx is not None else None
+    if headers is None:
+        return stdio_key
+    chosen = headers.get(SESSION_HEADER)
+    if chosen:
+        return f"http-{chosen}"
+    sid = headers.get("mcp-session-id")
+    if sid:
+        return f"http-{sid}"
+    return "http-anonymous"
+
+
+def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:
+    """An MCPServer whose tools go through `sessions`."""
+    app: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS)
+    # A stdio server lives for one client, so its session is named once, at start.
+    stdio_key = f"stdio-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+
+    @app.tool(name="exec", description="Run one shell command through the guard. A command the policy refuses "
+              f"does not run: it returns exit code {DENIED_EXIT_CODE}, the rule id and a message saying what to "
+              "do instead.")
+    def exec_(command: str, ctx: Context) -> dict[str, Any]:
+        session = sessions.get(session_key(ctx, stdio_key))
+        if session.env is None:
+            raise RuntimeError("this guard has no environment to run commands in (start it with --env)")
+        result, record = session.execute(command)
+        denies = [f for d in record.get("decisions", []) for f in d.get("deny", [])]
+        warns = [f for d in record.get("decisions", []) for f in d.get("warn", [])]
+        return {
+            "exit_code": result.exit_code,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "ran": bool(record.get("ran")),
+            "denied": not record.get("ran"),
+            "outcome": record.get("outcome"),
+            "rules": [f["id"] for f in denies + warns],
+            "messages": [f"{f['id']}: {f['msg']}" for f in denies + warns],
+            "seq": record.get("seq"),
+        }
+
+    @app.tool(name="declare_repair_complete", description="Declare the incident repaired. The guard verifies the "
+              "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
+              "saying what is not yet satisfied; keep working and declare again.")
+    def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
+        session = sessions.get(session_key(ctx, stdio_key))
+        outcome = session.declare(summary)
+        return {"session": session.key, **outcome.to_dict()}
+
+    @app.tool(name="guard_status", description="What the guard has seen in this session: commands, denials, "
+              "warnings, declarations, feedback codes, and where the journal is.")
+    def guard_status(ctx: Context) -> dict[str, Any]:
+        return sessions.get(session_key(ctx, stdio_key)).status()
+
+    return app

@@ -1,0 +1,159 @@
+"""Guard sessions: one Guard, journal and environment per client session, sharing one policy engine.
+
+Used by the MCP server (one session per MCP client session) and the shell daemon (one session per wrapped
+agent). The engine is compiled once and shared; calls into it are serialised because nothing promises that an
+engine is thread-safe, and a decision costs well under a millisecond. A session's own calls are serialised
+too, so its journal's seq order is the order the guard decided in.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from guardrail.actions.model import Action
+from guardrail.context import IncidentContext, load_context
+from guardrail.errors import InputError
+from guardrail.guard import Admission, DeclareOutcome, Guard
+from guardrail.journal import Journal
+from guardrail.policy.base import Decision, Mode, PolicyEngine
+from verifiers.protocols import CommandResult, Environment
+
+__all__ = ["SerialisedEngine", "GuardSession", "GuardSessions", "load_engine", "context_from"]
+
+
+class SerialisedEngine:
+    """A PolicyEngine shared by many sessions, one decision at a time."""
+
+    def __init__(self, engine: PolicyEngine):
+        self.inner = engine
+        self._lock = threading.Lock()
+
+    def decide(self, input: Mapping[str, Any]) -> Decision:
+        with self._lock:
+            return self.inner.decide(input)
+
+
+def load_engine(policy: str | Path | None = None) -> PolicyEngine:
+    """The embedded OPA engine over a policies/ tree (the shipped one by default)."""
+    try:
+        from guardrail.policy.embedded import EmbeddedOPA
+    except ImportError as e:
+        raise InputError(f"the embedded OPA engine is not available: {e}", path=str(policy or "policies/")) from e
+    return EmbeddedOPA(policy) if policy is not None else EmbeddedOPA()
+
+
+def context_from(path: str | Path | None, *, env_spec: str | None = None) -> IncidentContext:
+    """The public context: from --context, else a twin scenario's public part, else an empty ad-hoc one."""
+    if path is not None:
+        return load_context(path)
+    if env_spec and env_spec.startswith("twin:"):
+        from guardrail.resources import scenario_dir
+
+        sid = env_spec.split(":", 1)[1]
+        f = scenario_dir() / "incident-arena" / sid / "scenario.yaml"
+        if f.is_file():
+            return load_context(f)  # load_context reads `public` only, never `grader`
+    return IncidentContext()
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def journal_name(key: str) -> str:
+    return (_UNSAFE.sub("_", key).strip("._") or "session")[:120] + ".jsonl"
+
+
+@dataclass
+class GuardSession:
+    """One client's guard, its journal and its environment."""
+
+    key: str
+    guard: Guard
+    journal: Journal
+    env: Environment | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def execute(self, command: str) -> tuple[CommandResult, Mapping[str, Any]]:
+        """Run one command through the guard; returns the result and the journal record of its decision."""
+        with self.lock:
+            result = self.guard.execute(command)
+            # Under the session lock the newest command record is this command's decision.
+            return result, self.journal.records("command")[-1]
+
+    def before(self, command: str) -> Admission:
+        with self.lock:
+            return self.guard.before(command)
+
+    def after(self, admission: Admission, result: CommandResult) -> list:
+        with self.lock:
+            return self.guard.after(admission, result)
+
+    def declare(self, summary: str = "") -> DeclareOutcome:
+        with self.lock:
+            if summary:
+                self.journal.append("declare_request", summary=summary)
+            return self.guard.on_declare()
+
+    def status(self) -> dict[str, Any]:
+        return {"session": self.key, "journal": str(self.journal.path) if self.journal.path else None,
+                "records": len(self.journal), "mode": self.guard.mode.value,
+                "context": self.guard.context.id, **self.guard.stats()}
+
+
+class GuardSessions:
+    """Creates a GuardSession on first sight of a session key; one journal file per session."""
+
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        context: IncidentContext,
+        *,
+        journal_dir: str | Path | None = None,
+        env_factory: Callable[[IncidentContext], Environment] | None = None,
+        mode: Mode = Mode.ENFORCE,
+        normaliser: Callable[[str], list[Action]] | None = None,
+        declaration_checks: Sequence[Any] | None = None,
+        fsync: bool = True,
+    ):
+        self.engine = SerialisedEngine(engine)
+        self.context = context
+        self.journal_dir = Path(journal_dir) if journal_dir is not None else None
+        self._env_factory = env_factory
+        self.mode = Mode(mode)
+        self._normaliser = normaliser
+        self._checks = declaration_checks
+        self._fsync = fsync
+        self._sessions: dict[str, GuardSession] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> GuardSession:
+        with self._lock:
+            s = self._sessions.get(key)
+            if s is None:
+                s = self._sessions[key] = self._open(key)
+            return s
+
+    def _open(self, key: str) -> GuardSession:
+        env = self._env_factory(self.context.model_copy(deep=True)) if self._env_factory else None
+        path = self.journal_dir / journal_name(key) if self.journal_dir is not None else None
+        journal = Journal(path, session=key, fsync=self._fsync, clock=env.clock if env is not None else None)
+        # Each session gets its own copy of the context: nothing one agent does can leak into another's.
+        guard = Guard(self.engine, self.context.model_copy(deep=True), env=env, journal=journal, mode=self.mode,
+                      normaliser=self._normaliser, declaration_checks=self._checks)
+        journal.append("session_start", context=self.context.id, mode=self.mode.value,
+                       env=env.describe().name if env is not None else None)
+        return GuardSession(key=key, guard=guard, journal=journal, env=env)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._sessions)
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._sessions.values():
+                s.journal.close()
+            self._sessions.clear()

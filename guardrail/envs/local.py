@@ -1,0 +1,83 @@
+"""LocalEnvironment: agent commands run by the real shell on this machine, under a real clock.
+
+Registered as the `local` entry of the `guardrail.environments` group and used by `guardrail mcp --env local`.
+It answers `run` only: this machine has no SLI source the guard knows of, and restarting a component is not
+something a bare shell can do safely, so `sli` returns no samples and `restart` raises a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Mapping
+
+from guardrail.context import IncidentContext
+from guardrail.errors import EnvironmentError_
+from verifiers.protocols import CommandResult, EnvironmentDescription, RestartResult, Sample
+
+__all__ = ["WallClock", "LocalEnvironment", "make"]
+
+# Like a shell that lost its child to a timeout (coreutils `timeout` exits 124).
+TIMEOUT_EXIT_CODE = 124
+
+
+class WallClock:
+    """Real time; the one place where waiting means the process really waits."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class LocalEnvironment:
+    """Runs each command with `bash -c` in a working directory, with a timeout."""
+
+    def __init__(self, *, cwd: str | Path | None = None, timeout_s: float = 120.0, shell: str = "/bin/bash",
+                 env: Mapping[str, str] | None = None, clock: WallClock | None = None):
+        self.cwd = str(cwd) if cwd is not None else os.getcwd()
+        self.timeout_s = timeout_s
+        self.shell = shell
+        self._env = dict(env) if env is not None else None
+        self._clock = clock or WallClock()
+
+    @property
+    def clock(self) -> WallClock:
+        return self._clock
+
+    def run(self, command: str) -> CommandResult:
+        start = time.monotonic()
+        try:
+            proc = subprocess.run([self.shell, "-c", command], cwd=self.cwd, env=self._env, capture_output=True,
+                                  text=True, errors="replace", timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            return CommandResult(command=command, stdout=out,
+                                 stderr=err + f"guardrail: command timed out after {self.timeout_s:g}s\n",
+                                 exit_code=TIMEOUT_EXIT_CODE, duration_s=time.monotonic() - start)
+        except OSError as e:
+            raise EnvironmentError_(f"cannot start {self.shell}: {e.strerror or e}") from e
+        return CommandResult(command=command, stdout=proc.stdout, stderr=proc.stderr, exit_code=proc.returncode,
+                             duration_s=time.monotonic() - start)
+
+    def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
+            step: float | None = None) -> list[Sample]:
+        # No telemetry source is wired to a bare shell: convergence checks see no samples (INCONCLUSIVE).
+        return []
+
+    def restart(self, target: str) -> RestartResult:
+        raise EnvironmentError_(f"the local environment cannot restart {target!r}: restart it with your own "
+                                "tooling (restart-svc.sh, kubectl rollout restart) through the guard instead")
+
+    def describe(self) -> EnvironmentDescription:
+        return EnvironmentDescription(name="local", components=(), extra={"cwd": self.cwd})
+
+
+def make(spec: str = "", context: IncidentContext | None = None) -> LocalEnvironment:
+    """Entry-point factory: `local` or `local:<working directory>`."""
+    return LocalEnvironment(cwd=spec or None)
