@@ -1,0 +1,256 @@
+"""Scenario data: load and validate `scenarios/incident-arena/<id>/scenario.yaml` and its `solutions/*.yaml`.
+
+Called by the CLI (`guardrail scenarios ...`, `guardrail run`), the episode runner and the tests. A scenario has
+three parts: `public` (a `guardrail.context.IncidentContext`: all the agent, guard and policies may see), `twin`
+(`arena.twin.engine.TwinSpec`: substrate wiring and fault injection) and `grader` (`GraderSpec` here: the gates'
+answer key). Validation errors are `ScenarioError`s naming the file, the line and the field (CLI exit 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from arena.twin.engine import TwinSpec
+from guardrail.context import IncidentContext
+from guardrail.errors import ScenarioError
+from guardrail.resources import scenario_dir
+from guardrail.yamlio import read_data, validate
+
+__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "MatrixEntry", "GraderSpec",
+           "Step", "SolutionScript", "Scenario", "load_scenario", "list_scenarios", "load_script",
+           "FAILURE_MODES", "CATEGORIES"]
+
+FAILURE_MODES = ("fix_missing", "premature_declaration", "not_durable", "scope_violation", "budget_exhausted",
+                 "residual_cause")
+CATEGORIES = ("configuration drift", "resource starvation", "runtime state corruption", "image bug")
+Phase = Literal["declaration", "soak_end", "challenge"]
+ALL_PHASES: list[Phase] = ["declaration", "soak_end", "challenge"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Check(_M):
+    """A ground-truth assertion on `world.truth()`: {path, op, value}. A glob path must hold for every match."""
+
+    id: str = ""
+    path: str
+    op: Literal["equals", "not_equals", "gte", "lte", "gt", "lt", "between", "in", "truthy", "falsy", "unchanged",
+                "absent"]
+    value: Any = None
+    when: list[Phase] = Field(default_factory=lambda: list(ALL_PHASES))
+    why: str = ""
+
+
+class FaultLeg(_M):
+    """One injected cause. `healthy` lists what must hold for the leg to be gone (all of them)."""
+
+    id: str
+    what: str = ""
+    healthy: list[Check]
+    # The component whose restart clears it (a runtime fault). A restart of it while the leg was present masks
+    # the fault rather than fixing it.
+    holder: str | None = None
+    clears_on_restart: bool = False
+    # The cause re-arms by itself after a restart (a boot transaction, an image bug): fixed only by a guard.
+    rearms: bool = False
+
+
+class DriverBand(_M):
+    error_rate_max: float | None = None
+    goodput_min: float | None = None
+    peak_ms: float | None = None
+    trough_ms: float | None = None
+
+
+class Bands(_M):
+    """The task's outcome bands, before the x1.20 / x0.80 tolerance that the gate applies."""
+
+    peak_ms: float | None = None
+    trough_ms: float | None = None
+    error_rate_max: float | None = None
+    goodput_min: float | None = None
+    by_driver: dict[str, DriverBand] = Field(default_factory=dict)
+
+
+class Envelope(_M):
+    """Config keys (globs over `world.config()`) the repair may change, and bounds on the changed values."""
+
+    allowed: list[str] = Field(default_factory=list)
+    bounds: list[Check] = Field(default_factory=list)
+
+
+class Challenge(_M):
+    """The verifier-owned challenge after the soak (Incident-Arena's challenge types)."""
+
+    type: Literal["fixed_pod_restart", "database_checkpoint", "database_survival", "concurrent_sequence",
+                  "service_event_recurrence", "none"] = "none"
+    profile_id: str = ""
+    target: str | None = None
+    timeout_s: float = 180.0
+    post_ready_wait_s: float = 5.0
+    traffic: dict[str, Any] = Field(default_factory=dict)
+    # Extra checks after the challenge (fault legs, envelope bounds and protected checks run again anyway).
+    checks: list[Check] = Field(default_factory=list)
+
+
+class MatrixEntry(_M):
+    """A solution script's expected verdicts: the qualification matrix row."""
+
+    outcome: Literal["pass", "fail"]
+    safety: Literal["pass", "fail"]
+    failure_mode: Literal["fix_missing", "premature_declaration", "not_durable", "scope_violation",
+                          "budget_exhausted", "residual_cause"] | None = None
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MatrixEntry":
+        passes = self.outcome == "pass" and self.safety == "pass"
+        if passes and self.failure_mode is not None:
+            raise ValueError("a passing script has failure_mode null")
+        if not passes and self.failure_mode is None:
+            raise ValueError("a failing script names its failure_mode")
+        return self
+
+
+class GraderSpec(_M):
+    """The gates' answer key. Only arena reads it."""
+
+    latency_percentile: float = 99.0
+    latency_settle_s: float = 30.0
+    soak_cycles: int | None = None  # None: the profile's soak_cycles
+    ceiling_tolerance: float = 1.20
+    floor_tolerance: float = 0.80
+    gate_latency: bool = True
+    bands: Bands = Field(default_factory=Bands)
+    fault_legs: list[FaultLeg] = Field(default_factory=list)
+    envelope: Envelope = Field(default_factory=Envelope)
+    protected: list[Check] = Field(default_factory=list)
+    allow_fault_induced_restarts: bool = False
+    challenge: Challenge = Field(default_factory=Challenge)
+    step_limit: int = 200
+    think_s: float = 5.0  # the scripted agents' think time per step [INF: the paper reports wall time only]
+    matrix: dict[str, MatrixEntry] = Field(default_factory=dict)
+
+
+class Step(_M):
+    """One script step: `run: CMD` (optional `stdin:`), `sleep: N`, or `declare: true`."""
+
+    run: str | None = None
+    stdin: str | None = None
+    sleep: float | None = None
+    declare: bool | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Step":
+        n = sum(x is not None for x in (self.run, self.sleep, self.declare))
+        if n != 1:
+            raise ValueError("a step is exactly one of run:, sleep: or declare:")
+        if self.stdin is not None and self.run is None:
+            raise ValueError("stdin: goes with run:")
+        if self.declare is False:
+            raise ValueError("declare: must be true")
+        return self
+
+
+class SolutionScript(_M):
+    """A solution script (DESIGN.md's `script:` format)."""
+
+    description: str = ""
+    script: list[Step]
+
+
+class _ScenarioFile(_M):
+    id: str
+    title: str
+    substrate: Literal["slack-spine", "frappe", "saleor"]
+    category: Literal["configuration drift", "resource starvation", "runtime state corruption", "image bug"]
+    public: IncidentContext
+    twin: TwinSpec
+    grader: GraderSpec
+
+
+class Scenario(BaseModel):
+    """A loaded scenario with its solution scripts."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    id: str
+    title: str
+    substrate: str
+    category: str
+    public: IncidentContext
+    twin: TwinSpec
+    grader: GraderSpec
+    path: Path
+    solutions: dict[str, SolutionScript] = Field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "substrate": self.substrate, "category": self.category,
+                "solutions": len(self.solutions)}
+
+    def show(self) -> dict[str, Any]:
+        """The public part plus each solution script's expected verdicts (what `scenarios show --json` prints)."""
+        sols = []
+        for name in sorted(self.solutions):
+            m = self.grader.matrix.get(name)
+            sols.append({"name": name, "description": self.solutions[name].description,
+                         "outcome": m.outcome if m else None, "safety": m.safety if m else None,
+                         "failure_mode": m.failure_mode if m else None})
+        return {**self.summary(), "public": self.public.model_dump(mode="json"), "solutions": sols}
+
+
+def _root() -> Path:
+    return scenario_dir() / "incident-arena"
+
+
+def load_script(path: str | Path) -> SolutionScript:
+    data, node, _ = read_data(path, error=ScenarioError)
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping with a `script:` list", path=str(path), line=1)
+    return validate(SolutionScript, data, path=path, node=node, error=ScenarioError)
+
+
+def load_scenario(ref: str | Path) -> Scenario:
+    """Load a scenario by id (ia-011) or by the path of its folder or scenario.yaml."""
+    p = Path(ref)
+    if not p.exists():
+        p = _root() / str(ref)
+    if p.is_dir():
+        p = p / "scenario.yaml"
+    if not p.exists():
+        known = ", ".join(s for s in _ids()) or "none"
+        raise ScenarioError(f"no scenario {ref!s} (known: {known})", path=str(ref))
+    data, node, _ = read_data(p, error=ScenarioError)
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping at the top level", path=str(p), line=1)
+    f = validate(_ScenarioFile, data, path=p, node=node, error=ScenarioError)
+    sols: dict[str, SolutionScript] = {}
+    sol_dir = p.parent / "solutions"
+    if sol_dir.is_dir():
+        for sp in sorted(sol_dir.glob("*.yaml")):
+            sols[sp.stem] = load_script(sp)
+    missing = sorted(set(f.grader.matrix) - set(sols))
+    if missing:
+        raise ScenarioError(f"grader.matrix names scripts with no file in solutions/: {', '.join(missing)}",
+                            path=str(p))
+    unlisted = sorted(set(sols) - set(f.grader.matrix))
+    if unlisted:
+        raise ScenarioError(f"solutions without a grader.matrix row: {', '.join(unlisted)}", path=str(p))
+    return Scenario(id=f.id, title=f.title, substrate=f.substrate, category=f.category, public=f.public,
+                    twin=f.twin, grader=f.grader, path=p, solutions=sols)
+
+
+def _ids() -> list[str]:
+    root = _root()
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if (d / "scenario.yaml").exists())
+
+
+def list_scenarios() -> list[Scenario]:
+    return [load_scenario(i) for i in _ids()]
