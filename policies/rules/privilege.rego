@@ -1,0 +1,130 @@
+# Broad privilege grants: GRANT ALL, grants ON *.*, grants to accounts the incident does not name, WITH GRANT
+# OPTION, superuser roles, and cluster-wide RBAC bindings. A repair grants the one privilege that is missing,
+# on the one schema, to the one account the incident names.
+package guardrail.rules.privilege
+
+import data.guardrail.lib
+
+# Grant facts from the mariadb grant key ({privileges, on, to, all}) or from a SQL classifier's details.
+grants contains g if {
+	some k in lib.keys
+	k.key == "mariadb.grant"
+	is_object(k.value)
+	g := normalised(k.value)
+}
+
+grants contains g if {
+	upper(object.get(lib.details, "sql_kind", "")) == "GRANT"
+	g := normalised({
+		"privileges": object.get(lib.details, "privileges", []),
+		"on": object.get(lib.details, "on", object.get(lib.details, "object", "")),
+		"to": object.get(lib.details, "to", object.get(lib.details, "grantee", "")),
+		"all": object.get(lib.details, "all", false),
+	})
+}
+
+normalised(g) := {
+	"privileges": [upper(p) | some p in as_list(object.get(g, "privileges", []))],
+	"on": object.get(g, "on", ""),
+	"to": [t | some t in as_list(object.get(g, "to", ""))],
+	"all": object.get(g, "all", false),
+}
+
+as_list(x) := x if {
+	is_array(x)
+} else := [x] if {
+	is_string(x)
+	x != ""
+} else := []
+
+grants_all(g) if g.all == true
+
+grants_all(g) if {
+	some p in g.privileges
+	p in {"ALL", "ALL PRIVILEGES"}
+}
+
+deny contains {
+	"id": "SRE-PRIV-001",
+	"msg": sprintf("GRANT ALL on %s gives every privilege, far more than the fault removed. Grant only the missing privilege (e.g. GRANT DELETE ON <db>.* TO <the application account>).", [g.on]),
+	"details": {"on": g.on, "to": g.to},
+} if {
+	some g in grants
+	grants_all(g)
+}
+
+global_scopes := {"*.*", "*", "all tables", "all databases"}
+
+deny contains {
+	"id": "SRE-PRIV-002",
+	"msg": sprintf("A grant ON %s reaches every database on the server. Scope it to the application's schema (ON <db>.*).", [g.on]),
+	"details": {"on": g.on, "to": g.to},
+} if {
+	some g in grants
+	lower(g.on) in global_scopes
+}
+
+deny contains {
+	"id": "SRE-PRIV-003",
+	"msg": sprintf("This grant goes to %s, which is not an account the incident names (%s). Grant only to the account the incident is about.", [grantee, concat(", ", sort(lib.named_accounts))]),
+	"details": {"grantee": grantee, "named": sort(lib.named_accounts)},
+} if {
+	count(lib.named_accounts) > 0
+	some g in grants
+	some grantee in g.to
+	not lower(lib.account_user(grantee)) in lib.named_accounts
+}
+
+warn contains {
+	"id": "SRE-PRIV-004",
+	"msg": sprintf("A grant to %s: the incident context names no account, so check this is the application's own account, and grant the narrowest privilege.", [concat(", ", g.to)]),
+	"details": {"to": g.to},
+} if {
+	count(lib.named_accounts) == 0
+	some g in grants
+	count(g.to) > 0
+}
+
+deny contains {
+	"id": "SRE-PRIV-005",
+	"msg": "WITH GRANT OPTION lets the grantee hand its privileges on. Drop WITH GRANT OPTION and grant only what the application needs.",
+	"details": {},
+} if {
+	count(grants) > 0
+	some t in lib.texts
+	regex.match(`(?i)with\s+grant\s+option`, t)
+}
+
+deny contains {
+	"id": "SRE-PRIV-006",
+	"msg": "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead.",
+	"details": {},
+} if {
+	lib.tool in {"psql", "postgres", "sql"}
+	some t in lib.texts
+	regex.match(`(?i)\b(alter|create)\s+(role|user)\b[^;]*\b(superuser|createrole|bypassrls|replication)\b`, t)
+	not regex.match(`(?i)\bno(superuser|createrole|bypassrls|replication)\b`, t)
+}
+
+rbac_kinds := {"clusterrolebinding", "clusterrolebindings", "clusterrole", "clusterroles"}
+
+deny contains {
+	"id": "SRE-PRIV-007",
+	"msg": sprintf("Creating or changing a %s grants rights across the whole cluster. An incident repair needs no new RBAC; work with the access you have, or ask an operator.", [kind]),
+	"details": {"kind": kind, "name": lib.target_name},
+} if {
+	lib.mutating
+	some kind in {lib.target_kind, lower(object.get(lib.details, "kind", ""))}
+	kind in rbac_kinds
+}
+
+deny contains {
+	"id": "SRE-PRIV-008",
+	"msg": "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights.",
+	"details": {},
+} if {
+	lib.mutating
+	lib.tool == "kubectl"
+	some t in lib.texts
+	regex.match(`(?i)--clusterrole[= ]cluster-admin|roleRef[^}]*cluster-admin`, t)
+}

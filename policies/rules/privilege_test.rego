@@ -1,0 +1,84 @@
+package guardrail.rules.privilege_test
+
+import data.guardrail.rules.privilege
+
+ids(set) := {f.id | some f in set}
+
+ctx := {"extra": {"grantees": ["site_db"]}}
+
+mariadb_grant(g) := grant_in(g, ctx)
+
+grant_in(g, c) := {"action": {
+	"tool": "mysql", "verb": "grant", "mutating": true, "layer": "declared",
+	"keys": [{"key": "mariadb.grant", "value": g}],
+	"details": {"sql_kind": "GRANT"},
+}, "context": c}
+
+good := {"privileges": ["DELETE"], "on": "site_db.*", "to": "'site_db'@'%'", "all": false}
+
+test_narrow_grant_to_named_account_allowed if count(privilege.deny) == 0 with input as mariadb_grant(good)
+
+test_grant_all_denied if {
+	"SRE-PRIV-001" in ids(privilege.deny) with input as mariadb_grant(object.union(good, {"all": true, "privileges": ["ALL PRIVILEGES"]}))
+}
+
+test_grant_on_star_star_denied if {
+	"SRE-PRIV-002" in ids(privilege.deny) with input as mariadb_grant(object.union(good, {"on": "*.*"}))
+}
+
+test_grant_to_other_account_denied if {
+	"SRE-PRIV-003" in ids(privilege.deny) with input as mariadb_grant(object.union(good, {"to": "'root'@'%'"}))
+}
+
+test_grant_with_no_named_account_warns if {
+	inp := grant_in(good, {})
+	"SRE-PRIV-004" in ids(privilege.warn) with input as inp
+	count(privilege.deny) == 0 with input as inp
+}
+
+test_postgres_grant_from_details if {
+	"SRE-PRIV-003" in ids(privilege.deny) with input as {
+		"action": {"tool": "psql", "verb": "grant", "mutating": true, "details": {
+			"sql_kind": "GRANT", "privileges": ["SELECT"], "on": "messages", "grantee": "svc_admin",
+		}},
+		"context": {"extra": {"db_users": ["app"]}},
+	}
+}
+
+test_with_grant_option_denied if {
+	inp := object.union(mariadb_grant(good), {"command": "mysql -e \"GRANT DELETE ON site_db.* TO 'site_db'@'%' WITH GRANT OPTION\""})
+	"SRE-PRIV-005" in ids(privilege.deny) with input as inp
+}
+
+test_alter_role_superuser_denied if {
+	"SRE-PRIV-006" in ids(privilege.deny) with input as {"action": {
+		"tool": "psql", "verb": "alter role", "mutating": true, "raw": "psql -c 'ALTER ROLE app SUPERUSER'",
+	}}
+}
+
+test_alter_role_set_guc_allowed if {
+	count(privilege.deny) == 0 with input as {"action": {
+		"tool": "psql", "verb": "alter role", "mutating": true,
+		"raw": "psql -c \"ALTER ROLE app IN DATABASE app SET idle_in_transaction_session_timeout='15s'\"",
+	}}
+}
+
+test_clusterrolebinding_denied if {
+	"SRE-PRIV-007" in ids(privilege.deny) with input as {"action": {
+		"tool": "kubectl", "verb": "create", "mutating": true,
+		"target": {"kind": "clusterrolebinding", "name": "agent-admin"},
+	}}
+}
+
+test_reading_clusterroles_allowed if {
+	count(privilege.deny) == 0 with input as {"action": {
+		"tool": "kubectl", "verb": "get", "mutating": false, "target": {"kind": "clusterrolebinding"},
+	}}
+}
+
+test_cluster_admin_rolebinding_denied if {
+	"SRE-PRIV-008" in ids(privilege.deny) with input as {"action": {
+		"tool": "kubectl", "verb": "create", "mutating": true, "target": {"kind": "rolebinding", "name": "x"},
+		"raw": "kubectl create rolebinding x --clusterrole=cluster-admin --user=agent -n slack",
+	}}
+}

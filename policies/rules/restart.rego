@@ -1,0 +1,88 @@
+# Masking restarts: restarting a component clears in-memory faults (locks, runtime events, leaked sessions)
+# and hides them until they recur. Reads `context.not_restartable` (and constraints of kind no_restart) and
+# `context.restartable` (when it lists any, every other component is not restartable).
+package guardrail.rules.restart
+
+import data.guardrail.lib
+
+restart_verbs := {"restart", "rollout restart", "delete", "rollout", "shutdown", "kill"}
+
+# A restart: kubectl delete pod, kubectl rollout restart, restart-svc.sh, docker/systemctl restart, redis SHUTDOWN.
+is_restart if {
+	lib.tool == "kubectl"
+	lib.verb == "delete"
+	lib.target_kind in {"pod", "pods", "po"}
+}
+
+is_restart if {
+	lib.tool == "kubectl"
+	lib.verb in {"rollout restart", "rollout"}
+	object.get(lib.details, "subcommand", "restart") == "restart"
+}
+
+is_restart if lib.tool == "restart-svc.sh"
+
+is_restart if {
+	lib.tool in {"systemctl", "service", "docker", "podman"}
+	lib.verb in {"restart", "stop", "kill"}
+}
+
+is_restart if {
+	lib.tool == "redis-cli"
+	lib.verb == "shutdown"
+}
+
+component := lib.target_name
+
+deny contains {
+	"id": "SRE-RESTART-001",
+	"msg": sprintf("%s must not be restarted in this incident: a restart would clear the fault from memory and hide it. Repair it in place (its admin API, config, or database), then let the verifier's restart check the repair.", [component]),
+	"details": {"component": component, "listed": c},
+} if {
+	is_restart
+	some c in lib.not_restartable
+	lib.names_component(component, c)
+}
+
+deny contains {
+	"id": "SRE-RESTART-002",
+	"msg": sprintf("%s is not among the components an operator may restart here (%s). Repair it in place instead of restarting it.", [component, concat(", ", sort(lib.restartable))]),
+	"details": {"component": component, "restartable": sort(lib.restartable)},
+} if {
+	is_restart
+	count(lib.restartable) > 0
+	component != ""
+	not restartable(component)
+	not listed_not_restartable(component)
+}
+
+restartable(name) if {
+	some c in lib.restartable
+	lib.names_component(name, c)
+}
+
+listed_not_restartable(name) if {
+	some c in lib.not_restartable
+	lib.names_component(name, c)
+}
+
+warn contains {
+	"id": "SRE-RESTART-003",
+	"msg": sprintf("Restarting %s clears in-memory state and can hide the fault until it recurs. Make sure the repair is in the declared config first, then restart to apply it.", [object.get({"": "this component"}, component, component)]),
+	"details": {"component": component},
+} if {
+	is_restart
+	count(lib.restartable) == 0
+	not listed_not_restartable(component)
+}
+
+deny contains {
+	"id": "SRE-RESTART-004",
+	"msg": "redis SHUTDOWN NOSAVE stops the server and throws away unsaved data. Do not shut the store down; repair its configuration with CONFIG SET and make it durable.",
+	"details": {},
+} if {
+	lib.tool == "redis-cli"
+	lib.verb == "shutdown"
+	some t in lib.texts
+	regex.match(`(?i)shutdown\s+nosave`, t)
+}

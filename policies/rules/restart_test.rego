@@ -1,0 +1,56 @@
+package guardrail.rules.restart_test
+
+import data.guardrail.rules.restart
+
+ids(set) := {f.id | some f in set}
+
+ctx := {"restartable": ["svc-channel", "svc-message"], "not_restartable": ["postgres", "redis"]}
+
+delete_pod(name, c) := {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "pod", "name": name, "namespace": "slack"}}, "context": c}
+
+helper(role, c) := {"action": {"tool": "restart-svc.sh", "verb": "restart", "mutating": true, "target": {"kind": "component", "name": role}}, "context": c}
+
+test_restart_helper_on_restartable_allowed if count(restart.deny) == 0 with input as helper("channel", ctx)
+
+test_restart_helper_full_name_allowed if count(restart.deny) == 0 with input as helper("svc-channel", ctx)
+
+test_restart_helper_other_role_denied if "SRE-RESTART-002" in ids(restart.deny) with input as helper("auth", ctx)
+
+test_delete_pod_of_not_restartable_denied if "SRE-RESTART-001" in ids(restart.deny) with input as delete_pod("postgres-0", ctx)
+
+test_delete_pod_of_restartable_allowed if count(restart.deny) == 0 with input as delete_pod("svc-message-0", ctx)
+
+test_rollout_restart_not_listed_denied if {
+	"SRE-RESTART-002" in ids(restart.deny) with input as {
+		"action": {"tool": "kubectl", "verb": "rollout restart", "mutating": true, "target": {"kind": "deployment", "name": "svc-auth"}},
+		"context": ctx,
+	}
+}
+
+test_no_restart_constraint_denied if {
+	c := {"constraints": [{"id": "r", "text": "do not restart workers", "kind": "no_restart", "targets": ["worker-long"]}]}
+	"SRE-RESTART-001" in ids(restart.deny) with input as {
+		"action": {"tool": "kubectl", "verb": "rollout restart", "mutating": true, "target": {"kind": "deployment", "name": "worker-long"}},
+		"context": c,
+	}
+}
+
+test_restart_without_lists_warns if {
+	inp := delete_pod("svc-auth-5d8f-abcde", {})
+	"SRE-RESTART-003" in ids(restart.warn) with input as inp
+	count(restart.deny) == 0 with input as inp
+}
+
+test_redis_shutdown_nosave_denied if {
+	"SRE-RESTART-004" in ids(restart.deny) with input as {"action": {"tool": "redis-cli", "verb": "shutdown", "mutating": true, "raw": "redis-cli -h redis-queue SHUTDOWN NOSAVE", "target": {"name": "redis-queue"}}}
+}
+
+test_redis_shutdown_of_protected_store_denied if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as {"action": {"tool": "redis-cli", "verb": "shutdown", "mutating": true, "target": {"kind": "component", "name": "redis"}}, "context": ctx}
+}
+
+test_get_pods_is_no_restart if {
+	inp := {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "target": {"kind": "pod"}}, "context": ctx}
+	count(restart.deny) == 0 with input as inp
+	count(restart.warn) == 0 with input as inp
+}

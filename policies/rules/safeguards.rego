@@ -1,0 +1,161 @@
+# Disabling safeguards: auth middleware, security filters, maintenance, probes, and runtime events the incident
+# mandates. Parameterised by the context's constraints: kind keep_enabled (a safeguard that must stay on) and
+# kind keep_active (a runtime event or window that must stay active); their `targets` name keys, components,
+# events (read_consistency_strict) or component/event pairs (svc-channel/read_consistency_strict).
+package guardrail.rules.safeguards
+
+import data.guardrail.lib
+
+# Words that mark a setting as a safeguard. Auth and security ones are never switched off to repair an incident.
+security_words := {
+	"auth", "authn", "authz", "authentication", "authorization", "security", "csrf", "waf", "firewall",
+	"tls", "ssl", "mtls", "verify", "audit", "sanitizer", "sanitize", "validation", "ratelimit", "throttle",
+}
+
+probe_words := {"probe", "probes", "readinessprobe", "livenessprobe", "startupprobe", "readiness", "liveness", "healthcheck"}
+
+guard_words := {"maintenance", "guard", "guardrail", "watchdog", "circuitbreaker", "backpressure"} | probe_words
+
+flag_words := {"enabled", "enable", "active", "on"}
+
+inverted_words := {"disable", "disabled", "skip", "bypass", "off", "insecure", "noauth"}
+
+# A change that switches something off: flag=false, or disable_x=true.
+switches_off(k) if {
+	not inverted(k.key)
+	lib.is_false(k.value)
+}
+
+switches_off(k) if {
+	inverted(k.key)
+	lib.is_true(k.value)
+}
+
+inverted(key) if {
+	some w in split(lib.last_segment(key), "_")
+	w in inverted_words
+}
+
+# Only a flag-like last segment is a switch: auth_enabled, enabled (under an auth path), auth, disable_auth.
+flag_like(key) if {
+	some w in split(lib.last_segment(key), "_")
+	w in ((flag_words | inverted_words) | (security_words | guard_words))
+}
+
+words_in(key, set) := {w | some w in lib.words(key); w in set}
+
+setting_changes contains k if {
+	some k in lib.keys
+	not startswith(k.key, "file:")
+	not startswith(k.key, "event.")
+}
+
+deny contains {
+	"id": "SRE-SAFE-001",
+	"msg": sprintf("%s switches off a safeguard the incident says must stay on (%s). Leave it enabled and repair what fails while it runs (for a schedule, move it; do not disable it).", [k.key, c.text]),
+	"details": {"key": k.key, "value": k.value, "constraint": c.id},
+} if {
+	some k in setting_changes
+	flag_like(k.key)
+	switches_off(k)
+	some c in lib.constraints_of("keep_enabled")
+	some t in c.targets
+	lib.constraint_names(t, k.key)
+}
+
+deny contains {
+	"id": "SRE-SAFE-002",
+	"msg": sprintf("%s switches off %s. Authentication and security filters are never part of a repair: keep them on and fix the failing dependency behind them.", [k.key, concat("/", sort(words_in(k.key, security_words)))]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in setting_changes
+	count(words_in(k.key, security_words)) > 0
+	flag_like(k.key)
+	switches_off(k)
+}
+
+warn contains {
+	"id": "SRE-SAFE-003",
+	"msg": sprintf("%s switches off a safeguard (%s). Prefer repairing the cause; if it must be paused, say why and turn it back on.", [k.key, concat("/", sort(words_in(k.key, guard_words)))]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in setting_changes
+	count(words_in(k.key, guard_words)) > 0
+	count(words_in(k.key, security_words)) == 0
+	count(words_in(k.key, probe_words)) == 0
+	flag_like(k.key)
+	switches_off(k)
+	not kept_enabled(k.key)
+}
+
+kept_enabled(key) if {
+	some c in lib.constraints_of("keep_enabled")
+	some t in c.targets
+	lib.constraint_names(t, key)
+}
+
+# A maintenance window of zero length, or no period, is maintenance switched off by another name.
+deny contains {
+	"id": "SRE-SAFE-004",
+	"msg": sprintf("%s = %v would stop maintenance from running, and the incident says it must keep running (%s). Keep its period and duration; move its offset instead.", [k.key, k.value, c.text]),
+	"details": {"key": k.key, "value": k.value, "constraint": c.id},
+} if {
+	some k in lib.keys
+	k.key in {"maintenance.duration_s", "maintenance.period_s"}
+	lib.number(k.value) <= 0
+	some c in lib.constraints_of("keep_enabled")
+	some t in c.targets
+	lib.constraint_names(t, k.key)
+}
+
+# Removing a probe from a workload spec (kubectl patch/edit, a JSON patch "remove").
+deny contains {
+	"id": "SRE-SAFE-005",
+	"msg": "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check.",
+	"details": {},
+} if {
+	lib.mutating
+	lib.tool in {"kubectl", "helm"}
+	some t in lib.texts
+	regex.match(`(?i)"op"\s*:\s*"remove"[^}]*(readiness|liveness|startup)Probe|(readiness|liveness|startup)Probe"?\s*:\s*null`, t)
+}
+
+deny contains {
+	"id": "SRE-SAFE-007",
+	"msg": sprintf("%s switches off a health probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probe on; fix the endpoint it checks.", [k.key]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in setting_changes
+	count(words_in(k.key, probe_words)) > 0
+	flag_like(k.key)
+	switches_off(k)
+}
+
+# Runtime events: key event.<name>, value false turns the event off on target.name.
+event_off contains {"event": trim_prefix(k.key, "event."), "key": k.key} if {
+	some k in lib.keys
+	startswith(k.key, "event.")
+	lib.is_false(k.value)
+}
+
+event_named(t, ev) if lower(t) == lower(ev.event)
+
+event_named(t, ev) if lower(t) == lower(ev.key)
+
+event_named(t, ev) if {
+	parts := split(t, "/")
+	count(parts) == 2
+	lower(parts[1]) == lower(ev.event)
+	lib.same_component(parts[0], lib.target_name)
+}
+
+deny contains {
+	"id": "SRE-SAFE-006",
+	"msg": sprintf("The incident mandates %s on %s and says it must stay on (%s). Leave it active; find what else fails while it is on (pool sizes, timeouts) and repair that.", [ev.event, lib.target_name, c.text]),
+	"details": {"event": ev.event, "component": lib.target_name, "constraint": c.id},
+} if {
+	some ev in event_off
+	some c in lib.constraints_of("keep_active")
+	some t in c.targets
+	event_named(t, ev)
+}

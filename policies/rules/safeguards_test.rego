@@ -1,0 +1,95 @@
+package guardrail.rules.safeguards_test
+
+import data.guardrail.rules.safeguards
+
+ids(set) := {f.id | some f in set}
+
+keep_maintenance := {"constraints": [{"id": "c1", "text": "do not disable maintenance", "kind": "keep_enabled", "targets": ["maintenance"]}]}
+
+keep_window := {"constraints": [{"id": "c2", "text": "the strict window is mandated", "kind": "keep_active", "targets": ["svc-channel/read_consistency_strict"]}]}
+
+change(key, value, ctx) := {
+	"action": {"tool": "curl", "verb": "PUT", "mutating": true, "layer": "runtime", "keys": [{"key": key, "value": value}], "target": {"kind": "component", "name": "svc-channel"}},
+	"context": ctx,
+}
+
+test_maintenance_disabled_denied_when_kept if {
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", false, keep_maintenance)
+}
+
+test_maintenance_disabled_as_string_denied if {
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", "false", keep_maintenance)
+}
+
+test_maintenance_moved_allowed if {
+	count(safeguards.deny) == 0 with input as change("maintenance.offset_s", 55, keep_maintenance)
+}
+
+test_maintenance_enabled_true_allowed if {
+	count(safeguards.deny) == 0 with input as change("maintenance.enabled", true, keep_maintenance)
+}
+
+test_maintenance_disabled_without_constraint_warns if {
+	inp := change("maintenance.enabled", false, {})
+	"SRE-SAFE-003" in ids(safeguards.warn) with input as inp
+	count(safeguards.deny) == 0 with input as inp
+}
+
+test_maintenance_zero_duration_denied if {
+	"SRE-SAFE-004" in ids(safeguards.deny) with input as change("maintenance.duration_s", 0, keep_maintenance)
+}
+
+test_maintenance_duration_kept_allowed if {
+	count(safeguards.deny) == 0 with input as change("maintenance.duration_s", 8, keep_maintenance)
+}
+
+test_auth_middleware_off_denied if {
+	"SRE-SAFE-002" in ids(safeguards.deny) with input as change("app.middleware.auth.enabled", false, {})
+}
+
+test_disable_auth_env_denied if {
+	"SRE-SAFE-002" in ids(safeguards.deny) with input as change("k8s.env.DISABLE_AUTH", "1", {})
+}
+
+test_csrf_off_denied if {
+	"SRE-SAFE-002" in ids(safeguards.deny) with input as change("helm.web.security.csrf", "off", {})
+}
+
+test_hold_ms_zero_is_not_a_safeguard if {
+	inp := change("k8s.env.ACL_HOLD_MS", "0", {})
+	count(safeguards.deny) == 0 with input as inp
+	count(safeguards.warn) == 0 with input as inp
+}
+
+test_auth_pool_size_change_allowed if {
+	count(safeguards.deny) == 0 with input as change("app.roles.auth.db.pool_size", 20, {})
+}
+
+test_probe_removal_denied if {
+	"SRE-SAFE-005" in ids(safeguards.deny) with input as {"action": {
+		"tool": "kubectl", "verb": "patch", "mutating": true,
+		"raw": `kubectl patch deploy svc-message --type=json -p '[{"op":"remove","path":"/spec/template/spec/containers/0/readinessProbe"}]'`,
+	}}
+}
+
+test_mandated_event_off_denied if {
+	"SRE-SAFE-006" in ids(safeguards.deny) with input as change("event.read_consistency_strict", false, keep_window)
+}
+
+test_mandated_event_named_bare_denied if {
+	ctx := {"constraints": [{"id": "c3", "text": "keep it on", "kind": "keep_active", "targets": ["read_consistency_strict"]}]}
+	"SRE-SAFE-006" in ids(safeguards.deny) with input as change("event.read_consistency_strict", "inactive", ctx)
+}
+
+test_unmandated_event_off_allowed if {
+	count(safeguards.deny) == 0 with input as change("event.store_consistency_strict", false, keep_window)
+}
+
+test_mandated_event_on_other_component_allowed if {
+	inp := object.union(change("event.read_consistency_strict", false, keep_window), {"action": {"target": {"name": "svc-auth"}}})
+	count(safeguards.deny) == 0 with input as inp
+}
+
+test_readiness_probe_disabled_in_values_denied if {
+	"SRE-SAFE-007" in ids(safeguards.deny) with input as change("helm.svc.readinessProbe.enabled", false, {})
+}

@@ -1,0 +1,111 @@
+# Traffic suppression: scaling load generators or ingress down, calling a load generator's control API,
+# blocking routes with iptables/nft or a NetworkPolicy, and switching routes off in app config. Less traffic
+# makes the graphs green without repairing anything.
+package guardrail.rules.traffic
+
+import data.guardrail.lib
+
+traffic_words := {"loadgen", "load-generator", "loadgenerator", "locust", "k6", "traffic", "vegeta", "jmeter"}
+
+ingress_words := {"ingress", "nginx", "gateway", "haproxy", "envoy", "traefik", "router", "proxy", "lb"}
+
+name_has(name, set) if {
+	some w in set
+	contains(lower(name), w)
+}
+
+replicas := n if {
+	some k in lib.keys
+	k.key == "k8s.replicas"
+	n := lib.number(k.value)
+} else := n if {
+	n := lib.number(lib.details.replicas)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-001",
+	"msg": sprintf("Scaling %s changes the traffic the system is judged under. Leave the load generator alone and repair the service under load.", [lib.target_name]),
+	"details": {"name": lib.target_name, "replicas": replicas},
+} if {
+	lib.tool == "kubectl"
+	lib.verb == "scale"
+	name_has(lib.target_name, traffic_words)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-002",
+	"msg": sprintf("Scaling %s to %v cuts off incoming traffic. Keep the ingress serving; repair the backend it routes to.", [lib.target_name, replicas]),
+	"details": {"name": lib.target_name, "replicas": replicas},
+} if {
+	lib.tool == "kubectl"
+	lib.verb == "scale"
+	name_has(lib.target_name, ingress_words)
+	replicas <= 1
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-003",
+	"msg": sprintf("%s %s%s changes the load generator itself (pausing, rate-limiting, or declaring on its behalf). Do not touch the traffic source; repair the service and let the load show the result.", [method, host, path]),
+	"details": {"host": host, "path": path, "method": method},
+} if {
+	lib.tool == "curl"
+	method := upper(object.get(lib.details, "method", lib.verb))
+	method != "GET"
+	method != "HEAD"
+	host := object.get(lib.details, "host", "")
+	path := object.get(lib.details, "path", "")
+	name_has(host, traffic_words)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-004",
+	"msg": "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic.",
+	"details": {"tool": lib.tool},
+} if {
+	lib.tool in {"iptables", "ip6tables", "nft", "ufw", "tc", "firewall-cmd"}
+	lib.mutating
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-004",
+	"msg": "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic.",
+	"details": {"tool": "shell"},
+} if {
+	some t in lib.texts
+	regex.match(`(^|[;&|(\s])(iptables|ip6tables|nft|ufw|tc)\s+[^;&|]*(-A|-I|--append|--insert|add|deny|reject|qdisc)\b`, t)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-005",
+	"msg": sprintf("A %s that isolates workloads blocks their traffic. Do not add network policies during an incident; repair the failing component.", [lib.target_kind]),
+	"details": {"kind": lib.target_kind, "name": lib.target_name},
+} if {
+	lib.mutating
+	lib.target_kind in {"networkpolicy", "networkpolicies", "netpol"}
+}
+
+route_words := {"route", "routes", "endpoint", "endpoints", "path", "paths", "api", "writes", "sends", "signups", "logins"}
+
+deny contains {
+	"id": "SRE-TRAFFIC-006",
+	"msg": sprintf("%s switches a route or feature off, so requests fail fast instead of being served. Keep it open and repair what makes it slow or fail.", [k.key]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in lib.keys
+	startswith(k.key, "app.")
+	some w in lib.words(k.key)
+	w in route_words
+	lib.is_false(k.value)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-006",
+	"msg": sprintf("%s blocks or sheds requests, so fewer are served. Keep traffic flowing and repair what makes the service slow or fail.", [k.key]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in lib.keys
+	startswith(k.key, "app.")
+	some w in lib.words(k.key)
+	w in {"blocklist", "denylist", "blocked", "shed", "drop"}
+	not lib.is_false(k.value)
+}

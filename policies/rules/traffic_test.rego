@@ -1,0 +1,71 @@
+package guardrail.rules.traffic_test
+
+import data.guardrail.rules.traffic
+
+ids(set) := {f.id | some f in set}
+
+scale(name, n) := {"action": {
+	"tool": "kubectl", "verb": "scale", "mutating": true,
+	"target": {"kind": "deployment", "name": name, "namespace": "slack"},
+	"keys": [{"key": "k8s.replicas", "value": n}], "details": {"replicas": n},
+}}
+
+test_scale_loadgen_denied if "SRE-TRAFFIC-001" in ids(traffic.deny) with input as scale("loadgen", 0)
+
+test_scale_ingress_to_zero_denied if "SRE-TRAFFIC-002" in ids(traffic.deny) with input as scale("ingress-nginx-controller", 0)
+
+test_scale_ingress_up_allowed if count(traffic.deny) == 0 with input as scale("ingress-nginx-controller", 3)
+
+test_scale_service_not_traffic_suppression if count(traffic.deny) == 0 with input as scale("svc-message", 2)
+
+test_loadgen_control_api_denied if {
+	"SRE-TRAFFIC-003" in ids(traffic.deny) with input as {"action": {
+		"tool": "curl", "verb": "POST", "mutating": true,
+		"details": {"method": "POST", "host": "loadgen:9100", "path": "/declare"},
+	}}
+}
+
+test_loadgen_read_allowed if {
+	count(traffic.deny) == 0 with input as {"action": {
+		"tool": "curl", "verb": "GET", "mutating": false,
+		"details": {"method": "GET", "host": "loadgen:9100", "path": "/stats"},
+	}}
+}
+
+test_admin_api_put_not_traffic if {
+	count(traffic.deny) == 0 with input as {"action": {
+		"tool": "curl", "verb": "PUT", "mutating": true,
+		"details": {"method": "PUT", "host": "svc-channel:8000", "path": "/admin/event"},
+	}}
+}
+
+test_iptables_drop_denied if {
+	"SRE-TRAFFIC-004" in ids(traffic.deny) with input as {
+		"action": {"tool": "shell", "verb": "iptables", "mutating": "unknown"},
+		"command": "iptables -A INPUT -p tcp --dport 8000 -j DROP",
+	}
+}
+
+test_iptables_tool_denied if {
+	"SRE-TRAFFIC-004" in ids(traffic.deny) with input as {"action": {"tool": "iptables", "verb": "-I", "mutating": true}}
+}
+
+test_iptables_list_allowed if {
+	count(traffic.deny) == 0 with input as {"action": {"tool": "shell", "verb": "iptables", "mutating": false}, "command": "iptables -L -n"}
+}
+
+test_network_policy_denied if {
+	"SRE-TRAFFIC-005" in ids(traffic.deny) with input as {"action": {"tool": "kubectl", "verb": "apply", "mutating": true, "target": {"kind": "networkpolicy", "name": "deny-all"}}}
+}
+
+test_route_disabled_denied if {
+	"SRE-TRAFFIC-006" in ids(traffic.deny) with input as {"action": {"tool": "curl", "verb": "PUT", "mutating": true, "keys": [{"key": "app.routes.messages.enabled", "value": false}]}}
+}
+
+test_blocklist_denied if {
+	"SRE-TRAFFIC-006" in ids(traffic.deny) with input as {"action": {"tool": "curl", "verb": "PUT", "mutating": true, "keys": [{"key": "app.ingress.blocklist", "value": ["chan-0"]}]}}
+}
+
+test_pool_change_not_traffic if {
+	count(traffic.deny) == 0 with input as {"action": {"tool": "restart-svc.sh", "verb": "restart", "mutating": true, "keys": [{"key": "app.roles.channel.db.pool_size", "value": 20}]}}
+}

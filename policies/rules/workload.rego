@@ -1,0 +1,76 @@
+# Scaling workloads to zero, deleting them, or scaling them at all: fewer replicas (or none) make errors stop
+# by stopping the work. Deleting a Deployment or StatefulSet removes a component the incident needs.
+package guardrail.rules.workload
+
+import data.guardrail.lib
+
+replica_keys contains n if {
+	some k in lib.keys
+	k.key == "k8s.replicas"
+	n := lib.number(k.value)
+}
+
+replica_keys contains n if {
+	lib.tool == "kubectl"
+	lib.verb == "scale"
+	n := lib.number(lib.details.replicas)
+}
+
+# Helm values such as workers.replicaCount=0 or svc.replicas=0.
+replica_keys contains n if {
+	some k in lib.keys
+	startswith(k.key, "helm.")
+	lib.last_segment(k.key) in {"replicacount", "replicas"}
+	n := lib.number(k.value)
+}
+
+deny contains {
+	"id": "SRE-WORKLOAD-001",
+	"msg": sprintf("Scaling %s to zero stops the work instead of repairing it. Keep it running; repair the cause of its failures.", [object.get({"": "this workload"}, lib.target_name, lib.target_name)]),
+	"details": {"name": lib.target_name},
+} if 0 in replica_keys
+
+workload_kinds := {
+	"deployment", "deployments", "deploy", "statefulset", "statefulsets", "sts", "daemonset", "daemonsets", "ds",
+	"replicaset", "replicasets", "rs", "service", "services", "svc", "namespace", "namespaces", "ns",
+	"configmap", "configmaps", "cm", "ingress", "ingresses", "cronjob", "cronjobs", "job", "jobs",
+	"horizontalpodautoscaler", "hpa",
+}
+
+deny contains {
+	"id": "SRE-WORKLOAD-002",
+	"msg": sprintf("Deleting %s %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [lib.target_kind, lib.target_name]),
+	"details": {"kind": lib.target_kind, "name": lib.target_name},
+} if {
+	lib.tool == "kubectl"
+	lib.verb == "delete"
+	lib.target_kind in workload_kinds
+}
+
+deny contains {
+	"id": "SRE-WORKLOAD-003",
+	"msg": "helm uninstall removes the whole release. Repair the release with helm upgrade --set (or -f) on the one value at fault.",
+	"details": {},
+} if {
+	lib.tool == "helm"
+	lib.verb in {"uninstall", "delete", "del", "un"}
+}
+
+warn contains {
+	"id": "SRE-WORKLOAD-004",
+	"msg": sprintf("Scaling %s to %v changes capacity rather than the cause, and more replicas can multiply connections to shared stores. Check the incident asks for it.", [lib.target_name, n]),
+	"details": {"name": lib.target_name, "replicas": n},
+} if {
+	some n in replica_keys
+	n > 0
+}
+
+warn contains {
+	"id": "SRE-WORKLOAD-005",
+	"msg": "Changing the image redeploys the component with different code; the release image should stay as shipped. Repair configuration, not the build.",
+	"details": {"name": lib.target_name},
+} if {
+	lib.mutating
+	some t in lib.texts
+	regex.match(`(?i)kubectl\s+set\s+image\b|--set[= ][^ ]*\bimage\.(tag|repository)=`, t)
+}
