@@ -1,0 +1,85 @@
+"""`guardrail shell -- AGENT_COMMAND`: run a shell-based agent with the guard's shims first on its PATH.
+
+Attached to the root group by guardrail/cli/commands.py. Starts a GuardDaemon (guardrail/adapters/shell) on a
+private unix socket, writes the shim directory, runs the agent with PATH and GUARDRAIL_SOCKET set, and exits
+with the agent's exit code after printing the session's counts on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from guardrail.cli import cli
+from guardrail.policy.base import Mode
+
+__all__ = ["shell"]
+
+
+@cli.command("shell", context_settings={"ignore_unknown_options": True})
+@click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
+              help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
+@click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
+              help="A policies/ tree (default: the shipped policies).")
+@click.option("--journal", "journal_path", type=click.Path(dir_okay=False), default=None,
+              help="Journal file (default: guardrail-journals/shell-<time>-<pid>.jsonl).")
+@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
+@click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
+def shell(context_path: str | None, policy: str | None, journal_path: str | None, mode: str,
+          agent_command: tuple[str, ...]) -> None:
+    """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
+    from guardrail.adapters.session import GuardSessions, context_from, load_engine
+    from guardrail.adapters.shell import GuardDaemon, build_shim_dir
+    from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
+    from guardrail.envs.local import LocalEnvironment
+
+    context = context_from(context_path)
+    if journal_path is None:
+        journal_path = f"guardrail-journals/shell-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
+    journal = Path(journal_path)
+    key = journal.name[:-len(".jsonl")] if journal.name.endswith(".jsonl") else journal.name
+    sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
+                             env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode))
+    # The session's journal must land exactly at --journal: name the session after the file.
+    session = sessions.get(key) if journal.suffix == ".jsonl" else None
+    if session is None:
+        raise click.UsageError("--journal must name a .jsonl file")
+    work = Path(tempfile.mkdtemp(prefix="guardrail-shell-"))
+    daemon = GuardDaemon(session, work / "guard.sock")
+    code = 1
+    try:
+        daemon.start()
+        shims = build_shim_dir(work / "bin")
+        env = dict(os.environ)
+        env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+        env[SOCKET_ENV] = daemon.socket_path
+        env[SHIM_DIR_ENV] = str(shims)
+        try:
+            agent = subprocess.Popen(list(agent_command), env=env)
+        except OSError as e:
+            click.echo(f"error: cannot start {agent_command[0]}: {e.strerror or e}", err=True)
+            sys.exit(2)
+        previous = {s: signal.signal(s, lambda sig, _f: agent.send_signal(sig))
+                    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            code = agent.wait()
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+        st = session.status()
+        click.echo(f"guardrail: {st['commands']} commands, {st['denied']} denied, {st['warned']} warned, "
+                   f"{st['declarations']} declarations ({st['declarations_rejected']} rejected); "
+                   f"journal {session.journal.path}", err=True)
+    finally:
+        daemon.stop()
+        sessions.close()
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(code if code >= 0 else 128 - code)
