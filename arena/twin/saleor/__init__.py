@@ -1,0 +1,5 @@
+"""The Saleor substrate (Incident-Arena 006): importing this package registers substrate "saleor"."""
+
+from arena.twin.saleor.substrate import SaleorSubstrate
+
+__all__ = ["SaleorSubstrate"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 __all__ = [
     "GucSpec",
@@ -241,7 +241,9 @@ class PostgresServer:
         self._next_pid = pid_seed
         self._next_oid = 16384
         self.starts = 1
-        self.log: list[tuple[float, str]] = []  # (t, line) the postgres container's log
+        # Where the postgres container's log lines go (the component's `say`); a list when standalone.
+        self.log: list[tuple[float, str]] = []
+        self.log_sink: "Callable[[float, str], None] | None" = None
         self._start(initial=True)
 
     # ---------------------------------------------------------------- lifecycle
@@ -259,6 +261,12 @@ class PostgresServer:
             return self.conf_file[name], "configuration file"
         return GUCS[name].boot, "default"
 
+    def _log(self, entry: tuple[float, str]) -> None:
+        if self.log_sink is not None:
+            self.log_sink(*entry)
+        else:
+            self.log.append(entry)
+
     def restart(self, now: float) -> None:
         """A pod restart: every backend dies, postmaster settings apply, the catalog and files survive."""
         for b in self.backends.values():
@@ -266,7 +274,7 @@ class PostgresServer:
         self.backends.clear()
         self.starts += 1
         self._start()
-        self.log.append((now, "LOG:  database system is ready to accept connections"))
+        self._log((now, "LOG:  database system is ready to accept connections"))
 
     def reload(self, now: float) -> None:
         """pg_reload_conf(): re-read both files; postmaster-context changes wait for a restart."""
@@ -275,15 +283,15 @@ class PostgresServer:
             if spec.context == "postmaster":
                 if value != self.applied[name][0]:
                     self.pending_restart.add(name)
-                    self.log.append((now, f'LOG:  parameter "{name}" cannot be changed without restarting the server'))
+                    self._log((now, f'LOG:  parameter "{name}" cannot be changed without restarting the server'))
                 else:
                     self.pending_restart.discard(name)
                 continue
             if (value, source) != self.applied[name]:
                 if value != self.applied[name][0]:
-                    self.log.append((now, f'LOG:  parameter "{name}" changed to "{format_guc_value(spec, value)}"'))
+                    self._log((now, f'LOG:  parameter "{name}" changed to "{format_guc_value(spec, value)}"'))
                 self.applied[name] = (value, source)
-        self.log.append((now, "LOG:  received SIGHUP, reloading configuration files"))
+        self._log((now, "LOG:  received SIGHUP, reloading configuration files"))
 
     # ---------------------------------------------------------------- catalog
     def add_role(self, name: str, **kw) -> Role:
@@ -373,7 +381,7 @@ class PostgresServer:
             return False
         b.alive = False
         b.terminated_by_admin = True
-        self.log.append((now, f"FATAL:  terminating connection due to administrator command (pid {pid})"))
+        self._log((now, f"FATAL:  terminating connection due to administrator command (pid {pid})"))
         return True
 
     def effective(self, backend: Backend | None, name: str) -> tuple[str, str]:
