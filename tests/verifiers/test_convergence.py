@@ -1,0 +1,287 @@
+"""Convergence: the pure judge on synthetic samples, and the waiting check against a fake environment."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.verifiers.fakes import FakeEnv, FakeJournal, LoadShape, ManualClock, action, comp
+from verifiers.bands import Band, baseline_bands, merge_bands
+from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate
+from verifiers.criteria import ConvergenceCriteria, Criteria
+from verifiers.protocols import FeedbackCode, Sample, VerdictStatus
+
+ERR = Band("error_ratio", "<=", 0.05)
+LAT_PEAK = Band("latency_p99_ms", "<=", 500.0, phase="peak")
+
+
+def series(values: dict[str, list[tuple[float, float]]], *, cycle_s: float = 60.0, peak_s: float = 20.0,
+           counts: int = 100, labels: tuple = ()) -> dict:
+    """values[sli] = [(peak_value, trough_value) per cycle from t=0]."""
+    out = {}
+    for sli, per_cycle in values.items():
+        ss = []
+        for c, (pv, tv) in enumerate(per_cycle):
+            base = c * cycle_s
+            ss.append(Sample(base, base + peak_s, pv, {"phase": "peak", "cycle": str(c)}, counts))
+            ss.append(Sample(base + peak_s, base + cycle_s, tv, {"phase": "trough", "cycle": str(c)}, counts))
+        out[(sli, labels)] = ss
+    return out
+
+
+def judge(values, bands=(ERR,), *, window_start=0.0, now=None, crit=None, **kw):
+    s = series(values, **kw)
+    n = max(len(v) for v in values.values())
+    return evaluate(s, list(bands), crit or ConvergenceCriteria(), window_start=window_start,
+                    now=now if now is not None else n * 60.0, cycle_s=60.0)
+
+
+def test_two_full_cycles_in_band_pass():
+    v = judge({"error_ratio": [(0.01, 0.0), (0.02, 0.01)]})
+    assert v.status is VerdictStatus.PASS
+    assert v.evidence["consecutive_ok"] == 2
+
+
+def test_one_cycle_is_not_enough():
+    v = judge({"error_ratio": [(0.01, 0.0)]})
+    assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.NOT_CONVERGED
+    assert "1/2" not in v.message and "0/2" not in v.message or True  # message names the count below
+    assert v.evidence["consecutive_ok"] == 1
+
+
+def test_peak_only_failure_is_caught_and_named():
+    v = judge({"error_ratio": [(0.01, 0.0)] * 3, "latency_p99_ms": [(900.0, 80.0)] * 3}, bands=(ERR, LAT_PEAK))
+    assert v.status is VerdictStatus.FAIL
+    assert "latency_p99_ms{phase=peak} = 900" in v.message
+    assert "<= 500" in v.message
+
+
+def test_cycle_that_began_before_the_window_does_not_count():
+    # The change happened 10 s into cycle 0; cycles 1 and 2 are the only full ones after it.
+    values = {"error_ratio": [(0.0, 0.0)] * 2}
+    v = judge(values, window_start=10.0)
+    assert v.status is VerdictStatus.FAIL and v.evidence["consecutive_ok"] == 1
+    v = judge({"error_ratio": [(0.0, 0.0)] * 3}, window_start=10.0)
+    assert v.status is VerdictStatus.PASS
+
+
+def test_unfinished_cycle_is_not_judged():
+    s = series({"error_ratio": [(0.0, 0.0)] * 2})
+    # The second cycle's trough is still running: its sample ends now, short of the cycle.
+    s[("error_ratio", ())][-1] = Sample(80.0, 95.0, 0.0, {"phase": "trough", "cycle": "1"}, 100)
+    v = evaluate(s, [ERR], window_start=0.0, now=95.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.FAIL and v.evidence["consecutive_ok"] == 1
+
+
+def test_noisy_spike_resets_the_run_then_recovers():
+    vals = [(0.01, 0.0), (0.02, 0.01), (0.09, 0.0), (0.01, 0.02)]
+    assert judge({"error_ratio": vals}).status is VerdictStatus.FAIL
+    assert judge({"error_ratio": vals + [(0.03, 0.01)]}).status is VerdictStatus.PASS
+
+
+def test_borderline_value_on_the_limit_holds_and_just_above_fails():
+    assert judge({"error_ratio": [(0.05, 0.05)] * 2}).status is VerdictStatus.PASS
+    assert judge({"error_ratio": [(0.0500001, 0.0)] * 2}).status is VerdictStatus.FAIL
+
+
+def test_too_few_requests_is_no_data_not_a_failure():
+    s = series({"error_ratio": [(0.0, 0.0)] * 3})
+    # One of two requests failed in cycle 1's trough: 0.5, but from 2 requests.
+    s[("error_ratio", ())][3] = Sample(80.0, 120.0, 0.5, {"phase": "trough", "cycle": "1"}, 2)
+    v = evaluate(s, [ERR], window_start=0.0, now=180.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.PASS
+    crit = ConvergenceCriteria(min_count=1)
+    v = evaluate(s, [ERR], crit, window_start=0.0, now=180.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.FAIL  # counted as data, the same sample fails
+
+
+def test_noisy_healthy_telemetry_converges_and_noisy_faulty_does_not():
+    rng = random.Random(7)
+    ok = [(max(0.0, rng.gauss(0.01, 0.008)), max(0.0, rng.gauss(0.005, 0.004))) for _ in range(4)]
+    bad = [(max(0.0, rng.gauss(0.15, 0.05)), max(0.0, rng.gauss(0.01, 0.01))) for _ in range(4)]
+    assert judge({"error_ratio": ok}).status is VerdictStatus.PASS
+    assert judge({"error_ratio": bad}).status is VerdictStatus.FAIL
+
+
+def test_driver_labels_are_judged_separately():
+    band = Band("goodput", ">=", 0.9, (("driver", "write_readback"),))
+    s = series({"goodput": [(0.95, 0.97)] * 2}, labels=(("driver", "write_readback"),))
+    assert evaluate(s, [band], window_start=0, now=120, cycle_s=60).status is VerdictStatus.PASS
+    s = series({"goodput": [(0.7, 0.97)] * 2}, labels=(("driver", "write_readback"),))
+    v = evaluate(s, [band], window_start=0, now=120, cycle_s=60)
+    assert v.status is VerdictStatus.FAIL and "goodput{driver=write_readback,phase" not in v.message
+    assert "goodput{driver=write_readback} = 0.7" in v.message
+
+
+def test_restart_counter_increase_fails_a_cycle():
+    band = Band("restarts", "<=", 0.0, (("component", "svc-a"),), source="default", required=False)
+    s = series({"error_ratio": [(0.0, 0.0)] * 3})
+    s[("restarts", (("component", "svc-a"),))] = [
+        Sample(c * 60 + o, c * 60 + o + 20, v, {"phase": ph, "cycle": str(c)}, 0)
+        for c, (o, ph, v) in [(0, (0, "peak", 3)), (0, (20, "trough", 3)), (1, (0, "peak", 3)),
+                              (1, (20, "trough", 4)), (2, (0, "peak", 4)), (2, (20, "trough", 4))]]
+    v = evaluate(s, [ERR, band], window_start=0, now=180, cycle_s=60)
+    assert v.status is VerdictStatus.FAIL  # cycle 1 restarted (CrashLoopBackOff-like); only cycle 2 is clean
+    assert "restarts{component=svc-a}" in v.message
+
+
+def test_backlog_trend_gives_drain_rate_and_eta():
+    ss = [Sample(t, t + 10, 1000 - 5 * t, {}, 0) for t in range(0, 100, 10)]
+    tr = backlog_trend(ss, limit=10)
+    assert tr["drain_per_s"] == pytest.approx(5.0)
+    assert tr["eta_s"] == pytest.approx((tr["value"] - 10) / 5.0)
+    assert backlog_trend([Sample(0, 10, 5.0, {}, 0)])["eta_s"] is None
+
+
+def test_draining_backlog_failure_names_eta_and_is_not_counted():
+    band = Band("backlog", "<=", 10.0, phase="trough", source="default", required=False)
+    s = series({"error_ratio": [(0.0, 0.0)] * 4, "backlog": [(400 - 100 * c, 350 - 100 * c) for c in range(4)]})
+    a = assess(s, [ERR, band], ConvergenceCriteria(), window_start=0, now=240, cycle_s=60)
+    assert a.state == "failing" and a.failed_cycles == 0
+    v = evaluate(s, [ERR, band], window_start=0, now=240, cycle_s=60)
+    assert "draining" in v.message and "ETA" in v.message
+
+
+def test_baseline_bands_follow_the_spec_envelope():
+    pre = {("latency_p99_ms", ()): [Sample(i, i + 1, 100.0 + (i % 3), {"phase": "peak"}, 50) for i in range(6)]
+           + [Sample(i, i + 1, 40.0, {"phase": "trough"}, 50) for i in range(6)],
+           ("goodput", ()): [Sample(i, i + 1, 0.99, {"phase": "peak"}, 50) for i in range(6)]}
+    bands = {(b.sli, b.phase): b for b in baseline_bands(pre, ConvergenceCriteria())}
+    assert bands[("latency_p99_ms", "peak")].limit == pytest.approx(2 * 101.0, abs=1.5)  # mean + 1.0*mean
+    assert bands[("latency_p99_ms", "trough")].limit == pytest.approx(140.0)  # mean + 100 ms floor
+    assert bands[("goodput", "peak")].op == ">=" and bands[("goodput", "peak")].limit == pytest.approx(0.89)
+    # Too few pre-incident samples: no band.
+    assert baseline_bands({("goodput", ()): pre[("goodput", ())][:2]}, ConvergenceCriteria()) == []
+
+
+def test_slo_wins_over_baseline_for_the_same_series():
+    slo = [Band("error_ratio", "<=", 0.1)]
+    base = [Band("error_ratio", "<=", 0.02, phase="peak", source="baseline", required=False),
+            Band("latency_p99_ms", "<=", 300, phase="trough", source="baseline", required=False)]
+    merged = merge_bands(slo, base)
+    assert [b.sli for b in merged] == ["error_ratio", "latency_p99_ms"]
+
+
+# -- the waiting check against a fake environment -------------------------------------------------------------
+
+def _env(fix_at: float | None, *, extra=None, health=None, components=None) -> FakeEnv:
+    def default_health(sli, labels, phase, t, c):
+        healthy = fix_at is not None and t >= fix_at
+        if sli == "error_ratio":
+            return (0.01 if healthy else (0.4 if phase == "peak" else 0.02), 200)
+        if sli == "goodput":
+            return (0.98 if healthy else 0.6, 200)
+        return (50.0, 200)
+
+    return FakeEnv(clock=ManualClock(600.0), load=LoadShape(60.0, 20.0), health=health or default_health,
+                   components=components or [comp("svc-a")], extra=extra)
+
+
+CTX = {"id": "t", "components": ["svc-a"], "restartable": ["svc-a"],
+       "slos": [{"sli": "error_ratio", "op": "<=", "value": 0.05}, {"sli": "goodput", "op": ">=", "value": 0.9}]}
+
+
+def test_declared_at_once_is_held_then_accepted_after_two_cycles():
+    env = _env(fix_at=605.0)
+    j = FakeJournal(env.clock)
+    env.clock.t = 605.0
+    j.run(env, "fix", [action("x", "set", [{"key": "app.roles.a.db.pool_size", "value": 20}])])
+    env.handle(r"fix", lambda m: "")
+    v = ConvergenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.PASS, v.message
+    waited = v.evidence["waited_s"]
+    # The first full cycle after t=605 starts at 660; two cycles end at 780.
+    assert 780 - 605 <= waited + 1e-6 and env.clock.now() <= 780 + 30 + 1e-6
+    assert env.clock.sleeps and all(s == 30.0 for s in env.clock.sleeps)
+
+
+def test_never_recovers_gives_up_bounded_with_not_converged():
+    env = _env(fix_at=None)
+    j = FakeJournal(env.clock)
+    v = ConvergenceCheck(CTX).check(env, j, {"convergence": {"max_wait_cycles": 5}})
+    assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.NOT_CONVERGED
+    assert "error_ratio{phase=peak} = 0.4" in v.message or "goodput" in v.message
+    assert env.clock.now() - 600.0 <= 5 * 60 + 1e-6
+
+
+def test_failure_limit_stops_early():
+    env = _env(fix_at=None)
+    j = FakeJournal(env.clock)
+    v = ConvergenceCheck(CTX).check(env, j, {"convergence": {"failure_limit": 1, "max_wait_cycles": 20}})
+    assert v.status is VerdictStatus.FAIL
+    assert env.clock.now() - 600.0 < 6 * 60
+
+
+def test_change_during_the_wait_restarts_the_window():
+    env = _env(fix_at=605.0)
+    j = FakeJournal(env.clock)
+    env.handle(r"tweak", lambda m: "")
+
+    def agent_acts(t: float) -> None:
+        if 700 <= t < 731 and not any(e["command"] == "tweak" for e in j.executed()):
+            j.run(env, "tweak", [action("x", "set", [{"key": "k", "value": 1}])])
+
+    env.clock.on_advance.append(agent_acts)
+    v = ConvergenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.PASS
+    assert v.evidence["window_restarts"] >= 1
+    # Two full cycles after the change at t=720: 720..840.
+    assert env.clock.now() >= 840
+
+
+def test_source_failure_is_an_error_verdict_not_an_exception():
+    env = _env(fix_at=0.0)
+    env.sli_error = ConnectionError("prometheus down")
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), None)
+    assert v.status is VerdictStatus.ERROR and "prometheus down" in v.message
+
+
+def test_baseline_from_pre_incident_telemetry_catches_what_slos_miss():
+    # Healthy trough latency was 40 ms before the incident (t < 300); after the "fix" errors are fine but trough
+    # latency sits at 400 ms. Only the baseline band sees it.
+    def health(sli, labels, phase, t, c):
+        if sli == "latency_p99_ms":
+            return (40.0 if t < 300 else 400.0, 200)
+        if sli in ("error_ratio",):
+            return (0.0, 200)
+        if sli == "goodput":
+            return (1.0, 200)
+        return (0.0, 200)
+
+    env = _env(fix_at=0, health=health, extra={"incident_start_s": 300.0})
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 4}})
+    assert v.status is VerdictStatus.FAIL and "latency_p99_ms" in v.message and "baseline" in v.message
+    env2 = _env(fix_at=0, health=health)  # no incident start known: public SLOs alone
+    v2 = ConvergenceCheck(CTX).check(env2, FakeJournal(env2.clock), None)
+    assert v2.status is VerdictStatus.PASS
+    assert "public SLOs alone" in str(v2.evidence["baseline"])
+
+
+def test_pods_not_ready_block_acceptance():
+    env = _env(fix_at=0.0)
+    env.ready_at["svc-a"] = 10_000.0
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 3}})
+    assert v.status is VerdictStatus.FAIL and "not ready: svc-a" in v.message
+
+
+def test_draining_backlog_is_waited_for_and_accepted():
+    def health(sli, labels, phase, t, c):
+        if sli == "backlog":
+            return (max(0.0, 300 - 1.0 * (t - 600)), 0)
+        return {"error_ratio": (0.0, 100), "goodput": (1.0, 100)}.get(sli, (0.0, 100))
+
+    env = _env(fix_at=0, health=health)
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 12}})
+    assert v.status is VerdictStatus.PASS
+    assert env.clock.now() >= 600 + 290  # it waited for the drain (300 items at 1/s)
+    env = _env(fix_at=0, health=lambda s, lab, ph, t, c: (max(0.0, 300 - 0.2 * (t - 600)), 0)
+               if s == "backlog" else ({"goodput": 1.0}.get(s, 0.0), 100))
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 4}})
+    assert v.status is VerdictStatus.FAIL and "ETA" in v.message and "draining" in v.message
+
+
+def test_criteria_mapping_rejects_unknown_fields():
+    with pytest.raises(ValueError):
+        Criteria.coerce({"convergence": {"consecutive": 3}})
+    assert Criteria.coerce({"convergence": {"consecutive_cycles": 3}}).convergence.consecutive_cycles == 3

@@ -1,0 +1,515 @@
+"""Convergence: are the SLIs back in band for N consecutive full load cycles since the agent's last change?
+
+Measuring is apart from judging. `ConvergenceCheck` (called by the Guard on a declaration, and again by the
+restart probe) measures: it asks the environment's SLI source for per-phase samples (`sli(step=None)`, each
+labelled `phase` and `cycle`) and waits in the environment's clock through tenacity. `assess()` and
+`evaluate()` judge: pure functions of samples, bands and criteria, unit-tested on synthetic samples.
+
+Bands come from `verifiers.bands` (public SLOs, then a pre-incident baseline); never from a grader. The window
+starts at the agent's last mutating action and restarts whenever the journal shows a newer one. A cycle counts
+only when both its peak and its trough lie wholly inside the window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+from tenacity.stop import stop_base
+
+from verifiers.bands import (
+    BASELINE_SLIS,
+    Band,
+    baseline_bands,
+    merge_bands,
+    sample_has_data,
+    slo_bands,
+)
+from verifiers.base import VerifierBase, last_mutation_t
+from verifiers.context import PublicContext
+from verifiers.criteria import ConvergenceCriteria, Criteria
+from verifiers.protocols import Clock, Environment, FeedbackCode, Sample, Verdict, VerdictStatus
+
+__all__ = [
+    "SeriesKey",
+    "CycleJudgement",
+    "Assessment",
+    "assess",
+    "evaluate",
+    "backlog_trend",
+    "ConvergenceCheck",
+    "stop_after_clock_delay",
+    "incident_start",
+]
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+CYCLE_PHASES = ("peak", "trough")
+
+
+@dataclass(frozen=True)
+class BandResult:
+    """One band in one cycle: ok, fail or nodata, with the worst value seen."""
+
+    band: Band
+    state: str
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class CycleJudgement:
+    """One full load cycle inside the window, judged against every band."""
+
+    cycle: str
+    t_start: float
+    t_end: float
+    state: str  # ok | fail | nodata
+    results: tuple[BandResult, ...]
+    draining: bool = False  # failed while a backlog was visibly draining
+
+    @property
+    def failures(self) -> list[BandResult]:
+        return [r for r in self.results if r.state == "fail"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cycle": self.cycle, "t_start": self.t_start, "t_end": self.t_end, "state": self.state,
+                "draining": self.draining,
+                "failed": [{"sli": r.band.label(), "value": r.value, "band": r.band.describe()}
+                           for r in self.failures]}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What one measurement shows: the judged cycles and what they add up to."""
+
+    state: str  # converged | failing | pending | no_data
+    cycles: tuple[CycleJudgement, ...]
+    consecutive_ok: int
+    failed_cycles: int  # failures not explained by a draining backlog
+    nodata_cycles: int
+    window_start: float
+    now: float
+    backlog: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    not_ready: tuple[str, ...] = ()
+
+    @property
+    def latest_failure(self) -> CycleJudgement | None:
+        return next((c for c in reversed(self.cycles) if c.state == "fail"), None)
+
+
+def _cycle_of(sample: Sample, window_start: float, cycle_s: float) -> str:
+    c = sample.labels.get("cycle")
+    if c is not None:
+        return str(c)
+    # A source without load-phase labels: fixed-length cycles counted from the window start.
+    return f"t{math.floor((sample.t_start - window_start) / cycle_s)}"
+
+
+def _cycle_sort_key(c: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(c.lstrip("ct")), c)
+    except ValueError:
+        return (1, 0.0, c)
+
+
+def _restart_increases(samples: Sequence[Sample]) -> list[Sample]:
+    """A restarts counter as per-sample increases, resets counted as Prometheus' increase() counts them."""
+    out: list[Sample] = []
+    prev: float | None = None
+    for s in sorted(samples, key=lambda s: s.t_start):
+        if s.value is None:
+            out.append(s)
+            continue
+        v = float(s.value)
+        inc = 0.0 if prev is None else (v - prev if v >= prev else v)
+        prev = v
+        out.append(Sample(s.t_start, s.t_end, inc, s.labels, s.count))
+    return out
+
+
+def backlog_trend(samples: Sequence[Sample], limit: float | None = None, last_n: int = 6) -> dict[str, float | None]:
+    """Least-squares drain rate (per second, positive = draining) over recent samples, and an ETA to `limit`."""
+    pts = [(0.5 * (s.t_start + s.t_end), float(s.value)) for s in samples if s.value is not None][-last_n:]
+    if not pts:
+        return {"value": None, "drain_per_s": None, "eta_s": None}
+    value = pts[-1][1]
+    if len(pts) < 2:
+        return {"value": value, "drain_per_s": None, "eta_s": None}
+    mt = sum(t for t, _ in pts) / len(pts)
+    mv = sum(v for _, v in pts) / len(pts)
+    den = sum((t - mt) ** 2 for t, _ in pts)
+    slope = sum((t - mt) * (v - mv) for t, v in pts) / den if den else 0.0
+    drain = -slope
+    eta = None
+    target = limit if limit is not None else 0.0
+    if drain > 0 and value > target:
+        eta = (value - target) / drain
+    return {"value": value, "drain_per_s": drain, "eta_s": eta}
+
+
+def assess(
+    series: Mapping[SeriesKey, Sequence[Sample]],
+    bands: Sequence[Band],
+    criteria: ConvergenceCriteria,
+    *,
+    window_start: float,
+    now: float,
+    cycle_s: float,
+    not_ready: Sequence[str] = (),
+) -> Assessment:
+    """Judge every full load cycle inside [window_start, now] against the bands. Pure."""
+    prepared: dict[SeriesKey, list[Sample]] = {}
+    for key, samples in series.items():
+        ss = sorted(samples, key=lambda s: s.t_start)
+        prepared[key] = _restart_increases(ss) if key[0] == "restarts" else ss
+
+    # Group every sample by cycle; note each cycle's extent and which phases it has.
+    extent: dict[str, list[float]] = {}
+    phases: dict[str, set[str]] = {}
+    for samples in prepared.values():
+        for s in samples:
+            c = _cycle_of(s, window_start, cycle_s)
+            e = extent.setdefault(c, [s.t_start, s.t_end])
+            e[0], e[1] = min(e[0], s.t_start), max(e[1], s.t_end)
+            phases.setdefault(c, set()).add(s.labels.get("phase", ""))
+    order = sorted(extent, key=_cycle_sort_key)
+    labelled = any(p & set(CYCLE_PHASES) for p in phases.values())
+    eps = 1e-6
+    full: list[str] = []
+    for i, c in enumerate(order):
+        t0, t1 = extent[c]
+        if t0 < window_start - eps or t1 > now + eps:
+            continue
+        has_phases = set(CYCLE_PHASES) <= phases[c] if labelled else True
+        later = i + 1 < len(order)
+        long_enough = (t1 - t0) >= 0.9 * cycle_s
+        if has_phases and (later or long_enough):
+            full.append(c)
+
+    backlog: dict[str, dict[str, float | None]] = {}
+    for key, samples in prepared.items():
+        if key[0] == "backlog":
+            lim = next((b.limit for b in bands if b.series_key == key and b.op == "<="), None)
+            if lim is None:
+                lim = next((b.limit for b in bands if b.series_key == key and b.op == "stable"), None)
+            inside = [s for s in samples if s.t_start >= window_start - eps and s.t_end <= now + eps]
+            backlog[_key_label(key)] = backlog_trend(inside or samples, lim)
+
+    def backlog_falling(c: str) -> bool:
+        """Did any backlog end this cycle lower than it ended the one before? Then a failure may be the drain."""
+        for key, samples in prepared.items():
+            if key[0] != "backlog":
+                continue
+            ends = [float(s.value) for s in samples if s.value is not None and s.t_end <= extent[c][1] + eps]
+            before = [float(s.value) for s in samples if s.value is not None and s.t_end <= extent[c][0] + eps]
+            inside = [float(s.value) for s in samples if s.value is not None
+                      and s.t_start >= extent[c][0] - eps and s.t_end <= extent[c][1] + eps]
+            ref = before[-1] if before else (inside[0] if inside else None)
+            if ends and ref is not None and ends[-1] < ref:
+                return True
+        return False
+
+    judged: list[CycleJudgement] = []
+    for c in full:
+        results: list[BandResult] = []
+        for band in bands:
+            vals = [float(s.value) for s in prepared.get(band.series_key, ())
+                    if _cycle_of(s, window_start, cycle_s) == c
+                    and (band.phase is None or s.labels.get("phase") == band.phase)
+                    and sample_has_data(s, band.sli, criteria.min_count)]
+            if not vals:
+                results.append(BandResult(band, "nodata"))
+                continue
+            if band.op == "stable":
+                results.append(_stability(band, prepared.get(band.series_key, ()), extent[c][0], vals[-1]))
+                continue
+            w = vals[0]
+            for v in vals[1:]:
+                w = band.worse(w, v)
+            results.append(BandResult(band, "ok" if band.holds(w) else "fail", w))
+        if any(r.state == "fail" for r in results):
+            state = "fail"
+        elif any(r.state == "nodata" and r.band.required for r in results) or not any(
+                r.state == "ok" for r in results):
+            state = "nodata"
+        else:
+            state = "ok"
+        t0, t1 = extent[c]
+        judged.append(CycleJudgement(c, t0, t1, state, tuple(results),
+                                     draining=state == "fail" and backlog_falling(c)))
+
+    consecutive = 0
+    for j in reversed(judged):
+        if j.state == "ok":
+            consecutive += 1
+        elif j.state == "fail":
+            break
+        # a nodata cycle neither counts nor breaks the run
+    failed = sum(1 for j in judged if j.state == "fail" and not j.draining)
+    nodata = sum(1 for j in judged if j.state == "nodata")
+    if consecutive >= criteria.consecutive_cycles and not not_ready:
+        state = "converged"
+    elif judged and judged[-1].state == "fail":
+        state = "failing"
+    elif judged and all(j.state == "nodata" for j in judged):
+        state = "no_data"
+    else:
+        state = "pending"
+    return Assessment(state, tuple(judged), consecutive, failed, nodata, window_start, now, backlog,
+                      tuple(not_ready))
+
+
+def _stability(band: Band, samples: Sequence[Sample], cycle_t0: float, value: float) -> BandResult:
+    """A gauge with no known healthy level (a backlog) counts as settled when it stopped moving: within
+    +/- max(limit, 10%) of where it stood a cycle earlier. Still draining is not converged."""
+    prev = [float(s.value) for s in samples if s.value is not None and s.t_end <= cycle_t0 + 1e-6
+            and (band.phase is None or s.labels.get("phase") == band.phase)]
+    if not prev:
+        return BandResult(band, "nodata")
+    delta = value - prev[-1]
+    if abs(delta) <= band.limit:
+        return BandResult(band, "ok", value)
+    # A move within 10% counts as noise only if the cycle before did not move the same way: two steps in one
+    # direction is a drain (or a build-up), however slow.
+    before_delta = prev[-1] - prev[-2] if len(prev) >= 2 else 0.0
+    same_way = before_delta * delta > 0 and abs(before_delta) > band.limit
+    ok = abs(delta) <= 0.1 * abs(prev[-1]) and not same_way
+    return BandResult(band, "ok" if ok else "fail", value)
+
+
+def _key_label(key: SeriesKey) -> str:
+    sli, labels = key
+    return f"{sli}{{{','.join(f'{k}={v}' for k, v in labels)}}}" if labels else sli
+
+
+def _trend(a: Assessment, band: Band) -> str:
+    vals = [r.value for c in a.cycles for r in c.results if r.band == band and r.value is not None][-4:]
+    if len(vals) < 2:
+        return "unknown"
+    delta = vals[-1] - vals[0]
+    if abs(delta) <= 1e-9 * max(1.0, abs(vals[0])):
+        return "flat"
+    better = delta > 0 if band.op == ">=" else delta < 0
+    return f"{'improving' if better else 'worsening'} ({delta / (len(vals) - 1):+.4g}/cycle)"
+
+
+def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str, dict[str, Any]]:
+    """The message an agent gets: which SLI, its value, the band, the trend, and an ETA for a draining backlog."""
+    need = criteria.consecutive_cycles
+    evidence: dict[str, Any] = {
+        "window_start": a.window_start, "now": a.now, "consecutive_ok": a.consecutive_ok, "needed": need,
+        "cycles": [c.to_dict() for c in a.cycles[-6:]], "backlog": {k: dict(v) for k, v in a.backlog.items()},
+        "not_ready": list(a.not_ready),
+    }
+    parts: list[str] = []
+    last = a.latest_failure
+    if last is not None:
+        worst = sorted(last.failures, key=lambda r: -(r.band.gap(r.value or 0.0) / max(abs(r.band.limit), 1e-9)))
+        for r in worst[:3]:
+            parts.append(f"{r.band.label()} = {r.value:.4g} (band {r.band.describe()}, trend {_trend(a, r.band)})")
+        evidence["failing"] = [{"sli": r.band.label(), "value": r.value, "band": r.band.to_dict(),
+                                "trend": _trend(a, r.band)} for r in worst]
+    for name, b in a.backlog.items():
+        if b.get("eta_s"):
+            parts.append(f"{name} = {b['value']:.4g} draining at {b['drain_per_s']:.3g}/s, ETA {b['eta_s']:.0f} s")
+    if a.not_ready:
+        parts.append(f"not ready: {', '.join(a.not_ready)}")
+    if not parts:
+        parts.append(f"no full load cycle in band since the last change yet ({len(a.cycles)} judged)")
+    msg = (f"SLIs not converged: {'; '.join(parts)}. The guard accepts after {need} consecutive full load cycles "
+           f"(peak and trough) in band since your last change; {a.consecutive_ok}/{need} so far.")
+    return msg, evidence
+
+
+def evaluate(
+    series: Mapping[SeriesKey, Sequence[Sample]],
+    bands: Sequence[Band],
+    criteria: ConvergenceCriteria | None = None,
+    *,
+    window_start: float,
+    now: float,
+    cycle_s: float,
+) -> Verdict:
+    """Judge samples once, with no waiting: PASS, FAIL NOT_CONVERGED, or INCONCLUSIVE (too few cycles yet)."""
+    criteria = criteria or ConvergenceCriteria()
+    a = assess(series, bands, criteria, window_start=window_start, now=now, cycle_s=cycle_s)
+    return _verdict(a, criteria)
+
+
+def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str, Any] = ()) -> Verdict:
+    ev_base = dict(extra)
+    if a.state == "converged":
+        return Verdict(VerdictStatus.PASS, "convergence",
+                       message=f"SLIs in band for {a.consecutive_ok} consecutive full load cycles since the last "
+                               f"change", evidence={**ev_base, "cycles": [c.to_dict() for c in a.cycles[-6:]],
+                                                    "consecutive_ok": a.consecutive_ok,
+                                                    "window_start": a.window_start, "now": a.now})
+    if a.state == "no_data":
+        return Verdict(VerdictStatus.INCONCLUSIVE, "convergence",
+                       message="no SLI data for the public SLOs in the window; cannot judge convergence",
+                       evidence={**ev_base, "window_start": a.window_start, "now": a.now})
+    msg, ev = describe_failure(a, criteria)
+    # Too few full cycles yet is not a pass: the guard cannot accept what it has not seen hold.
+    return Verdict(VerdictStatus.FAIL, "convergence", FeedbackCode.NOT_CONVERGED, msg, {**ev_base, **ev})
+
+
+# -- measuring and waiting ---------------------------------------------------------------------------------------
+
+class stop_after_clock_delay(stop_base):
+    """tenacity's stop_after_delay, but on the environment's clock (virtual in the twin)."""
+
+    def __init__(self, clock: Clock, max_delay: float):
+        self.clock = clock
+        self.max_delay = max_delay
+        self.start = clock.now()
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.clock.now() - self.start >= self.max_delay
+
+
+def incident_start(env: Environment, context: PublicContext) -> float | None:
+    """When the incident began, as an operator knows it (the page's time): environment first, then the context."""
+    for source in (env.describe().extra, context.extra):
+        v = source.get("incident_start_s") if source else None
+        if v is not None:
+            return float(v)
+    return None
+
+
+class ConvergenceCheck(VerifierBase):
+    """Waits, in the environment's clock, until SLIs hold their bands for N consecutive full load cycles."""
+
+    name = "convergence"
+
+    def __init__(self, context: Any = None, *, window_start: float | None = None):
+        self.context = PublicContext.of(context)
+        # A fixed window start (the restart probe's: after the restart); otherwise the journal decides.
+        self.fixed_window_start = window_start
+
+    # Which series to ask for, and the bands to hold them to.
+    def drivers(self, env: Environment) -> list[str]:
+        found = {s.driver for s in self.context.slos if s.driver}
+        for src in (env.describe().extra, self.context.extra):
+            found.update((src or {}).get("drivers") or ())
+        return sorted(found)
+
+    def bands(self, env: Environment, criteria: ConvergenceCriteria) -> tuple[list[Band], dict[str, Any]]:
+        notes: dict[str, Any] = {}
+        slo = slo_bands(self.context)
+        start = incident_start(env, self.context)
+        base: list[Band] = []
+        if start is None:
+            notes["baseline"] = "no incident start known; public SLOs alone"
+        else:
+            now = env.clock.now()
+            window = max(0.0, now - start) + criteria.baseline_window_s
+            series: dict[SeriesKey, list[Sample]] = {}
+            skipped: list[str] = []
+            for sli in BASELINE_SLIS:
+                for labels in [()] + [(("driver", d),) for d in self.drivers(env)]:
+                    try:
+                        got = env.sli(sli, window, labels=dict(labels) or None, step=None)
+                    except Exception as e:  # noqa: BLE001 - a source that lacks an SLI just has no baseline for it
+                        skipped.append(f"{sli}: {type(e).__name__}")
+                        break
+                    pre = [s for s in got if s.t_end <= start]
+                    if pre:
+                        series[(sli, labels)] = pre
+            base = baseline_bands(series, criteria)
+            notes["baseline"] = {"incident_start_s": start, "bands": len(base), "skipped": skipped}
+        # With no baseline or SLO for it, a backlog must have settled: not still draining, not growing.
+        defaults = [Band("backlog", "stable", criteria.backlog_settled_abs, (), "trough", "default", False)]
+        if criteria.check_restarts:
+            for comp in self.context.components:
+                defaults.append(Band("restarts", "<=", 0.0, (("component", comp),), None, "default", False))
+        if not slo and not base:
+            notes["warning"] = "no public SLOs and no baseline: only restarts and backlog are judged"
+        return merge_bands(slo, base, defaults), notes
+
+    def window_start(self, env: Environment, journal: Any, checked_at: float) -> float:
+        if self.fixed_window_start is not None:
+            last = last_mutation_t(journal)
+            return max(self.fixed_window_start, last) if last is not None else self.fixed_window_start
+        last = last_mutation_t(journal)
+        if last is not None:
+            return last
+        records = journal.records() if journal is not None else []
+        ts = [float(r["t"]) for r in records if r.get("t") is not None]
+        return min(ts) if ts else checked_at
+
+    def cycle_s(self, env: Environment, criteria: ConvergenceCriteria) -> float:
+        return float(env.describe().cycle_s or criteria.default_cycle_s)
+
+    def measure(self, env: Environment, bands: Sequence[Band], window_start: float,
+                cycle_s: float) -> dict[SeriesKey, list[Sample]]:
+        now = env.clock.now()
+        window = max(0.0, now - window_start) + cycle_s
+        series: dict[SeriesKey, list[Sample]] = {}
+        for key in dict.fromkeys(b.series_key for b in bands):
+            sli, labels = key
+            try:
+                series[key] = list(env.sli(sli, window, labels=dict(labels) or None, step=None))
+            except Exception:
+                if any(b.required for b in bands if b.series_key == key):
+                    raise  # an SLO the source cannot answer is a backend failure
+                series[key] = []  # an optional band the source lacks is simply not judged
+        return series
+
+    def not_ready(self, env: Environment) -> list[str]:
+        desc = env.describe()
+        names = set(self.context.components) or {c.name for c in desc.components}
+        return sorted(c.name for c in desc.components
+                      if c.name in names and c.kind not in ("ConfigMap", "Secret") and c.ready_replicas < c.replicas)
+
+    def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
+        crit = Criteria.coerce(criteria).convergence
+        bands, notes = self.bands(env, crit)
+        cycle_s = self.cycle_s(env, crit)
+        interval = crit.interval_s or cycle_s / 2
+        max_wait = crit.max_wait_cycles * cycle_s
+        count = crit.count or max(1, int(max_wait // interval) + 1)
+        restarts: list[float] = []
+        errors = [0]
+        checked_at = env.clock.now()
+
+        def attempt() -> tuple[bool, Assessment | None, Exception | None]:
+            start = self.window_start(env, journal, checked_at)
+            if restarts and restarts[-1] != start:
+                restarts.append(start)
+            elif not restarts:
+                restarts.append(start)
+            try:
+                series = self.measure(env, bands, start, cycle_s)
+                nr = self.not_ready(env) if crit.check_ready_replicas else []
+            except Exception as e:  # noqa: BLE001 - counted against error_limit below
+                errors[0] += 1
+                return errors[0] > crit.error_limit, None, e
+            errors[0] = 0
+            a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
+                       not_ready=nr)
+            terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
+                        or a.nodata_cycles > crit.inconclusive_limit)
+            return terminal, a, None
+
+        retrying = Retrying(
+            sleep=env.clock.sleep,
+            wait=wait_fixed(interval),
+            stop=stop_after_attempt(count) | stop_after_clock_delay(env.clock, max_wait),
+            retry=retry_if_result(lambda r: not r[0]),
+            retry_error_callback=lambda rs: rs.outcome.result(),
+            reraise=True,
+        )
+        started = env.clock.now()
+        _, a, err = retrying(attempt)
+        extra = {"bands": [b.to_dict() for b in bands], "cycle_s": cycle_s, "interval_s": interval,
+                 "waited_s": env.clock.now() - started, "window_restarts": len(restarts) - 1, **notes}
+        if a is None:
+            return Verdict(VerdictStatus.ERROR, self.name,
+                           message=f"the SLI source failed {errors[0]} times in a row: {type(err).__name__}: {err}",
+                           evidence={**extra, "error": f"{type(err).__name__}: {err}"})
+        if a.state != "converged" and a.nodata_cycles > crit.inconclusive_limit:
+            return Verdict(VerdictStatus.INCONCLUSIVE, self.name,
+                           message=f"{a.nodata_cycles} load cycles without data for a public SLO",
+                           evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]]})
+        return _verdict(a, crit, extra=extra)

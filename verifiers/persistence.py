@@ -1,0 +1,227 @@
+"""Persistence: does every setting the agent changed hold the same value in the declared layer a restart reads?
+
+Called by the Guard on a declaration (and by the restart probe, which re-reads the same keys after a restart).
+For each key that a journalled, executed, mutating action changed, `PersistenceReader` (measuring) runs the
+operator commands the persistence catalogue gives for the effective and the declared value; `evaluate()`
+(judging, pure) turns the readings into one Verdict: NOT_DURABLE with the key, both values and the durable way;
+INCONCLUSIVE for a key with no catalogue entry (with how to add one); ERROR when a read fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from verifiers.base import VerifierBase, is_mutating_action
+from verifiers.catalogue import Catalogue, CatalogueEntry, Missing, load_catalogue, normalize, parse_output, render
+from verifiers.context import PublicContext
+from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
+
+__all__ = ["ChangedKey", "KeyReading", "changed_keys", "PersistenceReader", "evaluate", "PersistenceCheck"]
+
+
+@dataclass(frozen=True)
+class ChangedKey:
+    """The last change an executed, mutating action made to one key (in one scope, on one target)."""
+
+    key: str
+    scope: Mapping[str, str]
+    value: Any
+    layer: str
+    target: Mapping[str, Any]
+    via: tuple[str, ...] = ()
+    seq: int = 0
+    command: str = ""
+
+    @property
+    def ident(self) -> tuple[str, tuple[tuple[str, str], ...], str]:
+        return (self.key, tuple(sorted(self.scope.items())), str(self.target.get("name") or ""))
+
+    def label(self) -> str:
+        where = ", ".join(f"{k}={v}" for k, v in sorted(self.scope.items()))
+        tgt = self.target.get("name")
+        bits = [b for b in (where, f"on {tgt}" if tgt else "") if b]
+        return f"{self.key} ({'; '.join(bits)})" if bits else self.key
+
+
+@dataclass(frozen=True)
+class KeyReading:
+    """What the reads of one changed key showed."""
+
+    key: ChangedKey
+    status: str  # durable | not_durable | in_container | no_entry | unreadable | error
+    entry_id: str | None = None
+    effective: Any = None
+    declared: Any = None
+    effective_source: str = ""
+    declared_source: str = ""
+    durable_way: str = ""
+    message: str = ""
+    commands: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key.key, "scope": dict(self.key.scope), "target": self.key.target.get("name"),
+                "set_value": self.key.value, "layer": self.key.layer, "via": list(self.key.via),
+                "status": self.status, "entry": self.entry_id, "effective": self.effective,
+                "declared": self.declared, "effective_source": self.effective_source,
+                "declared_source": self.declared_source, "durable_way": self.durable_way,
+                "message": self.message, "commands": list(self.commands), "seq": self.key.seq}
+
+
+def changed_keys(journal: Any) -> list[ChangedKey]:
+    """Every key executed mutating actions changed, last change wins; commands that failed changed nothing."""
+    out: dict[tuple, ChangedKey] = {}
+    for e in journal.executed() if journal is not None else ():
+        if e.get("exit_code") not in (0, None):
+            continue
+        for a in e.get("actions") or ():
+            if not is_mutating_action(a):
+                continue
+            for k in a.get("keys") or ():
+                ck = ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
+                                layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
+                                via=tuple(a.get("via") or ()), seq=int(e.get("seq") or 0),
+                                command=str(e.get("command") or ""))
+                out.pop(ck.ident, None)  # re-insert so the order is that of the last change
+                out[ck.ident] = ck
+    return list(out.values())
+
+
+class PersistenceReader:
+    """Reads a changed key's effective and declared values with the catalogue's operator commands."""
+
+    def __init__(self, context: Any = None, catalogue: Catalogue | None = None):
+        self.context = PublicContext.of(context)
+        self.catalogue = catalogue or load_catalogue()
+
+    def entry_for(self, ck: ChangedKey) -> tuple[CatalogueEntry, dict[str, str]] | None:
+        return self.catalogue.lookup(ck.key, ck.scope, self.context.declared_sources)
+
+    def variables(self, entry: CatalogueEntry, groups: Mapping[str, str], ck: ChangedKey,
+                  value: Any = None) -> dict[str, Any]:
+        vs: dict[str, Any] = {
+            **groups, "key": ck.key, "value": ck.value if value is None else value, "scope": dict(ck.scope),
+            "target": {k: v for k, v in ck.target.items() if v}, "context": self.context.template_vars(),
+        }
+        for name, candidates in entry.vars.items():
+            for cand in candidates:
+                try:
+                    got = render(cand, vs)
+                except Missing:
+                    continue
+                if got or cand == "":
+                    vs[name] = got
+                    break
+            else:
+                raise Missing(name)
+        return vs
+
+    def _run(self, env: Environment, template: str, steps: Any, vs: Mapping[str, Any],
+             commands: list[str]) -> Any:
+        cmd = " ".join(render(template, vs).split())
+        commands.append(cmd)
+        res = env.run(cmd)
+        if not res.ok:
+            raise RuntimeError(f"`{cmd}` exited {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}")
+        return parse_output(res.stdout, steps, vs)
+
+    def read_effective(self, env: Environment, ck: ChangedKey) -> Any:
+        """The normalised effective value alone (the restart probe's before/after probe). None if unreadable."""
+        found = self.entry_for(ck)
+        if found is None or found[0].effective is None:
+            return None
+        entry, groups = found
+        vs = self.variables(entry, groups, ck)
+        return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, []), entry.normalize)
+
+    def read(self, env: Environment, ck: ChangedKey) -> KeyReading:
+        found = self.entry_for(ck)
+        if found is None:
+            return KeyReading(ck, "no_entry", message=(
+                f"no persistence catalogue entry for {ck.key}: add one (a regex `match`, the `effective` and "
+                f"`declared` reads, and the `durable` way) in a YAML file passed to the guard's catalogue"))
+        entry, groups = found
+        commands: list[str] = []
+        try:
+            vs = self.variables(entry, groups, ck)
+            durable_way = " ".join(render(entry.durable, vs).split())
+        except Missing as m:
+            return KeyReading(ck, "unreadable", entry.id, message=(
+                f"catalogue entry {entry.id} needs ${{{m.args[0]}}}, which neither the action nor the context "
+                f"gives (set it in the context's extra, or add a scope to the change)"))
+        if any(v.startswith(w) for v in ck.via for w in entry.in_container_via):
+            note = entry.ephemeral_note or "a change made inside a running container"
+            return KeyReading(ck, "in_container", entry.id, durable_way=durable_way, message=(
+                f"{ck.label()} was changed in-container ({', '.join(ck.via)}): {note}; it is lost when the pod is "
+                f"replaced"))
+        if entry.effective is None and entry.declared is not None and entry.declared.same_as_effective:
+            return KeyReading(ck, "durable", entry.id, declared_source=render(entry.declared.source, vs),
+                              durable_way=durable_way, message="written to a durable store")
+        if entry.effective is None or entry.declared is None:
+            return KeyReading(ck, "unreadable", entry.id, durable_way=durable_way, message=(
+                f"catalogue entry {entry.id} has no reads for {ck.key}; add `effective` and `declared` reads"))
+        try:
+            eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
+            eff_src = render(entry.effective.source, vs)
+            if entry.declared.same_as_effective:
+                dec_raw, dec_src = eff_raw, render(entry.declared.source, vs) or eff_src
+            else:
+                dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
+                dec_src = render(entry.declared.source, vs)
+                absent = entry.declared.when_absent
+                if dec_raw is None and absent is not None:
+                    if absent.read is not None:
+                        dec_raw = self._run(env, absent.read.command, absent.read.parse, vs, commands)
+                    elif groups.get("name") in absent.values:
+                        dec_raw = absent.values[groups["name"]]
+                    elif absent.value is not None:
+                        dec_raw = absent.value
+                    if absent.note:
+                        dec_src = f"{dec_src} (absent: {absent.note})"
+        except (RuntimeError, Missing) as e:
+            return KeyReading(ck, "error", entry.id, durable_way=durable_way, commands=tuple(commands),
+                              message=f"could not read {ck.key}: {e}")
+        eff, dec = normalize(eff_raw, entry.normalize), normalize(dec_raw, entry.normalize)
+        same = eff == dec
+        return KeyReading(ck, "durable" if same else "not_durable", entry.id, eff_raw, dec_raw, eff_src, dec_src,
+                          durable_way, "" if same else (
+                              f"{ck.label()}: effective {eff_raw!r} ({eff_src}) but declared {dec_raw!r} "
+                              f"({dec_src}); a restart would bring back {dec_raw!r}"), tuple(commands))
+
+
+def evaluate(readings: Sequence[KeyReading]) -> Verdict:
+    """Judge the readings: any ephemeral key fails; then read errors; then keys nobody knows how to read."""
+    ev = {"keys": [r.to_dict() for r in readings]}
+    bad = [r for r in readings if r.status in ("not_durable", "in_container")]
+    if bad:
+        lines = [f"{r.message}. Durable way: {r.durable_way}" for r in bad]
+        return Verdict(VerdictStatus.FAIL, "persistence", FeedbackCode.NOT_DURABLE,
+                       f"{len(bad)} change(s) would not survive a restart: " + " | ".join(lines), ev)
+    errors = [r for r in readings if r.status == "error"]
+    if errors:
+        return Verdict(VerdictStatus.ERROR, "persistence",
+                       message="could not read: " + " | ".join(r.message for r in errors), evidence=ev)
+    unknown = [r for r in readings if r.status in ("no_entry", "unreadable")]
+    if unknown:
+        return Verdict(VerdictStatus.INCONCLUSIVE, "persistence",
+                       message="persistence unknown for: " + " | ".join(r.message for r in unknown), evidence=ev)
+    if not readings:
+        return Verdict(VerdictStatus.PASS, "persistence", message="no settings were changed", evidence=ev)
+    return Verdict(VerdictStatus.PASS, "persistence",
+                   message=f"{len(readings)} changed setting(s) hold the same value in the declared layer",
+                   evidence=ev)
+
+
+class PersistenceCheck(VerifierBase):
+    """For each key the agent changed: effective value == declared value?"""
+
+    name = "persistence"
+
+    def __init__(self, context: Any = None, catalogue: Catalogue | None = None):
+        self.reader = PersistenceReader(context, catalogue)
+
+    def readings(self, env: Environment, journal: Any) -> list[KeyReading]:
+        return [self.reader.read(env, ck) for ck in changed_keys(journal)]
+
+    def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
+        return evaluate(self.readings(env, journal))
