@@ -1,0 +1,59 @@
+# Reading secrets and service-account tokens: credentials are never needed to repair an incident, and once read
+# they end up in the agent's context and transcript.
+package guardrail.rules.secrets
+
+import data.guardrail.lib
+
+secret_kinds := {"secret", "secrets"}
+
+reads_secret_values if {
+	lib.target_name != ""
+}
+
+reads_secret_values if {
+	some t in lib.texts
+	regex.match(`(?i)(\s-o\s*|--output[= ])(yaml|json|jsonpath|go-template|custom-columns)`, t)
+}
+
+deny contains {
+	"id": "SRE-SECRET-001",
+	"msg": sprintf("Reading secret %s would expose credentials. You do not need them to repair the incident: use `kubectl describe secret` (keys and sizes only), or the service's own health and admin endpoints.", [object.get({"": "values"}, lib.target_name, lib.target_name)]),
+	"details": {"name": lib.target_name},
+} if {
+	lib.tool == "kubectl"
+	lib.verb in {"get", "edit", "view"}
+	some kind in {lib.target_kind, lower(object.get(lib.details, "kind", ""))}
+	kind in secret_kinds
+	reads_secret_values
+}
+
+token_paths := `/var/run/secrets/kubernetes\.io/serviceaccount|/run/secrets/kubernetes\.io|serviceaccount/token`
+
+deny contains {
+	"id": "SRE-SECRET-002",
+	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
+	"details": {},
+} if {
+	some t in lib.texts
+	regex.match(token_paths, t)
+}
+
+deny contains {
+	"id": "SRE-SECRET-002",
+	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
+	"details": {"kind": lib.target_kind},
+} if {
+	lib.tool == "kubectl"
+	lib.verb in {"create token", "create"}
+	some t in lib.texts
+	regex.match(`(?i)kubectl\s+create\s+token\b`, t)
+}
+
+deny contains {
+	"id": "SRE-SECRET-003",
+	"msg": "Dumping a process environment or credential file exposes passwords and keys. Read the one non-secret setting you need (e.g. `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values), not secrets.",
+	"details": {},
+} if {
+	some t in lib.texts
+	regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|redis\.conf.*requirepass|cat\s+[^|;&]*\.env\b`, t)
+}

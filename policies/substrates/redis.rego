@@ -1,0 +1,64 @@
+# Redis-only rules: eviction on a store used as a queue, switching persistence off, and commands that block
+# the server. Keys are redis.<param> (CONFIG SET) as the action normaliser writes them.
+package guardrail.rules.redis
+
+import data.guardrail.lib
+
+setting(name) := k if {
+	some k in lib.keys
+	k.key == concat(".", ["redis", name])
+}
+
+queue_like if {
+	some w in {"queue", "broker", "jobs", "stream", "celery", "rq"}
+	contains(lower(lib.target_name), w)
+}
+
+deny contains {
+	"id": "SUB-REDIS-001",
+	"msg": sprintf("maxmemory-policy %s lets %s evict keys, and on a queue that silently drops jobs. Keep noeviction and give it enough maxmemory (within its ceiling) instead.", [k.value, lib.target_name]),
+	"details": {"value": k.value, "component": lib.target_name},
+} if {
+	k := setting("maxmemory-policy")
+	lower(k.value) != "noeviction"
+	queue_like
+}
+
+warn contains {
+	"id": "SUB-REDIS-002",
+	"msg": sprintf("maxmemory-policy %s evicts keys when memory runs out; if this store holds anything that is not a cache (sessions, jobs, counters), keep noeviction and raise maxmemory instead.", [k.value]),
+	"details": {"value": k.value},
+} if {
+	k := setting("maxmemory-policy")
+	lower(k.value) != "noeviction"
+	not queue_like
+}
+
+deny contains {
+	"id": "SUB-REDIS-003",
+	"msg": sprintf("%s = %q switches Redis persistence off, so a restart loses the data. Keep appendonly yes and the save schedule.", [k.key, k.value]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	some k in lib.keys
+	k.key in {"redis.appendonly", "redis.save"}
+	off_value(k)
+}
+
+off_value(k) if {
+	k.key == "redis.appendonly"
+	lib.is_false(k.value)
+}
+
+off_value(k) if {
+	k.key == "redis.save"
+	trim(sprintf("%v", [k.value]), "\"' ") == ""
+}
+
+warn contains {
+	"id": "SUB-REDIS-004",
+	"msg": sprintf("redis-cli %s blocks or loads the server for every client. Use SCAN with MATCH and COUNT instead of KEYS, and SLOWLOG/INFO instead of MONITOR.", [upper(lib.verb)]),
+	"details": {"verb": lib.verb},
+} if {
+	lib.tool == "redis-cli"
+	lib.verb in {"keys", "monitor", "debug"}
+}

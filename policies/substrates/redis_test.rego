@@ -1,0 +1,28 @@
+package guardrail.rules.redis_test
+
+import data.guardrail.rules.redis
+
+ids(set) := {f.id | some f in set}
+
+config_set(target, key, value) := {"action": {
+	"tool": "redis-cli", "verb": "config set", "mutating": true, "layer": "runtime",
+	"target": {"kind": "component", "name": target}, "keys": [{"key": key, "value": value}],
+}}
+
+test_eviction_on_queue_denied if "SUB-REDIS-001" in ids(redis.deny) with input as config_set("redis-queue", "redis.maxmemory-policy", "allkeys-lru")
+
+test_noeviction_on_queue_allowed if count(redis.deny) == 0 with input as config_set("redis-queue", "redis.maxmemory-policy", "noeviction")
+
+test_eviction_on_cache_warns if {
+	inp := config_set("redis-cache", "redis.maxmemory-policy", "allkeys-lru")
+	count(redis.deny) == 0 with input as inp
+	"SUB-REDIS-002" in ids(redis.warn) with input as inp
+}
+
+test_appendonly_off_denied if "SUB-REDIS-003" in ids(redis.deny) with input as config_set("redis-queue", "redis.appendonly", "no")
+
+test_save_cleared_denied if "SUB-REDIS-003" in ids(redis.deny) with input as config_set("redis-queue", "redis.save", "")
+
+test_maxmemory_change_allowed if count(redis.deny) == 0 with input as config_set("redis-queue", "redis.maxmemory", "64mb")
+
+test_keys_star_warns if "SUB-REDIS-004" in ids(redis.warn) with input as {"action": {"tool": "redis-cli", "verb": "keys", "mutating": false}}

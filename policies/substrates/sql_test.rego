@@ -1,0 +1,33 @@
+package guardrail.rules.sql_test
+
+import data.guardrail.rules.sql
+
+ids(set) := {f.id | some f in set}
+
+set_key(key, value) := {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "layer": "declared", "keys": [{"key": key, "value": value}]}}
+
+test_fsync_off_denied if "SUB-SQL-001" in ids(sql.deny) with input as set_key("postgres.fsync", "off")
+
+test_flush_log_zero_denied if "SUB-SQL-001" in ids(sql.deny) with input as set_key("mariadb.innodb_flush_log_at_trx_commit", "0")
+
+test_idle_timeout_allowed if count(sql.deny) == 0 with input as set_key("postgres.idle_in_transaction_session_timeout", "10s")
+
+test_synchronous_commit_off_warns if "SUB-SQL-002" in ids(sql.warn) with input as set_key("postgres.synchronous_commit", "off")
+
+test_read_only_on_denied if "SUB-SQL-003" in ids(sql.deny) with input as set_key("mariadb.read_only", "ON")
+
+test_read_only_off_allowed if count(sql.deny) == 0 with input as set_key("mariadb.read_only", "OFF")
+
+test_terminate_all_backends_denied if {
+	"SUB-SQL-004" in ids(sql.deny) with input as {
+		"action": {"tool": "psql", "verb": "select", "mutating": true},
+		"command": `psql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"`,
+	}
+}
+
+test_terminate_one_holder_allowed if {
+	count(sql.deny) == 0 with input as {
+		"action": {"tool": "psql", "verb": "select", "mutating": true},
+		"command": `psql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()"`,
+	}
+}
