@@ -1,0 +1,89 @@
+"""`guardrail audit TRAJECTORY`: replay a recorded agent session through the guard, offline.
+
+Attached to the root group by guardrail/cli/commands.py; the work is guardrail/audit.py. Prints each step's
+decision, what would have been denied or flagged, and a summary table (or, with --json, the whole report).
+Exit 0 when the audit completes, findings or not; 2 on bad input (one line naming the file and line).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from guardrail.cli import cli
+
+__all__ = ["audit_cmd"]
+
+
+@cli.command("audit")
+@click.argument("trajectory", type=click.Path(dir_okay=False))
+@click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
+              help="Public incident context the session ran under (YAML/JSON, or a scenario's public part).")
+@click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
+              help="A policies/ tree (default: the shipped policies).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "journal", "commands", "openai"]), default="auto",
+              show_default=True)
+@click.option("--command-arg", default="command", show_default=True,
+              help="The tool-call argument that holds the shell command (openai transcripts).")
+@click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report instead of tables.")
+def audit_cmd(trajectory: str, context_path: str | None, policy: str | None, fmt: str, command_arg: str,
+              as_json: bool) -> None:
+    """Replay TRAJECTORY (a guard journal, a command list, or an OpenAI-style transcript) through the guard."""
+    from guardrail.adapters.session import context_from, load_engine
+    from guardrail.audit import audit, load_trajectory
+
+    traj = load_trajectory(trajectory, fmt=fmt, command_arg=command_arg)  # type: ignore[arg-type]
+    report = audit(traj, load_engine(policy), context_from(context_path))
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+        return
+    _print(report)
+
+
+def _print(report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=False)
+    t = report.trajectory
+    steps = Table(title=f"guardrail audit: {t.path} ({t.format})", show_lines=False)
+    for col in ("#", "line", "command", "actions", "decision", "rules / flags"):
+        steps.add_column(col, overflow="fold")
+    style = {"deny": "bold red", "warn": "yellow", "allow": "green", "error": "magenta"}
+    for s in report.steps:
+        acts = ", ".join(f"{a.tool} {a.verb}" + (f" [{a.layer.value}]" if a.layer.value != "none" else "")
+                         for a in s.actions)
+        notes = [f["id"] for f in s.denies + s.warns]
+        notes += [f"EPHEMERAL {p.key}" + (" (in container)" if p.in_container else "") for p in s.ephemeral]
+        if s.error:
+            notes.append(s.error)
+        cmd = s.step.command if len(s.step.command) <= 80 else s.step.command[:77] + "..."
+        steps.add_row(str(s.step.index), str(s.step.line or ""), cmd, acts,
+                      f"[{style.get(s.outcome, '')}]{s.outcome}[/]", "; ".join(notes))
+    console.print(steps)
+
+    denied = [s for s in report.steps if s.outcome == "deny"]
+    if denied:
+        console.print("[bold]Would have been denied:[/]")
+        for s in denied:
+            for f in s.denies:
+                console.print(f"  step {s.step.index}: {f['id']}: {f['msg']}")
+    if report.unpersisted:
+        console.print("[bold]Changed only at runtime, never made durable (lost on restart):[/]")
+        for p in report.unpersisted:
+            console.print(f"  step {p.step}: {p.key} = {p.value!r} ({p.layer}"
+                          f"{', inside a container' if p.in_container else ''})")
+    if t.findings:
+        console.print("[bold]Findings in the input:[/]")
+        for f in t.findings:
+            where = f.get("where") or ""
+            line = f":{f['line']}" if f.get("line") else ""
+            console.print(f"  {f['kind']} {where}{line}: {f['message']}")
+
+    summary = Table(title="summary")
+    summary.add_column("measure")
+    summary.add_column("count", justify="right")
+    for k, v in report.summary().items():
+        summary.add_row(k.replace("_", " "), str(v))
+    console.print(summary)

@@ -1,0 +1,72 @@
+"""Fixtures for the adapter tests: a real redis-server on a free loopback port, the guardrail CLI, free ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+GUARDRAIL = str(Path(sys.executable).parent / "guardrail")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A throwaway redis-server; `cli(...)` talks to it directly, bypassing any guard."""
+
+    def __init__(self, port: int, proc: subprocess.Popen):
+        self.port, self.proc = port, proc
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port), *args], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if not REDIS_SERVER or not REDIS_CLI:
+        pytest.skip("redis-server / redis-cli are not installed")
+    port = free_port()
+    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = Redis(port, proc)
+    try:
+        deadline = time.monotonic() + 10
+        while r.cli("PING") != "PONG":
+            if time.monotonic() > deadline or proc.poll() is not None:
+                pytest.fail("redis-server did not start")
+            time.sleep(0.05)
+        yield r
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def guardrail_cmd():
+    if not os.access(GUARDRAIL, os.X_OK):
+        pytest.skip("the guardrail console script is not installed in this venv")
+    return GUARDRAIL
+
+
+@pytest.fixture
+def free_port_factory():
+    return free_port

@@ -1,0 +1,136 @@
+"""`guardrail shell -- AGENT`: a real bash agent, real shims on PATH, a real redis-server on loopback.
+
+The end-to-end test runs the CLI as a subprocess with the real normaliser and the embedded OPA engine over the
+shipped policies/. The declare test drives the daemon in process with a declaration check that rejects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+
+from guardrail.adapters.session import GuardSessions, load_engine
+from guardrail.adapters.shell import GuardDaemon, build_shim_dir
+from guardrail.adapters.shell.daemon import command_text
+from guardrail.context import IncidentContext
+from guardrail.envs.local import LocalEnvironment
+from guardrail.journal import read_journal
+from verifiers.protocols import FeedbackCode, Verdict, VerdictStatus
+
+
+def run_agent(guardrail_cmd, tmp_path, script: str, *extra: str, timeout: float = 60):
+    agent = tmp_path / "agent.sh"
+    agent.write_text(script)
+    journal = tmp_path / "journal.jsonl"
+    proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(journal), *extra, "--", "bash", str(agent)],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    return proc, journal
+
+
+def test_flushall_denied_config_set_runs_and_everything_is_journalled(guardrail_cmd, redis_server, tmp_path):
+    redis_server.cli("SET", "queue:job:1", "payload")
+    redis_server.cli("SET", "session:42", "alice")
+    p = redis_server.port
+    proc, journal = run_agent(guardrail_cmd, tmp_path, textwrap.dedent(f"""\
+        redis-cli -h 127.0.0.1 -p {p} FLUSHALL; echo "flush=$?"
+        redis-cli -h 127.0.0.1 -p {p} CONFIG SET maxmemory 64mb; echo "config=$?"
+        redis-cli -h 127.0.0.1 -p {p} GET session:42
+        echo "which=$(command -v redis-cli)"
+        """))
+    assert proc.returncode == 0, proc.stderr
+    # Denied: the rule and its message on stderr, exit 126, and the keys are still there.
+    assert "flush=126" in proc.stdout
+    assert "SRE-DATA-001" in proc.stderr and "FLUSHALL" in proc.stderr
+    assert redis_server.cli("DBSIZE") == "2"
+    assert redis_server.cli("GET", "queue:job:1") == "payload"
+    # Allowed: it really ran against the real server.
+    assert "config=0" in proc.stdout
+    assert redis_server.cli("CONFIG", "GET", "maxmemory").splitlines()[-1] == str(64 * 1024 * 1024)
+    assert "alice" in proc.stdout
+    # The agent's redis-cli was the shim, not the real binary.
+    which = next(ln for ln in proc.stdout.splitlines() if ln.startswith("which="))
+    assert "guardrail-shell-" in which
+
+    records = read_journal(journal)
+    commands = [r for r in records if r["kind"] == "command"]
+    assert [c["command"].split()[-1] for c in commands] == ["FLUSHALL", "64mb", "session:42"]
+    flush, config, get = commands
+    assert flush["outcome"] == "deny" and flush["ran"] is False
+    assert config["ran"] is True
+    changes = [(a["layer"], k["key"]) for a in config["actions"] for k in a["keys"]]
+    assert ("runtime", "redis.maxmemory") in changes
+    results = {r["ref"]: r for r in records if r["kind"] == "result"}
+    assert results[flush["seq"]]["exit_code"] == 126
+    assert results[config["seq"]]["exit_code"] == 0
+    assert results[get["seq"]]["exit_code"] == 0
+    assert "3 commands, 1 denied" in proc.stderr
+
+
+def test_stdin_payload_reaches_the_guard_and_the_real_tool(guardrail_cmd, redis_server, tmp_path):
+    p = redis_server.port
+    proc, journal = run_agent(guardrail_cmd, tmp_path, textwrap.dedent(f"""\
+        printf 'hello-from-stdin' | redis-cli -h 127.0.0.1 -p {p} -x SET greeting; echo "set=$?"
+        """))
+    assert "set=0" in proc.stdout, proc.stderr
+    assert redis_server.cli("GET", "greeting") == "hello-from-stdin"
+    cmd = next(r for r in read_journal(journal) if r["kind"] == "command")["command"]
+    assert "hello-from-stdin" in cmd  # the guard decided on the payload, not just the argv
+
+
+def test_command_text_carries_stdin_as_a_heredoc():
+    assert command_text(["psql", "-h", "db host"]) == "psql -h 'db host'"
+    text = command_text(["psql"], "DELETE FROM jobs;\n")
+    assert text.startswith("psql <<'GUARDRAIL_STDIN'\nDELETE FROM jobs;\n") and text.endswith("GUARDRAIL_STDIN")
+
+
+class PendingDurability:
+    """Rejects the first `n` declarations with NOT_DURABLE, then passes (an agent that goes on working)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def check(self, env, journal, criteria=None):
+        if self.n > 0:
+            self.n -= 1
+            return Verdict(VerdictStatus.FAIL, "durability", FeedbackCode.NOT_DURABLE,
+                           "redis.maxmemory is set only at runtime; write it to redis.conf")
+        return Verdict(VerdictStatus.PASS, "durability")
+
+
+def test_declare_shim_prints_feedback_then_is_accepted(tmp_path):
+    from guardrail.actions.model import Action
+
+    sessions = GuardSessions(load_engine(), IncidentContext(), journal_dir=tmp_path,
+                             env_factory=lambda ctx: LocalEnvironment(cwd=tmp_path),
+                             normaliser=lambda c: [Action(tool="shell", verb="x", raw=c, mutating=False)],
+                             declaration_checks=[PendingDurability(1)])
+    session = sessions.get("declare")
+    with GuardDaemon(session, tmp_path / "g.sock") as daemon:
+        shims = build_shim_dir(tmp_path / "bin")
+        env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=daemon.socket_path,
+                   GUARDRAIL_SHIM_DIR=str(shims))
+        proc = subprocess.run(["bash", "-c", "declare_repair_complete first try; echo rc1=$?; "
+                                             "declare_repair_complete second try; echo rc2=$?"],
+                              env=env, capture_output=True, text=True, timeout=30)
+    sessions.close()
+    assert "rc1=1" in proc.stdout and "rc2=0" in proc.stdout
+    assert "NOT_DURABLE" in proc.stderr and "redis.conf" in proc.stderr
+    outcomes = [r["accepted"] for r in read_journal(session.journal.path) if r["kind"] == "declaration_outcome"]
+    assert outcomes == [False, True]
+
+
+def test_shim_fails_closed_without_a_daemon(tmp_path):
+    shims = build_shim_dir(tmp_path / "bin")
+    env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(tmp_path / "nothing.sock"))
+    proc = subprocess.run(["bash", "-c", "redis-cli PING; echo rc=$?"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert "rc=126" in proc.stdout
+    assert "cannot reach the guard daemon" in proc.stderr
+
+
+def test_shell_passes_the_agents_exit_code(guardrail_cmd, tmp_path):
+    proc, journal = run_agent(guardrail_cmd, tmp_path, "exit 7\n")
+    assert proc.returncode == 7
+    assert json.loads(journal.read_text().splitlines()[0])["kind"] == "session_start"

@@ -1,0 +1,195 @@
+"""`guardrail audit`: reading journals, command lists and OpenAI transcripts; the persistence classifier;
+and the CLI end to end with the real normaliser and the embedded OPA engine over the shipped policies/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guardrail.actions.model import Action, KeyChange, Layer
+from guardrail.audit import DurabilityLedger, UnpersistedChangesCheck, audit, load_trajectory
+from guardrail.errors import InputError
+from guardrail.journal import Journal
+from guardrail.policy.base import Decision, Finding, Outcome
+from verifiers.protocols import VerdictStatus
+
+GUARDRAIL = str(Path(sys.executable).parent / "guardrail")
+
+
+def rt(key, value=None, layer=Layer.RUNTIME, via=()):
+    return Action(tool="redis-cli", verb="config set", keys=[KeyChange(key=key, value=value)], layer=layer,
+                  mutating=True, via=list(via))
+
+
+class TableEngine:
+    """Denies the verb `flushall`; allows everything else."""
+
+    def decide(self, input):
+        if input["action"]["verb"] == "flushall":
+            return Decision(Outcome.DENY, "d", denies=(Finding("T-FLUSH", "no flush"),))
+        return Decision(Outcome.ALLOW, "a")
+
+
+def toy_normalise(cmd):
+    """`set K V` is a runtime change, `declare K V` a declared one, `flushall` a flush, else a read."""
+    w = cmd.split()
+    if w[0] == "set":
+        return [rt(w[1], w[2])]
+    if w[0] == "declare":
+        return [rt(w[1], w[2], layer=Layer.DECLARED)]
+    if w[0] == "exec-set":
+        return [rt(w[1], w[2], via=["kubectl exec"])]
+    if w[0] == "boom":
+        raise ValueError("unparseable")
+    return [Action(tool="shell", verb=w[0], mutating=False)]
+
+
+# -- the persistence classifier -------------------------------------------------------------------------------
+
+
+def test_runtime_change_without_a_declared_one_stays_pending():
+    led = DurabilityLedger()
+    led.record(1, "a", [rt("redis.maxmemory", "64mb")])
+    led.record(2, "b", [rt("postgres.work_mem", "64MB")])
+    led.record(3, "c", [rt("postgres.work_mem", "64MB", layer=Layer.DECLARED)])
+    assert [p.key for p in led.pending()] == ["redis.maxmemory"]
+    assert led.made_durable == [{"key": "postgres.work_mem", "step": 3, "runtime_step": 2}]
+
+
+def test_declared_change_before_the_runtime_one_does_not_make_it_durable():
+    led = DurabilityLedger()
+    led.record(1, "a", [rt("k", 1, layer=Layer.DECLARED)])
+    led.record(2, "b", [rt("k", 2)])
+    assert [(p.key, p.value) for p in led.pending()] == [("k", 2)]
+
+
+def test_in_container_change_is_flagged_even_in_a_declared_layer():
+    led = DurabilityLedger()
+    new = led.record(1, "kubectl exec ... sed -i", [rt("file:/etc/redis/redis.conf", layer=Layer.DECLARED,
+                                                       via=["kubectl exec"])])
+    assert new and new[0].in_container
+
+
+def test_unpersisted_changes_check_reads_the_journal():
+    j = Journal(None)
+    c = j.append("command", command="redis-cli CONFIG SET maxmemory 64mb", ran=True,
+                 actions=[rt("redis.maxmemory", "64mb").to_input()])
+    j.append("result", ref=c["seq"], exit_code=0)
+    v = UnpersistedChangesCheck().check(None, j)
+    assert v.status is VerdictStatus.FAIL and v.code.value == "NOT_DURABLE" and "redis.maxmemory" in v.message
+    c = j.append("command", command="edit", ran=True,
+                 actions=[rt("redis.maxmemory", "64mb", layer=Layer.DECLARED).to_input()])
+    j.append("result", ref=c["seq"], exit_code=0)
+    assert UnpersistedChangesCheck().check(None, j).status is VerdictStatus.PASS
+
+
+# -- the input formats ----------------------------------------------------------------------------------------
+
+
+def test_command_list_skips_comments_and_keeps_lines(tmp_path):
+    f = tmp_path / "cmds.txt"
+    f.write_text("# session of 3 June\n\nset a 1\n  # indented comment\nflushall\nread one \\\n  two\n")
+    t = load_trajectory(f)
+    assert t.format == "commands"
+    assert [(s.line, s.command) for s in t.steps] == [(3, "set a 1"), (5, "flushall"), (6, "read one \n  two")]
+
+
+def test_openai_transcript_with_custom_argument_and_malformed_call(tmp_path):
+    f = tmp_path / "chat.json"
+    f.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "set k 1"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "flush'}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "OK"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "call_3", "type": "function", "function": {"name": "bash", "arguments": {"cmd": "flushall"}}},
+            {"id": "call_4", "type": "function", "function": {"name": "notes", "arguments": '{"text": "hm"}'}},
+        ]},
+    ]}, indent=2))
+    t = load_trajectory(f, command_arg="cmd")
+    assert t.format == "openai"
+    assert [s.command for s in t.steps] == ["set k 1", "flushall"]
+    (finding,) = t.findings
+    assert finding["kind"] == "malformed_arguments" and finding["where"] == "messages[1].tool_calls[1]"
+    assert finding["line"] and "call_2" in f.read_text().splitlines()[finding["line"] - 1]
+    report = audit(t, TableEngine(), normaliser=toy_normalise)
+    assert [s.outcome for s in report.steps] == ["allow", "deny"]
+    assert report.summary()["findings"] == 1
+
+
+def test_bad_transcript_is_input_error_with_line(tmp_path):
+    f = tmp_path / "chat.json"
+    f.write_text('{"messages": [\n  {"role": "user",\n  oops}\n]}')
+    with pytest.raises(InputError) as e:
+        load_trajectory(f, fmt="openai")
+    assert e.value.path == str(f) and e.value.line == 3
+
+
+def test_journal_with_a_torn_tail_is_read_up_to_the_last_complete_record(tmp_path):
+    f = tmp_path / "j.jsonl"
+    with Journal(f) as j:
+        for cmd in ("set a 1", "flushall", "read x"):
+            j.append("command", command=cmd, ran=cmd != "flushall", outcome="deny" if cmd == "flushall" else "allow")
+    with open(f, "ab") as fh:
+        fh.write(b'{"seq":4,"kind":"command","command":"set b')  # a crash mid-write
+    t = load_trajectory(f)
+    assert t.format == "journal" and t.torn
+    assert [s.command for s in t.steps] == ["set a 1", "flushall", "read x"]
+    assert t.findings[-1]["kind"] == "torn_tail"
+    report = audit(t, TableEngine(), normaliser=toy_normalise)
+    # The denied flush did not run, so it changes nothing; the runtime `set a` was never made durable.
+    assert [p.key for p in report.unpersisted] == ["a"]
+    assert report.to_dict()["would_deny"] == [{"index": 2, "command": "flushall", "rules": ["T-FLUSH"]}]
+
+
+def test_a_command_the_normaliser_cannot_read_is_an_error_step_not_a_crash(tmp_path):
+    f = tmp_path / "c.txt"
+    f.write_text("boom\nset k 1\n")
+    report = audit(load_trajectory(f), TableEngine(), normaliser=toy_normalise)
+    assert [s.outcome for s in report.steps] == ["error", "allow"]
+    assert report.summary()["errors"] == 1 and report.summary()["unpersisted"] == 1
+
+
+# -- the CLI, end to end --------------------------------------------------------------------------------------
+
+
+def cli(*args):
+    return subprocess.run([GUARDRAIL, "audit", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_report_with_the_real_pipeline(tmp_path):
+    f = tmp_path / "session.txt"
+    f.write_text("# an unguarded agent's session\nredis-cli -h 127.0.0.1 -p 6379 CONFIG SET maxmemory 64mb\n"
+                 "redis-cli FLUSHALL\nredis-cli GET session:42\n")
+    p = cli(str(f), "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["summary"]["steps"] == 3 and rep["summary"]["denied"] == 1
+    assert rep["would_deny"] == [{"index": 2, "command": "redis-cli FLUSHALL", "rules": ["SRE-DATA-001"]}]
+    assert [(u["key"], u["layer"], u["step"]) for u in rep["unpersisted"]] == [("redis.maxmemory", "runtime", 1)]
+
+
+def test_cli_table_output(tmp_path):
+    f = tmp_path / "session.txt"
+    f.write_text("redis-cli FLUSHALL\nredis-cli CONFIG SET maxmemory 64mb\n")
+    p = cli(str(f))
+    assert p.returncode == 0, p.stderr
+    assert "SRE-DATA-001" in p.stdout and "Would have been denied" in p.stdout
+    assert "redis.maxmemory" in p.stdout and "summary" in p.stdout
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    f = tmp_path / "chat.json"
+    f.write_text('{"messages": [\n  {"role": "user",\n  oops}\n]}')
+    p = cli(str(f), "--format", "openai")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()]
+    assert f"{f}:3:" in p.stderr
+    missing = cli(str(tmp_path / "nope.txt"))
+    assert missing.returncode == 2 and "nope.txt" in missing.stderr
