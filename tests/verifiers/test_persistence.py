@@ -1,0 +1,265 @@
+"""Persistence: each changed key's effective value against its declared source, read with operator commands."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.verifiers.fakes import FakeEnv, FakeJournal, ManualClock, action, comp
+from verifiers.catalogue import load_catalogue, normalize, parse_output, ParseStep
+from verifiers.errors import CatalogueError
+from verifiers.persistence import PersistenceCheck, changed_keys, evaluate
+from verifiers.protocols import CommandResult, FeedbackCode, VerdictStatus
+
+CTX = {"id": "t", "namespaces": ["frappe"], "components": ["redis-queue", "mariadb", "svc-channel"],
+       "restartable": ["redis-queue", "svc-channel"], "not_restartable": ["mariadb"],
+       "extra": {"helm_release": "erpnext"}}
+
+
+def frappe_env() -> FakeEnv:
+    env = FakeEnv(clock=ManualClock(100.0), components=[comp("redis-queue", kind="StatefulSet"), comp("mariadb")])
+    env.helm["erpnext"] = {"redis-queue": {"master": {"extraFlags": ["--maxmemory 2mb",
+                                                                     "--maxmemory-policy noeviction"]}}}
+    env.layer("redis-queue").declared.update({"maxmemory": "2097152", "maxmemory-policy": "noeviction"})
+    env.files[("mariadb-0", "/etc/mysql/my.cnf")] = "[mysqld]\nmax-connections = 151\n"
+    env.layer("mariadb").declared.update({"max_user_connections": "0", "max_connections": "151"})
+    env.layer("mariadb").runtime["max_user_connections"] = "8"  # the incident: SET GLOBAL
+    return env
+
+
+def helm_upgrade_maxmemory(env: FakeEnv, value: str, raw: int) -> None:
+    env.helm["erpnext"]["redis-queue"]["master"]["extraFlags"][0] = f"--maxmemory {value}"
+    env.layer("redis-queue").declared["maxmemory"] = str(raw)
+
+
+REDIS_SET = "redis-cli -h redis-queue CONFIG SET maxmemory 64mb"
+REDIS_ACTION = action("redis-cli", "config set", [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}],
+                      layer="runtime", target={"kind": "component", "name": "redis-queue"})
+
+
+def test_runtime_only_config_set_is_not_durable_with_both_values_and_the_durable_way():
+    env = frappe_env()
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.NOT_DURABLE
+    assert "redis.maxmemory" in v.message and "effective '64mb'" in v.message
+    assert "2mb" in v.message  # the declared value a restart brings back
+    assert "helm upgrade erpnext" in v.message and "redis-queue.master.extraFlags" in v.message
+    key = v.evidence["keys"][0]
+    assert key["status"] == "not_durable" and key["entry"] == "redis-helm-extraflags"
+    assert key["commands"] == ["redis-cli -h redis-queue CONFIG GET maxmemory", "helm get values erpnext -o json"]
+
+
+def test_same_change_made_durable_through_helm_passes():
+    env = frappe_env()
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    env.handle(r"helm upgrade .*", lambda m: helm_upgrade_maxmemory(env, "64mb", 64 * 1024 * 1024) or "ok")
+    j.run(env, "helm upgrade erpnext chart --reuse-values --set ...",
+          [action("helm", "upgrade", [{"key": "helm.redis-queue.master.extraFlags", "value": ["--maxmemory 64mb"]}],
+                  layer="declared", target={"kind": "release", "name": "erpnext"})])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.PASS, v.message
+    assert {k["status"] for k in v.evidence["keys"]} == {"durable"}
+
+
+def test_units_are_compared_not_strings():
+    env = frappe_env()
+    helm_upgrade_maxmemory(env, "64mb", 67108864)
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    assert PersistenceCheck(CTX).check(env, j, None).passed  # CONFIG GET says 67108864, Helm says 64mb
+
+
+def test_mariadb_set_global_compared_with_my_cnf_or_the_compiled_default():
+    env = frappe_env()
+    env.handle(r"mysql -e .*", lambda m: "")
+    j = FakeJournal(env.clock)
+    j.run(env, 'mysql -e "SET GLOBAL max_user_connections=0"',
+          [action("mysql", "set global", [{"key": "mariadb.max_user_connections", "value": "0"}], layer="runtime")])
+    env.layer("mariadb").runtime["max_user_connections"] = "0"
+    v = PersistenceCheck(CTX).check(env, j, None)
+    # my.cnf does not set it; a restart loads the compiled default 0, which is what runs now.
+    assert v.passed, v.message
+    env.layer("mariadb").runtime["max_user_connections"] = "20"
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE and "[mysqld]" in v.message
+    # The my.cnf value is read where it exists (dashes and underscores are the same name).
+    j2 = FakeJournal(env.clock)
+    j2.run(env, 'mysql -e "SET GLOBAL max_connections=400"',
+           [action("mysql", "set global", [{"key": "mariadb.max_connections", "value": "400"}], layer="runtime")])
+    env.layer("mariadb").runtime["max_connections"] = "400"
+    v = PersistenceCheck(CTX).check(env, j2, None)
+    assert v.code is FeedbackCode.NOT_DURABLE and "'151'" in v.message
+
+
+def slack_env() -> FakeEnv:
+    env = FakeEnv(clock=ManualClock(100.0), components=[comp("svc-channel")])
+    env.set_app_yaml("app-config", {"channel": {"pool_size": 3, "max_overflow": 2}})
+    return env
+
+
+POOL_ACTIONS = [action("restart-svc.sh", "put config", [
+    {"key": "app.roles.channel.db.pool_size", "value": 20}, {"key": "app.roles.channel.db.max_overflow", "value": 10}],
+    layer="runtime", target={"kind": "component", "name": "svc-channel"})]
+
+
+def test_admin_config_put_without_the_configmap_is_not_durable():
+    env = slack_env()
+    env.handle(r"restart-svc.sh channel", lambda m: env.layer("svc-channel").runtime.update(
+        {"db.pool_size": 20, "db.max_overflow": 10}) or "reloaded")
+    j = FakeJournal(env.clock)
+    j.run(env, "restart-svc.sh channel", POOL_ACTIONS)
+    v = PersistenceCheck({"namespaces": ["slack"]}).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE
+    assert "app.roles.channel.db.pool_size" in v.message and "app-config" in v.message
+    assert len(v.evidence["keys"]) == 2
+
+
+def test_admin_config_put_that_also_lands_in_the_configmap_passes():
+    env = slack_env()
+
+    def durable_restart(m):
+        env.set_app_yaml("app-config", {"channel": {"pool_size": 20, "max_overflow": 10}})
+        return "reloaded"
+
+    env.handle(r"restart-svc.sh channel", durable_restart)
+    j = FakeJournal(env.clock)
+    j.run(env, "restart-svc.sh channel", POOL_ACTIONS)
+    assert PersistenceCheck({"namespaces": ["slack"]}).check(env, j, None).passed
+
+
+def test_runtime_event_cleared_matches_the_boot_state():
+    env = slack_env()
+    env.layer("svc-channel").runtime["event.read_consistency_strict"] = True  # fired at t=40 by the load
+    env.handle(r"curl -X PUT .*", lambda m: env.layer("svc-channel").runtime.update(
+        {"event.read_consistency_strict": False}) or "{}")
+    j = FakeJournal(env.clock)
+    j.run(env, "curl -X PUT http://svc-channel:8000/admin/event -d '{...}'",
+          [action("curl", "PUT", [{"key": "event.read_consistency_strict", "value": False,
+                                   "scope": {"component": "svc-channel"}}], layer="runtime")])
+    v = PersistenceCheck({}).check(env, j, None)
+    assert v.passed, v.message
+    # Turning an event ON at runtime is not what the pod boots with.
+    env.layer("svc-channel").runtime["event.read_consistency_strict"] = True
+    assert PersistenceCheck({}).check(env, j, None).code is FeedbackCode.NOT_DURABLE
+
+
+def test_kubectl_exec_file_edit_is_in_container_and_ephemeral():
+    env = frappe_env()
+    env.handle(r"kubectl exec .* sed .*", lambda m: "")
+    j = FakeJournal(env.clock)
+    j.run(env, "kubectl exec redis-queue-master-0 -- sed -i s/2mb/64mb/ /opt/bitnami/redis/etc/redis.conf",
+          [action("file", "write", [{"key": "file:/opt/bitnami/redis/etc/redis.conf"}], layer="runtime",
+                  via=["kubectl exec"], target={"kind": "pod", "name": "redis-queue-master-0"})])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE
+    assert v.evidence["keys"][0]["status"] == "in_container" and "writable layer" in v.message
+    assert "ConfigMap" in v.message  # the durable way
+
+
+def test_unknown_key_is_inconclusive_and_says_how_to_add_an_entry():
+    env = frappe_env()
+    env.handle(r"frob .*", lambda m: "")
+    j = FakeJournal(env.clock)
+    j.run(env, "frob --x 1", [action("frob", "set", [{"key": "frobnicator.x", "value": 1}], layer="runtime")])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.INCONCLUSIVE and "add one" in v.message
+
+
+def test_a_failed_read_is_an_error_not_a_pass():
+    env = frappe_env()
+    del env.helm["erpnext"]
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.ERROR and "release: not found" in v.message
+
+
+def test_failed_and_read_only_commands_change_nothing():
+    env = frappe_env()
+    env.handle(r"redis-cli -h redis-queue CONFIG SET maxmemory 64mb", lambda m: CommandResult(
+        m.string, stderr="(error) ERR", exit_code=1))
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    j.run(env, "redis-cli -h redis-queue CONFIG GET maxmemory",
+          [action("redis-cli", "config get", [{"key": "redis.maxmemory"}], mutating=False)])
+    assert changed_keys(j) == []
+    assert PersistenceCheck(CTX).check(env, j, None).message == "no settings were changed"
+
+
+def test_postgres_role_reset_is_durable_and_role_scope_selects_the_entry():
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.role_settings[("saleor_app", "saleor")] = {"statement_timeout": "150ms"}
+    env.handle(r"psql -c .*ALTER ROLE.*", lambda m: env.role_settings.pop(("saleor_app", "saleor")) and "ALTER ROLE")
+    j = FakeJournal(env.clock)
+    j.run(env, "psql -c \"ALTER ROLE saleor_app IN DATABASE saleor RESET statement_timeout\"",
+          [action("psql", "alter role", [{"key": "postgres.statement_timeout", "value": None,
+                                          "scope": {"role": "saleor_app", "database": "saleor"}}],
+                  layer="declared")])
+    v = PersistenceCheck({}).check(env, j, None)
+    assert v.passed, v.message
+    assert v.evidence["keys"][0]["entry"] == "postgres-role-setting"
+
+
+def test_context_can_pin_a_declared_source_and_a_team_file_overrides(tmp_path):
+    team = tmp_path / "team.yaml"
+    team.write_text("""
+version: 1
+entries:
+  - id: redis-helm-extraflags
+    match: '^redis\\.(?P<name>[a-z-]+)$'
+    effective: {command: "redis-cli -h ${target.name} CONFIG GET ${name}", parse: [{line: 1}]}
+    declared: {command: "cat /etc/team/${name}", parse: [{line: 0}]}
+    normalize: bytes
+    durable: "edit /etc/team/${name}"
+""")
+    cat = load_catalogue([team])
+    assert sum(e.id == "redis-helm-extraflags" for e in cat.entries) == 1
+    env = frappe_env()
+    env.handle(r"cat /etc/team/maxmemory", lambda m: "64mb\n")
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    assert PersistenceCheck(CTX, cat).check(env, j, None).passed
+
+
+def test_bad_catalogue_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nentries:\n  - id: x\n    match: '^a$'\n    durable: d\n    normalise: bytes\n")
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue([bad])
+    assert e.value.path == str(bad) and e.value.line == 6 and "normalise" in e.value.one_line()
+    bad.write_text("version: 1\nentries:\n  - id: x\n    match: '^a$'\n    durable: d\n    effective:\n"
+                   "      command: c\n      parse: [{line: 1, regex: x}]\n")
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue([bad])
+    assert "exactly one" in str(e.value)
+    bad.write_text("entries: [\n")
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue([bad])
+    assert "bad YAML" in str(e.value)
+
+
+def test_parse_steps_and_normalisers():
+    vs = {"name": "maxmemory"}
+    assert parse_output('{"a": {"b": ["--maxmemory 3mb", "--x y"]}}',
+                        [ParseStep(json="a.b"), ParseStep(join=" "), ParseStep(regex=r"--${name}\s+(\S+)")],
+                        vs) == "3mb"
+    assert parse_output("maxmemory\n0\n", [ParseStep(line=1)], vs) == "0"
+    assert parse_output("", [ParseStep(line=0)], vs) is None
+    assert parse_output("A,maxmemory", [ParseStep(contains=r"(^|,)${name}(,|$)")], vs) == "true"
+    assert normalize("64mb", "bytes") == 67108864 == normalize("67108864", "bytes")
+    assert normalize("10s", "pg") == normalize("10000", "pg") == normalize("10000ms", "pg")
+    assert normalize("ON", "auto") is True and normalize("off", "bool") is False
+    assert normalize("20", "auto") == 20 == normalize(20, "auto")
+
+
+def test_evaluate_orders_not_durable_before_errors_and_unknowns():
+    from verifiers.persistence import ChangedKey, KeyReading
+
+    ck = ChangedKey("k", {}, 1, "runtime", {})
+    r = {s: KeyReading(ck, s, message=s) for s in ("durable", "not_durable", "error", "no_entry")}
+    assert evaluate([]).passed and evaluate([r["durable"]]).passed
+    assert evaluate([r["no_entry"], r["error"], r["not_durable"]]).code is FeedbackCode.NOT_DURABLE
+    assert evaluate([r["no_entry"], r["error"]]).status is VerdictStatus.ERROR
+    assert evaluate([r["no_entry"], r["durable"]]).status is VerdictStatus.INCONCLUSIVE
