@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlparse
 
 from arena.twin.saleor.postgres import ConnectError, PostgresServer
@@ -33,9 +33,9 @@ class PsqlOutput:
 class ConnInfo:
     """Where psql connects and as whom."""
 
-    host: str = "postgres"
+    host: str | None = None  # None: the local socket, as psql defaults to
     port: int = 5432
-    user: str = "postgres"
+    user: str = "root"  # psql's default is the OS user; the operator pod runs as root
     dbname: str | None = None
     password: str | None = None
     application_name: str = "psql"
@@ -185,11 +185,12 @@ def format_result(r: Result, *, unaligned: bool = False, tuples_only: bool = Fal
         if not cells:
             return "(0 rows)\n\n"
         w = max(len(c) for c in r.columns)
+        valw = max((len(v) for row in cells for v in row), default=0)
         out = []
         for n, row in enumerate(cells, start=1):
             head = f"-[ RECORD {n} ]"
-            valw = max((len(v) for v in row), default=0)
-            out.append(head + "-" * max(0, w + 3 + valw - len(head)))
+            out.append(head + "-" * max(0, w + 1) + "+" + "-" * max(0, valw + 1 - max(0, len(head) - w - 1))
+                       if len(head) <= w + 1 else head + "+" + "-" * (w + 3 + valw - len(head) - 1))
             out.extend(f"{c.ljust(w)} | {v}" for c, v in zip(r.columns, row))
         return "\n".join(out) + "\n\n"
     numeric = [all(_is_num(row[i]) for row in r.rows if row[i] is not None) and any(
@@ -233,36 +234,47 @@ _META_HELP = {"\\q", "\\x", "\\conninfo", "\\du", "\\l", "\\drds", "\\dt"}
 
 
 def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float], stdin: str = "",
-             default_dsn: str | None = None, passwords_required: bool = True,
+             env: Mapping[str, str] | None = None, passwords_required: bool = True,
              on_event: Callable[[str, dict[str, Any]], None] | None = None,
-             client_addr: str = "10.42.0.9") -> PsqlOutput:
-    """Run one psql invocation against the twin's server; the backend lives for the invocation only."""
-    info = ConnInfo()
+             client_addr: str = "10.42.0.9", local_socket: bool = False) -> PsqlOutput:
+    """Run one psql invocation against the twin's server; the backend lives for the invocation only.
+
+    Connection defaults come from libpq's environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE) as in
+    the real client; `local_socket` says a server listens on the default Unix socket (inside the postgres pod).
+    """
+    env = env or {}
+    info = ConnInfo(host=env.get("PGHOST") or None, port=int(env.get("PGPORT", "5432")),
+                    user=env.get("PGUSER", "postgres" if local_socket else "root"),
+                    dbname=env.get("PGDATABASE") or None, password=env.get("PGPASSWORD") or None)
     try:
         opts = _parse_args(argv, info)
     except ValueError as e:
         return PsqlOutput(stderr=f"psql: {e}\nTry \"psql --help\" for more information.\n", exit_code=1)
-    if info.host not in ("postgres", "localhost", "127.0.0.1", "postgres.saleor", "postgres.saleor.svc",
+    where = (f'connection to server at "{info.host}" (10.43.12.7), port {info.port}' if info.host is not None
+             else 'connection to server on socket "/var/run/postgresql/.s.PGSQL.5432"')
+    if info.host is None and not local_socket:
+        return PsqlOutput(stderr='psql: error: connection to server on socket "/var/run/postgresql/.s.PGSQL.5432" '
+                                 "failed: No such file or directory\n\tIs the server running locally and accepting "
+                                 'connections on that socket?\n', exit_code=2)
+    if info.host is not None and info.host not in ("postgres", "localhost", "127.0.0.1", "postgres.saleor", "postgres.saleor.svc",
                          "postgres.saleor.svc.cluster.local", "/var/run/postgresql"):
         return PsqlOutput(stderr=f'psql: error: could not translate host name "{info.host}" to address: '
                                  "Name or service not known\n", exit_code=2)
     if info.port != 5432:
-        return PsqlOutput(stderr=f'psql: error: connection to server at "{info.host}" (10.43.12.7), port '
+        return PsqlOutput(stderr=f'psql: error: connection to server at "{info.host or "localhost"}" (10.43.12.7), port '
                                  f"{info.port} failed: Connection refused\n\tIs the server running on that host "
                                  "and accepting TCP/IP connections?\n", exit_code=2)
     dbname = info.dbname or info.user
     role = server.roles.get(info.user)
-    if passwords_required and role is not None and role.password and info.password != role.password:
+    if passwords_required and info.host is not None and role is not None and role.password and info.password != role.password:
         msg = ("fe_sendauth: no password supplied" if info.password is None
                else f'FATAL:  password authentication failed for user "{info.user}"')
-        return PsqlOutput(stderr=f'psql: error: connection to server at "{info.host}" (10.43.12.7), port 5432 '
-                                 f"failed: {msg}\n", exit_code=2)
+        return PsqlOutput(stderr=f"psql: error: {where} failed: {msg}\n", exit_code=2)
     try:
         backend = server.connect(info.user, dbname, now=now(), application_name=info.application_name,
                                  client_addr=client_addr)
     except ConnectError as e:
-        return PsqlOutput(stderr=f'psql: error: connection to server at "{info.host}" (10.43.12.7), port 5432 '
-                                 f"failed: {e}\n", exit_code=2)
+        return PsqlOutput(stderr=f"psql: error: {where} failed: {e}\n", exit_code=2)
     backend.state = "active"
     session = SqlSession(server, backend, now, on_event)
     out, err = [], []

@@ -333,13 +333,14 @@ def _pg_text(v: Any) -> str:
 
 
 def _timestamp(t: float) -> str:
-    """A virtual second as a timestamptz, anchored on the episode's wall date (a fixed day)."""
-    base = 13 * 3600  # the incident day starts at 13:00 UTC
-    s = base + t
-    h, rem = divmod(int(s), 3600)
-    m, sec = divmod(rem, 60)
-    frac = int(round((s - int(s)) * 1e6))
-    return f"2026-10-14 {h % 24:02d}:{m:02d}:{sec:02d}.{frac:06d}+00"
+    """A virtual second as a timestamptz, on the same epoch as the twin's logs (arena.twin.world._ts)."""
+    import datetime as _dt
+
+    d = _dt.datetime.fromtimestamp(_EPOCH + t, _dt.timezone.utc)
+    return d.strftime("%Y-%m-%d %H:%M:%S.%f") + "+00"
+
+
+_EPOCH = 1_790_000_000  # keep in step with arena.twin.world._ts
 
 
 class SqlSession:
@@ -886,6 +887,16 @@ class SqlSession:
             return _timestamp(self.now())
         if n == "coalesce":
             return next((a for a in args if a is not None), None)
+        if n == "left":
+            return None if args[0] is None else _pg_text(args[0])[:int(args[1])]
+        if n in ("substr", "substring"):
+            if args[0] is None:
+                return None
+            start = int(args[1]) - 1 if len(args) > 1 else 0
+            text = _pg_text(args[0])
+            return text[start:start + int(args[2])] if len(args) > 2 else text[start:]
+        if n in ("length", "char_length"):
+            return None if args[0] is None else len(_pg_text(args[0]))
         if n in ("lower", "upper"):
             return None if args[0] is None else (str(args[0]).lower() if n == "lower" else str(args[0]).upper())
         if n == "unnest":
