@@ -307,7 +307,7 @@ class Kubectl:
             return "", f"Error from server (NotFound): pods \"{names[0]}\" not found\n", 1, 0.3
         if not cmd:
             return "", "error: you must specify at least one command for the container\n", 1, 0.0
-        if not c.ready(self.env.clock.now()):
+        if self.env.clock.now() < c.ready_at:
             return "", "error: unable to upgrade connection: container not found (\"app\")\n", 1, 0.5
         o, e, code = c.exec(cmd, stdin, self.env.clock.now())
         return o, e, code, 0.6

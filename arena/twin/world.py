@@ -149,6 +149,9 @@ class Substrate:
         """A challenge's fixed probe traffic, e.g. one write and readback per channel (override)."""
         return {"scheduled": 0, "attempted": 0, "completed": 0, "correct": 0}
 
+    def on_record(self, rec: LedgerRecord) -> None:
+        """The ledger's integer counts for one driver and segment (e.g. persist the writes that succeeded)."""
+
     def inject(self, now: float) -> None:
         """Land the faults that arrive at episode start (a faultInit Job, SET GLOBAL...), after the healthy
         pre-incident history. Faults that ship in the release go in `build` instead (override)."""
@@ -289,7 +292,9 @@ class World:
         assert self.substrate is not None
         outcomes = self.substrate.serve(rates, ph, t0, t1)
         for d in self.profile.drivers:
-            self.ledger.append(self._record(d, rates[d.name], dt, ph, t0, t1, outcomes.get(d.name, [])))
+            rec = self._record(d, rates[d.name], dt, ph, t0, t1, outcomes.get(d.name, []))
+            self.ledger.append(rec)
+            self.substrate.on_record(rec)
         for c in self.components.values():
             c.advance(t0, t1)
         self.gauges.append(GaugePoint(

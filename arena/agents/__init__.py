@@ -1,0 +1,101 @@
+"""Agents that operate an episode: `act(observation) -> Command | Declare`.
+
+The episode runner (`arena.episode.run_episode`) calls `act` once per step. For now: `replay:<solution>` (one of
+the scenario's solution scripts) and `script:PATH` (a user's YAML script); personas and LLM agents come later
+and implement the same small interface. Scripts use DESIGN.md's format: steps `run:` (optional `stdin:`),
+`sleep:` and `declare:`; steps after a declaration run only if the guard rejected it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, Union
+
+from arena.scenario import Scenario, SolutionScript, Step, load_script
+from guardrail.errors import InputError
+from verifiers.protocols import CommandResult
+
+__all__ = ["Observation", "Command", "Declare", "Wait", "Action", "Agent", "ScriptAgent", "resolve_agent"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """Run one shell command (stdin optional)."""
+
+    text: str
+    stdin: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Let virtual time pass without running anything (a script's `sleep:` step)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Declare:
+    """declare_repair_complete."""
+
+
+Action = Union[Command, Wait, Declare]
+
+
+@dataclass
+class Observation:
+    """What the agent sees before each step."""
+
+    instruction: str
+    step: int
+    time_used_s: float
+    last: CommandResult | None = None
+    feedback: list[tuple[str, str]] = field(default_factory=list)  # guard feedback (code, message)
+    declaration_rejected: bool = False
+
+
+class Agent(Protocol):
+    name: str
+
+    def act(self, obs: Observation) -> Action | None: ...
+
+
+class ScriptAgent:
+    """Replays a script. After a declaration it goes on only if the declaration was rejected."""
+
+    def __init__(self, name: str, script: SolutionScript):
+        self.name = name
+        self.steps: Sequence[Step] = script.script
+        self.i = 0
+        self.awaiting_verdict = False
+
+    def act(self, obs: Observation) -> Action | None:
+        if self.awaiting_verdict and not obs.declaration_rejected:
+            return None
+        self.awaiting_verdict = False
+        if self.i >= len(self.steps):
+            return None
+        st = self.steps[self.i]
+        self.i += 1
+        if st.declare:
+            self.awaiting_verdict = True
+            return Declare()
+        if st.sleep is not None:
+            return Wait(float(st.sleep))
+        assert st.run is not None
+        if st.run.strip() == "declare_repair_complete":
+            self.awaiting_verdict = True
+            return Declare()
+        return Command(st.run, st.stdin)
+
+
+def resolve_agent(spec: str, scenario: Scenario) -> Agent:
+    """`replay:<solution>` or `script:PATH`."""
+    kind, _, arg = spec.partition(":")
+    if kind == "replay":
+        if arg not in scenario.solutions:
+            known = ", ".join(sorted(scenario.solutions)) or "none"
+            raise InputError(f"{scenario.id} has no solution {arg!r} (known: {known})", path=str(scenario.path))
+        return ScriptAgent(spec, scenario.solutions[arg])
+    if kind == "script" and arg:
+        return ScriptAgent(spec, load_script(arg))
+    raise InputError(f"unknown agent {spec!r}: use replay:<solution> or script:PATH")

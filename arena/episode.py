@@ -1,0 +1,153 @@
+"""The episode runner: one agent, one scenario, one arm, one seed, on the twin; then the two gates.
+
+Called by `guardrail run` (arena/cli.py), the qualification tests and the bench. The flow follows Incident-Arena:
+the agent acts inside its window (3600 virtual s) and step limit; `declare_repair_complete` first takes the
+declaration snapshot (the fault is judged there, before any guard probe), then, in the guarded arm, asks the
+guard; an accepted declaration freezes the agent, re-fires the profile's post-declaration events, runs the soak
+on fresh traffic (aligned to a cycle boundary where the profile says so), the verifier-owned challenge, and the
+gates. An undeclared episode still gets its soak and challenge from the end of the window, and fails as
+budget_exhausted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from arena.agents import Agent, Command, Declare, Observation, Wait
+from arena.gates import Grading
+from arena.scenario import Scenario
+from arena.twin.engine import TwinEnvironment, build_twin
+from guardrail.context import IncidentContext
+from verifiers.protocols import CommandResult
+
+__all__ = ["EpisodeResult", "run_episode", "GuardFactory"]
+
+GuardFactory = Callable[[TwinEnvironment, IncidentContext], Any]
+
+
+@dataclass
+class EpisodeResult:
+    """Everything an episode's JSON carries (DESIGN.md's fields plus the evidence behind them)."""
+
+    scenario: str
+    arm: str
+    agent: str
+    seed: int
+    passed: bool
+    outcome_gate: dict[str, Any]
+    safety_gate: dict[str, Any]
+    failure_mode: str | None
+    guard: dict[str, Any]
+    steps: int
+    virtual_s: float
+    wall_s: float
+    declared_at: float | None = None
+    soak: dict[str, float] | None = None
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "arm": self.arm, "agent": self.agent, "seed": self.seed,
+                "passed": self.passed, "outcome_gate": self.outcome_gate, "safety_gate": self.safety_gate,
+                "failure_mode": self.failure_mode, "guard": self.guard, "steps": self.steps,
+                "virtual_s": self.virtual_s, "wall_s": self.wall_s, "declared_at": self.declared_at,
+                "soak": self.soak, "transcript": self.transcript}
+
+
+def _with_stdin(text: str, stdin: str | None) -> str:
+    if stdin is None:
+        return text
+    body = stdin if stdin.endswith("\n") else stdin + "\n"
+    return f"{text} <<'STDIN_EOF'\n{body}STDIN_EOF"
+
+
+def _feedback_pairs(fb: Any) -> list[tuple[str, str]]:
+    out = []
+    for f in fb or []:
+        if isinstance(f, tuple):
+            out.append((str(f[0]), str(f[1])))
+        else:
+            out.append((str(getattr(f, "code", "")), str(getattr(f, "message", ""))))
+    return out
+
+
+def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: int = 0,
+                guard_factory: GuardFactory | None = None) -> EpisodeResult:
+    """Run one episode and grade it. `guard_factory(env, context)` builds the guard of the guarded arm."""
+    wall0 = time.perf_counter()
+    env = build_twin(scenario.twin, seed)
+    world = env.world
+    clock = env.clock
+    grading = Grading(scenario.grader, env)
+    guard = guard_factory(env, scenario.public) if guard_factory is not None else None
+    g = scenario.grader
+    window = world.profile.agent_window_s
+    steps = 0
+    transcript: list[dict[str, Any]] = []
+    obs = Observation(instruction=scenario.public.instruction, step=0, time_used_s=0.0)
+    declared_at: float | None = None
+    while steps < g.step_limit and clock.now() < window:
+        act = agent.act(obs)
+        if act is None:
+            break
+        steps += 1
+        if isinstance(act, Wait):
+            clock.sleep(min(act.seconds, max(0.0, window - clock.now())))
+            transcript.append({"t": round(clock.now(), 6), "sleep": act.seconds})
+            obs = Observation(scenario.public.instruction, steps, clock.now())
+            continue
+        clock.sleep(g.think_s)
+        if clock.now() >= window:
+            break
+        if isinstance(act, Command):
+            text = _with_stdin(act.text, act.stdin)
+            res: CommandResult = guard.execute(text) if guard is not None else env.run(text)
+            transcript.append({"t": round(clock.now(), 6), "run": act.text, "exit_code": res.exit_code})
+            obs = Observation(scenario.public.instruction, steps, clock.now(), last=res)
+            continue
+        assert isinstance(act, Declare)
+        grading.mark_declaration()
+        if guard is not None:
+            outcome = guard.on_declare()
+            if not outcome.accepted:
+                fb = _feedback_pairs(outcome.feedback)
+                transcript.append({"t": round(clock.now(), 6), "declare": "rejected", "feedback": [c for c, _ in fb]})
+                obs = Observation(scenario.public.instruction, steps, clock.now(), feedback=fb,
+                                  declaration_rejected=True)
+                grading.declaration = None
+                continue
+        declared_at = clock.now()
+        transcript.append({"t": round(declared_at, 6), "declare": "accepted"})
+        break
+    if declared_at is None:
+        # Undeclared: the window elapses, then the soak and the challenge run anyway.
+        if clock.now() < window:
+            clock.sleep(window - clock.now())
+        grading.declaration = None
+        soak_from = clock.now()
+    else:
+        world.declare(declared_at)
+        soak_from = declared_at
+    s0, s1 = world.schedule.soak_window(soak_from)
+    if g.soak_cycles is not None:
+        s1 = s0 + g.soak_cycles * world.profile.cycle_s
+    if s1 > clock.now():
+        clock.sleep(s1 - clock.now())
+    grading.mark_soak_end()
+    grading.run_challenge()
+    outcome_gate = grading.outcome_gate((s0, s1))
+    safety_gate = grading.safety_gate()
+    mode = grading.failure_mode(declared_at is not None, outcome_gate, safety_gate)
+    stats = guard.stats() if guard is not None else {}
+    guard_json = {"denied": int(stats.get("denied", 0)), "warned": int(stats.get("warned", 0)),
+                  "declarations_rejected": int(stats.get("declarations_rejected", 0)),
+                  "feedback": [str(c) for c in stats.get("feedback", [])]}
+    passed = outcome_gate.passed and safety_gate.passed and declared_at is not None
+    return EpisodeResult(
+        scenario=scenario.id, arm=arm if guard is not None or arm == "unguarded" else arm, agent=agent.name,
+        seed=seed, passed=passed, outcome_gate=outcome_gate.to_json(), safety_gate=safety_gate.to_json(),
+        failure_mode=mode, guard=guard_json, steps=steps, virtual_s=round(clock.now(), 6),
+        wall_s=round(time.perf_counter() - wall0, 6),
+        declared_at=None if declared_at is None else round(declared_at, 6),
+        soak={"start": round(s0, 6), "end": round(s1, 6)}, transcript=transcript)

@@ -1,0 +1,327 @@
+"""The slack-spine substrate: roles, infrastructure, request paths, and the operator tools that reach them.
+
+Registered as `slack-spine` for `arena.twin.engine.build_twin`. A scenario's `twin.spec` (validated by
+`SlackSpec`) overrides the healthy `app.yaml` ConfigMap and the roles' deploy-time env, and maps each load
+driver to a request path. Runtime events arrive from the load profile (`admin_event` at t = 40 s...).
+
+Request paths (each hop costs a little network time; DB hops queue on the role's pool):
+  send   auth session check (1 Redis op) -> channel authz resolve (channel pool; + ACL_HOLD_MS while
+         read_consistency_strict) -> message write (message pool) -> search index -> search readback
+  login  auth DB lookup (auth pool) + 1 Redis op (+ STORE_HOLD_MS while store_consistency_strict on auth)
+  unread notification: 1 Redis op (+ its STORE_HOLD_MS)
+  post   send without the search legs (session_post)
+A role that is reloading or restarting refuses connections: its hop fails with 503.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.twin.load import Phase
+from arena.twin.mech import ERROR, ConnectionPool, Mode, chain
+from arena.twin.shell import Invocation
+from arena.twin.slack.infra import PG_DEFAULTS, PgBouncer, SlackPostgres, SlackRedis
+from arena.twin.slack.roles import DB_KEYS, HEALTHY_HOLD_MS, ROLE_NAMES, SlackRole
+from arena.twin.world import Substrate, register_substrate
+from guardrail.errors import ScenarioError
+
+__all__ = ["SlackSpec", "SlackSpine", "ROUTES"]
+
+NET_MS = 1.5
+REDIS_MS = 0.8
+
+# route -> [(role, op)]; ops: session (Redis), login (DB + Redis), authz (DB, ACL hold), write/index/read (DB),
+# unread (Redis)
+ROUTES: dict[str, list[tuple[str, str]]] = {
+    "send": [("auth", "session"), ("channel", "authz"), ("message", "write"), ("search", "index"),
+             ("search", "read")],
+    "post": [("auth", "session"), ("channel", "authz"), ("message", "write")],
+    "login": [("auth", "login")],
+    "unread": [("notification", "unread")],
+}
+_DB_OPS = {"login", "authz", "write", "index", "read"}
+_REDIS_OPS = {"session", "login", "unread"}
+_WRITE_ROUTES = {"send", "post"}
+
+
+class SlackSpec(BaseModel):
+    """A slack-spine scenario's wiring: config overrides, env, routes, data seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # roles.<role>.db.<key> overrides of the healthy app.yaml (e.g. channel: {db: {pool_size: 3}})
+    roles: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    # deploy-time env per role (Helm app.roles.<role>.env): ACL_HOLD_MS, STORE_HOLD_MS, SEQUENCER_MODE...
+    env: dict[str, dict[str, str]] = Field(default_factory=dict)
+    routes: dict[str, str] = Field(default_factory=lambda: {"write_readback": "send"})
+    channels: int = 8
+    seed_messages: int = 40
+    reload_s: float = 12.0  # [INF] a reload rebuilds the engine and re-passes readiness
+    pool_timeout_s: float = 2.0  # [INF] healthy app.yaml value
+
+
+def healthy_app_yaml(pool_timeout_s: float) -> dict[str, Any]:
+    return {"roles": {r: {"db": {"pool_size": 20, "max_overflow": 10, "pool_timeout_s": pool_timeout_s,
+                                 "hold_ms": HEALTHY_HOLD_MS[r], "seq_lock_hold_ms": 0}} for r in ROLE_NAMES}}
+
+
+@register_substrate
+class SlackSpine(Substrate):
+    """The Slack-like microservice (Incident-Arena tasks 007-019)."""
+
+    name = "slack-spine"
+
+    def build(self) -> None:
+        try:
+            self.s = SlackSpec.model_validate(self.spec)
+        except Exception as e:  # pydantic ValidationError: report as scenario data
+            raise ScenarioError(f"twin.spec: {e}") from e
+        for d, r in self.s.routes.items():
+            if r not in ROUTES:
+                raise ScenarioError(f"twin.spec.routes.{d}: unknown route {r!r} (one of {', '.join(ROUTES)})")
+        w = self.world
+        app = healthy_app_yaml(self.s.pool_timeout_s)
+        for role, sect in self.s.roles.items():
+            if role not in ROLE_NAMES:
+                raise ScenarioError(f"twin.spec.roles: unknown role {role!r}")
+            for k, v in (sect.get("db") or {}).items():
+                if k not in DB_KEYS:
+                    raise ScenarioError(f"twin.spec.roles.{role}.db: unknown key {k!r}")
+                app["roles"][role]["db"][k] = DB_KEYS[k](v)
+        w.store("configmap/app.yaml", app)
+        w.store("helm/slack", {"app": {"roles": {r: {"env": dict(self.s.env.get(r, {}))} for r in ROLE_NAMES}}})
+        w.store("postgresql.conf", dict(PG_DEFAULTS))
+        self.roles: dict[str, SlackRole] = {}
+        for r in ROLE_NAMES:
+            self.roles[r] = w.add(SlackRole(r, reload_s=self.s.reload_s))  # type: ignore[assignment]
+        self.pg: SlackPostgres = w.add(SlackPostgres(self.s.channels, self.s.seed_messages))  # type: ignore
+        self.redis: SlackRedis = w.add(SlackRedis())  # type: ignore[assignment]
+        w.add(PgBouncer())
+
+    # --- load ---------------------------------------------------------------------------------------------
+    def _route(self, driver: str) -> list[tuple[str, str]]:
+        return ROUTES[self.s.routes.get(driver, "send")]
+
+    def _op_hold(self, role: SlackRole, op: str) -> float:
+        hold = float(role.db("hold_ms") or 0)
+        if op == "authz":
+            hold += role.authz_extra_ms()
+        return hold
+
+    def hops(self, rates: Mapping[str, float], now: float) -> dict[tuple[str, str], list[Mode]]:
+        """How each (role, op) hop ends now, given every driver's rate (shared pools see the total load)."""
+        load: dict[str, float] = {}
+        hold_w: dict[str, float] = {}
+        for d, rps in rates.items():
+            for role, op in self._route(d):
+                if op in _DB_OPS:
+                    r = self.roles[role]
+                    load[role] = load.get(role, 0.0) + rps
+                    hold_w[role] = hold_w.get(role, 0.0) + rps * self._op_hold(r, op)
+        out: dict[tuple[str, str], list[Mode]] = {}
+        for d in rates:
+            for role, op in self._route(d):
+                if (role, op) in out:
+                    continue
+                r = self.roles[role]
+                if not r.ready(now):
+                    out[(role, op)] = [Mode(1.0, NET_MS, ERROR, f"svc-{role} unavailable", conn=True)]
+                    continue
+                modes: list[list[Mode]] = [[Mode(1.0, NET_MS)]]
+                if op in _DB_OPS:
+                    pool = ConnectionPool(int(r.db("pool_size")), int(r.db("max_overflow")),
+                                          float(r.db("pool_timeout_s")))
+                    lam = load.get(role, 0.0)
+                    mean_hold = hold_w[role] / lam if lam > 0 else self._op_hold(r, op)
+                    offer = pool.offer(lam, mean_hold)
+                    reason = "authz_unavailable" if op == "authz" else "pool_timeout"
+                    modes.append(offer.modes(self._op_hold(r, op), reason))
+                if op in _REDIS_OPS:
+                    modes.append([Mode(1.0, REDIS_MS + r.store_extra_ms())])
+                out[(role, op)] = chain(*modes)
+        return out
+
+    def serve(self, rates: Mapping[str, float], phase: Phase, t0: float, t1: float) -> dict[str, list[Mode]]:
+        hops = self.hops(rates, t0)
+        return {d: chain(*(hops[h] for h in self._route(d))) for d in rates}
+
+    def on_record(self, rec) -> None:
+        if self.s.routes.get(rec.driver, "send") in _WRITE_ROUTES:
+            self.pg.write(rec.correct)
+
+    def fixed_traffic(self, spec: Mapping[str, Any], now: float) -> dict[str, Any]:
+        """One write and readback per channel at the current load (the fixed-pod-restart traffic)."""
+        channels = list(spec.get("channels") or self.pg.channels)
+        ph = self.world.schedule.phase_at(now)
+        rates = {d.name: ph.rps * d.rate_scale for d in self.world.profile.drivers}
+        rates["__probe__"] = 0.0
+        self.s.routes.setdefault("__probe__", "send")
+        modes = chain(*(self.hops(rates, now)[h] for h in ROUTES["send"]))
+        p_ok = sum(m.weight for m in modes if m.status == "ok" and m.latency_ms < 5000)
+        n = len(channels)
+        correct = int(round(n * p_ok))
+        self.pg.write(correct)
+        return {"scheduled": n, "attempted": n, "completed": correct, "correct": correct, "p_ok": round(p_ok, 6)}
+
+    # --- operator tools -------------------------------------------------------------------------------------
+    def commands(self) -> dict[str, Any]:
+        return {"psql": self._psql, "redis-cli": self._redis_cli, "restart-svc.sh": self._restart_svc,
+                "reconfigure-infra.sh": self._reconfigure_infra}
+
+    def _restart_svc(self, inv: Invocation) -> tuple[str, str, int, float]:
+        if len(inv.argv) != 2:
+            return "", "usage: restart-svc.sh <role>   (reads {\"db\":{...}} JSON on stdin)\n", 2, 0.0
+        role = inv.argv[1].removeprefix("svc-")
+        if role not in self.roles:
+            return "", f"restart-svc.sh: unknown role '{inv.argv[1]}' (one of: {', '.join(ROLE_NAMES)})\n", 2, 0.0
+        raw = inv.stdin.strip() or "{}"
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return "", "restart-svc.sh: stdin is not valid JSON\n", 2, 0.1
+        if not isinstance(doc, dict):
+            return "", "restart-svc.sh: stdin must be a JSON object like {\"db\":{...}}\n", 2, 0.1
+        r = self.roles[role]
+        now = self.world.clock.now()
+        if not r.ready(now):
+            return "", f"restart-svc.sh: svc-{role}:8000 is not ready (connection refused)\n", 7, 1.0
+        out = []
+        if doc.get("db"):
+            st, body = r.http("PUT", "/admin/config", json.dumps({"db": doc["db"]}), now)
+            out.append(f"PUT http://svc-{role}:8000/admin/config -> {st}\n{body}\n")
+            if st >= 300:
+                return "".join(out), f"restart-svc.sh: config rejected ({st})\n", 1, 0.5
+        st, body = r.http("POST", "/admin/reload", "", now)
+        out.append(f"POST http://svc-{role}:8000/admin/reload -> {st}\n{body}\n")
+        return "".join(out), "", 0 if st < 300 else 1, 1.5
+
+    def _reconfigure_infra(self, inv: Invocation) -> tuple[str, str, int, float]:
+        return "", "reconfigure-infra.sh: no infrastructure knobs are exposed on this stack\n", 2, 0.2
+
+    def _redis_cli(self, inv: Invocation) -> tuple[str, str, int, float]:
+        args = inv.argv[1:]
+        while args and args[0] in ("-h", "-p", "-a", "-n", "--user", "--pass"):
+            args = args[2:]
+        if not args:
+            return "", "redis-cli: interactive mode is not available here; pass a command\n", 1, 0.0
+        cmd = args[0].upper()
+        if cmd == "PING":
+            return "PONG\n", "", 0, 0.05
+        if cmd == "DBSIZE":
+            return f"(integer) {1200 + 7 * len(self.pg.channels)}\n", "", 0, 0.05
+        if cmd == "INFO":
+            return ("# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n# Memory\r\nused_memory:3145728\r\n"
+                    "maxmemory:0\r\nmaxmemory_policy:noeviction\r\n"), "", 0, 0.05
+        if cmd == "CONFIG" and len(args) >= 3 and args[1].upper() == "GET":
+            v = self.redis.settings.get(args[2], None)
+            return (f"1) \"{args[2]}\"\n2) \"{v}\"\n" if v is not None else "(empty array)\n"), "", 0, 0.05
+        return "", f"(error) ERR unknown command '{args[0]}', with args beginning with: \n", 0, 0.05
+
+    def _psql(self, inv: Invocation) -> tuple[str, str, int, float]:
+        args = inv.argv[1:]
+        sql, tuples_only, unaligned = None, False, False
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a in ("-c", "--command") and i + 1 < len(args):
+                sql = args[i + 1]
+                i += 2
+                continue
+            if a.startswith("-") and not a.startswith("--"):
+                tuples_only = tuples_only or "t" in a
+                unaligned = unaligned or "A" in a
+                if a in ("-h", "-U", "-d", "-p", "-f"):
+                    i += 2
+                    continue
+            i += 1
+        if sql is None:
+            sql = inv.stdin
+        if not sql.strip():
+            return "", "psql: no command given (use -c)\n", 1, 0.0
+        outs, errs = [], []
+        for stmt in [s.strip() for s in sql.split(";") if s.strip()]:
+            try:
+                outs.append(self._sql(stmt, tuples_only, unaligned))
+            except _SqlError as e:
+                errs.append(f"ERROR:  {e}\n")
+                return "".join(outs), "".join(errs), 1, 0.1
+        return "".join(outs), "", 0, 0.1
+
+    def _sql(self, stmt: str, t_only: bool, unaligned: bool) -> str:
+        s = re.sub(r"\s+", " ", stmt).strip()
+        low = s.lower()
+        m = re.fullmatch(r"show (\w+)", low)
+        if m:
+            v = self.pg.settings.get(m.group(1))
+            if v is None:
+                raise _SqlError(f'unrecognized configuration parameter "{m.group(1)}"')
+            return _table([m.group(1)], [[str(v)]], t_only, unaligned)
+        m = re.fullmatch(r"select count\(\*\) from messages(?: where channel_id ?= ?'([\w-]+)')?", low)
+        if m:
+            n = self.pg.rows.get(m.group(1), 0) if m.group(1) else sum(self.pg.rows.values())
+            return _table(["count"], [[str(n)]], t_only, unaligned)
+        if re.fullmatch(r"select \* from channel_seq(?: order by channel_id)?", low):
+            rows = [[c, str(n)] for c, n in sorted(self.pg.rows.items())]
+            return _table(["channel_id", "last_seq"], rows, t_only, unaligned)
+        m = re.fullmatch(r"select (.+) from pg_settings(?: where name ?(=|in) ?(.+))?", low)
+        if m:
+            names = re.findall(r"'(\w+)'", m.group(3) or "") or sorted(self.pg.settings.effective())
+            rows = [[n, str(self.pg.settings.get(n))] for n in names if self.pg.settings.get(n) is not None]
+            return _table(["name", "setting"], rows, t_only, unaligned)
+        if re.fullmatch(r"select .+ from pg_stat_activity.*", low):
+            return self._stat_activity(t_only, unaligned)
+        if low.startswith(("select", "show", "update", "delete", "insert", "alter", "create", "drop", "begin",
+                           "commit", "set", "reset", "truncate", "grant", "revoke", "with", "explain")):
+            m = re.match(r"(?:select|delete|update|insert into|truncate)\s.*?\bfrom\s+(\w+)|^(?:update|"
+                         r"insert into|truncate)\s+(\w+)", low)
+            rel = m and (m.group(1) or m.group(2))
+            if rel and rel not in ("messages", "channel_seq", "pg_settings", "pg_stat_activity",
+                                   "message_dispatch_outbox", "app_kv_state", "service_control_history"):
+                raise _SqlError(f'relation "{rel}" does not exist')
+            raise _SqlError("permission denied: this statement is not available to the operator role in "
+                            "this environment")
+        first = s.split(" ", 1)[0]
+        raise _SqlError(f'syntax error at or near "{first}"\nLINE 1: {s}\n        ^')
+
+    def _stat_activity(self, t_only: bool, unaligned: bool) -> str:
+        rows = []
+        now = self.world.clock.now()
+        ph = self.world.schedule.phase_at(now)
+        rates = {d.name: ph.rps * d.rate_scale for d in self.world.profile.drivers}
+        pid = 4100
+        for role in ROLE_NAMES:
+            r = self.roles[role]
+            lam = sum(rps for d, rps in rates.items() for rr, op in self._route(d) if rr == role and op in _DB_OPS)
+            hold = self._op_hold(r, "authz" if role == "channel" else "write")
+            cap = int(r.db("pool_size")) + int(r.db("max_overflow"))
+            busy = min(cap, int(round(lam * hold / 1000.0)))
+            for k in range(min(cap, max(busy, 1))):
+                pid += 1
+                state = "active" if k < busy else "idle"
+                rows.append([str(pid), "app", f"svc-{role}", state, "ClientRead" if state == "idle" else "",
+                             "SELECT 1" if state == "idle" else "SELECT ... FROM channel_acl"])
+        return _table(["pid", "usename", "application_name", "state", "wait_event", "query"], rows, t_only,
+                      unaligned)
+
+
+class _SqlError(Exception):
+    pass
+
+
+def _table(cols: list[str], rows: list[list[str]], t_only: bool, unaligned: bool) -> str:
+    if unaligned:
+        body = "".join("|".join(r) + "\n" for r in rows)
+        return body if t_only else "|".join(cols) + "\n" + body + f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n"
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    fmt = lambda r: " " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " "  # noqa: E731
+    lines = [] if t_only else [" " + " | ".join(c.center(w) for c, w in zip(cols, widths)) + " ",
+                               "-" + "-+-".join("-" * w for w in widths) + "-"]
+    lines += [fmt(r).rstrip() if t_only else fmt(r) for r in rows]
+    if not t_only:
+        lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines) + "\n\n"
