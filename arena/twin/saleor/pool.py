@@ -103,15 +103,24 @@ class ApiConnectionPool:
             self.conns.sort(key=lambda c: (not c.long_lived, c.opened_at, c.backend.pid))
 
     # ------------------------------------------------------------------ serving
-    def shares(self, concurrency: float, now: float, t1: float, total_rps: float) -> tuple[list[tuple[Backend, float]],
-                                                                                           float]:
-        """Open what this segment needs; return [(backend, share of requests)] and the share left unserved."""
+    def shares(self, concurrency: float, now: float, t1: float,
+               total_rps: float) -> tuple[list[tuple[Backend, float]], float, float]:
+        """Open what this segment needs and hand out the load.
+
+        Returns ([(backend, share of requests)], fresh, unserved): `fresh` is the rare spill past every open
+        session, for which the pool opens one more connection on the spot (it inherits what is in force now);
+        `unserved` is the share that finds the pool at max_size or PostgreSQL refusing connections.
+        """
         self.sync(now)
+        window = max(min(t1 - now, self.idle_timeout_s), 1e-6)
+        # A slot is opened when at least one arrival in the window is expected to spill onto it.
         need = self.min_size
-        while need < self.max_size and erlang_b(need, concurrency) > self.spill:
+        while need < self.max_size and total_rps * erlang_b(need, concurrency) * window >= 0.5:
             need += 1
+        refused = False
         while len(self.conns) < need:
             if not self._open(now, long_lived=False):
+                refused = True
                 break
         out: list[tuple[Backend, float]] = []
         prev = 1.0
@@ -123,7 +132,9 @@ class ApiConnectionPool:
             # Used at least once per idle window: not reaped this segment.
             if share * total_rps * self.idle_timeout_s >= 1.0:
                 c.last_used = t1
-        return out, prev
+        if refused or len(self.conns) >= self.max_size:
+            return out, 0.0, prev
+        return out, prev, 0.0
 
     def next_change(self, now: float) -> float:
         """When the next overflow connection will be reaped or a long-lived one expire."""

@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlparse
 
 from arena.twin.saleor.postgres import ConnectError, PostgresServer
-from arena.twin.saleor.sql import Result, SelfTerminated, SQLError, SqlSession, split_statements, _pg_text
+from arena.twin.saleor.sql import (Interval, Result, SelfTerminated, SQLError, SqlSession, Timestamp, _pg_text,
+                                   split_statements)
 
 __all__ = ["PsqlOutput", "ConnInfo", "parse_conninfo", "run_psql", "format_result"]
 
@@ -216,7 +217,7 @@ def _footer(n: int) -> str:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, (bool, Timestamp, Interval))
 
 
 def _error_text(e: SQLError, stmt: str) -> str:
@@ -313,7 +314,12 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
                         out.append(rendered)
                     continue
                 try:
-                    res = session.execute(stmt)
+                    try:
+                        res = session.execute(stmt)
+                    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as bug:
+                        # Say so rather than crash the episode: the statement is outside what the twin models.
+                        raise SQLError(f"the twin could not evaluate this statement ({type(bug).__name__})",
+                                       sqlstate="XX000") from bug
                     duration += res.duration_s
                     if not (opts.quiet and not res.columns):
                         out.append(format_result(res, **fmt))

@@ -293,6 +293,13 @@ class Parser:
             if up in ("TRUE", "FALSE"):
                 self.i += 1
                 return Expr("lit", [up == "TRUE"])
+            if up == "INTERVAL" and self.peek().kind == "str":
+                self.i += 2
+                return Expr("lit", [parse_interval(self.toks[self.i - 1].text)])
+            if up in ("CURRENT_TIMESTAMP", "NOW"):
+                if up == "CURRENT_TIMESTAMP":
+                    self.i += 1
+                    return Expr("func", [], "now")
             if up in ("CURRENT_USER", "SESSION_USER", "USER"):
                 self.i += 1
                 return Expr("func", [], "current_user")
@@ -325,6 +332,8 @@ def _pg_text(v: Any) -> str:
         return ""
     if isinstance(v, bool):
         return "t" if v else "f"
+    if isinstance(v, (Timestamp, Interval)):
+        return str(v)
     if isinstance(v, float):
         return f"{v:.6f}".rstrip("0").rstrip(".") if v != int(v) else str(int(v))
     if isinstance(v, (list, tuple)):
@@ -332,7 +341,46 @@ def _pg_text(v: Any) -> str:
     return str(v)
 
 
-def _timestamp(t: float) -> str:
+class Timestamp(float):
+    """A timestamptz value (virtual seconds); prints like PostgreSQL, subtracts to an Interval."""
+
+    def __str__(self) -> str:
+        return _timestamp_text(float(self))
+
+
+class Interval(float):
+    """An interval in seconds; prints like PostgreSQL (HH:MM:SS.ffffff)."""
+
+    def __str__(self) -> str:
+        t = float(self)
+        sign = "-" if t < 0 else ""
+        t = abs(t)
+        h, rem = divmod(t, 3600)
+        m, sec = divmod(rem, 60)
+        return f"{sign}{int(h):02d}:{int(m):02d}:{sec:09.6f}"
+
+
+_INTERVAL_UNITS = {"microsecond": 1e-6, "millisecond": 1e-3, "ms": 1e-3, "second": 1.0, "sec": 1.0, "s": 1.0,
+                   "minute": 60.0, "min": 60.0, "hour": 3600.0, "h": 3600.0, "day": 86400.0, "d": 86400.0}
+
+
+def parse_interval(text: str) -> Interval:
+    total = 0.0
+    for num, unit in re.findall(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", text.lower()):
+        u = unit.rstrip("s") if unit not in ("s", "ms") else unit
+        if u == "":
+            u = "second"
+        if u not in _INTERVAL_UNITS:
+            raise SQLError(f'invalid input syntax for type interval: "{text}"', sqlstate="22007")
+        total += float(num) * _INTERVAL_UNITS[u]
+    return Interval(total)
+
+
+def _timestamp(t: float) -> Timestamp:
+    return Timestamp(t)
+
+
+def _timestamp_text(t: float) -> str:
     """A virtual second as a timestamptz, on the same epoch as the twin's logs (arena.twin.world._ts)."""
     import datetime as _dt
 
@@ -562,7 +610,8 @@ class SqlSession:
             alias = None
             if p.accept("AS"):
                 alias = p.name()
-            elif p.tok.kind in ("word", "ident") and p.tok.up not in ("FROM", "WHERE", "ORDER", "LIMIT", "GROUP"):
+            elif p.tok.kind in ("word", "ident") and p.tok.up not in ("FROM", "WHERE", "ORDER", "LIMIT", "GROUP",
+                                                                        "HAVING"):
                 alias = p.name()
             items.append((e, alias))
             if not p.accept(","):
@@ -588,6 +637,12 @@ class SqlSession:
                     continue
                 break
         where = p.expr() if p.accept("WHERE") else None
+        group: list[Expr] = []
+        if p.accept("GROUP"):
+            p.expect("BY")
+            group.append(p.expr())
+            while p.accept(","):
+                group.append(p.expr())
         order: list[tuple[Expr, bool]] = []
         if p.accept("ORDER"):
             p.expect("BY")
@@ -607,18 +662,29 @@ class SqlSession:
         rows = self._from_rows(sources, p)
         if where is not None:
             rows = [r for r in rows if self._truth(self._eval(where, r))]
-        aggregate = any(self._is_aggregate(e) for e, _ in items)
+        aggregate = bool(group) or any(self._is_aggregate(e) for e, _ in items)
         ctx = _EvalCtx()
         if order and not aggregate:
             for e, desc in reversed(order):
                 rows.sort(key=lambda r, e=e: _sort_key(self._eval(e, r, ctx)), reverse=desc)
-        if limit is not None:
+        if limit is not None and not aggregate:
             rows = rows[:limit]
         columns: list[str] = []
         out_rows: list[list[Any]] = []
         if aggregate:
             columns = [alias or self._label(e) for e, alias in items]
-            out_rows = [[self._aggregate(e, rows) for e, _ in items]]
+            keys = [self._group_expr(g, items) for g in group]
+            groups: dict[tuple, list[Row]] = {}
+            for r in rows:
+                groups.setdefault(tuple(_pg_text(self._eval(k, r, ctx)) for k in keys), []).append(r)
+            if not group:
+                groups = {(): rows}
+            out_rows = [[self._aggregate(e, g) for e, _ in items] for g in groups.values()]
+            for e, desc in reversed(order):
+                idx = self._output_index(e, items, columns)
+                out_rows.sort(key=lambda r, i=idx: _sort_key(r[i]), reverse=desc)
+            if limit is not None:
+                out_rows = out_rows[:limit]
         else:
             for r in rows or ([{}] if not sources else []):
                 out: list[Any] = []
@@ -636,6 +702,27 @@ class SqlSession:
                 else:
                     columns.append(alias or self._label(e))
         return Result(columns=columns, rows=out_rows, duration_s=ctx.slept)
+
+    @staticmethod
+    def _group_expr(g: Expr, items: list[tuple[Expr, str | None]]) -> Expr:
+        """GROUP BY 1 or an output alias means that select item, as in PostgreSQL."""
+        if g.op == "lit" and isinstance(g.args[0], int) and 1 <= g.args[0] <= len(items):
+            return items[g.args[0] - 1][0]
+        if g.op == "col" and g.args[0] is None:
+            for e, alias in items:
+                if alias == g.name:
+                    return e
+        return g
+
+    def _output_index(self, e: Expr, items: list[tuple[Expr, str | None]], columns: list[str]) -> int:
+        if e.op == "lit" and isinstance(e.args[0], int) and 1 <= e.args[0] <= len(items):
+            return e.args[0] - 1
+        label = e.name if e.op in ("col", "func") else None
+        for i, (item, alias) in enumerate(items):
+            if item == e or (label is not None and label in (alias, columns[i])):
+                return i
+        raise SQLError(f'column "{label or "?"}" must appear in the GROUP BY clause or be used in an aggregate '
+                       "function", sqlstate="42803")
 
     def _from_item(self, p: Parser) -> tuple[str, str]:
         name = p.name()
@@ -840,6 +927,11 @@ class SqlSession:
             v = self._eval(e.args[0], row, ctx)
             if e.name in ("int", "integer", "bigint", "int4", "int8"):
                 return None if v is None else int(float(v))
+            if e.name in ("regrole", "regdatabase") and isinstance(v, int):
+                if v == 0:
+                    return "-"
+                names = self.server.roles.values() if e.name == "regrole" else self.server.databases.values()
+                return next((x.name for x in names if x.oid == v), str(v))
             if e.name in ("text", "varchar", "name", "regrole", "regdatabase"):
                 return None if v is None else _pg_text(v)
             return v
@@ -865,8 +957,23 @@ class SqlSession:
             pat = "^" + re.escape(str(b)).replace("%", ".*").replace("_", ".") + "$"
             return re.match(pat, str(a), re.I if e.name == "ILIKE" else 0) is not None
         if e.name in ("+", "-", "*", "/"):
-            a, b = float(a), float(b)
-            r = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else float("nan")}[e.name]
+            if isinstance(a, Timestamp) or isinstance(b, Timestamp):
+                if e.name == "-" and isinstance(a, Timestamp) and isinstance(b, Timestamp):
+                    return Interval(float(a) - float(b))
+                if e.name in ("+", "-") and isinstance(a, Timestamp) and isinstance(b, Interval):
+                    return Timestamp(float(a) + (float(b) if e.name == "+" else -float(b)))
+                raise SQLError(f"operator does not exist: timestamp with time zone {e.name} "
+                               f"{'interval' if isinstance(b, Interval) else 'unknown'}", sqlstate="42883")
+            try:
+                x, y = float(a), float(b)
+            except (TypeError, ValueError):
+                raise SQLError(f'invalid input syntax for type numeric: "{_pg_text(b if isinstance(a, (int, float)) else a)}"',
+                               sqlstate="22P02") from None
+            if e.name == "/" and y == 0:
+                raise SQLError("division by zero", sqlstate="22012")
+            r = {"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else 0.0}[e.name]
+            if isinstance(a, Interval) or isinstance(b, Interval):
+                return Interval(r)
             return int(r) if r == int(r) else r
         a, b = _coerce_pair(a, b)
         return {"=": a == b, "<>": a != b, "<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[e.name]
@@ -963,6 +1070,14 @@ class _EvalCtx:
 
 
 def _coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
+    if isinstance(a, (Timestamp, Interval)) or isinstance(b, (Timestamp, Interval)):
+        if isinstance(a, str):
+            a = parse_interval(a) if isinstance(b, Interval) else a
+        if isinstance(b, str):
+            b = parse_interval(b) if isinstance(a, Interval) else b
+        if isinstance(a, str) or isinstance(b, str):
+            return _pg_text(a), _pg_text(b)
+        return float(a), float(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return bool(a) if not isinstance(a, str) else a in ("t", "true"), bool(b) if not isinstance(b, str) else b in (
             "t", "true")

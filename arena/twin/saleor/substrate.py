@@ -429,7 +429,7 @@ class SaleorSubstrate(Substrate):
         holds = {d: self._mean_hold(self.model.requests[d]) for d in rates if d in self.model.requests}
         total_rps = sum(rates.get(d, 0.0) for d in holds)
         conc = sum(rates[d] * holds[d] / 1000.0 for d in holds)
-        shares, unserved = self.api.pool.shares(conc, now, t1, total_rps)
+        shares, fresh, unserved = self.api.pool.shares(conc, now, t1, total_rps)
         groups: dict[float, float] = {}
         for backend, share in shares:
             # What pg_stat_activity shows for the pool: a session busy more than half the time reads as active.
@@ -441,6 +441,11 @@ class SaleorSubstrate(Substrate):
                 continue
             t = self.server.statement_timeout_ms(backend)
             groups[t] = groups.get(t, 0.0) + share
+        if fresh > 0:
+            pool = self.model.api_pool
+            t = setting_ms("statement_timeout", self.server.fresh_effective(pool.role, pool.database,
+                                                                           "statement_timeout")[0])
+            groups[t] = groups.get(t, 0.0) + fresh
         out: dict[str, list[Mode]] = {}
         cancelled_rps = 0.0
         for d, rate in rates.items():
