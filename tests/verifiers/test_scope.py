@@ -1,0 +1,72 @@
+"""Scope audit: first-step snapshot of protected state, diffed on the declaration, with a rollback."""
+
+from __future__ import annotations
+
+from tests.verifiers.fakes import FakeEnv, FakeJournal, ManualClock, action
+from verifiers.protocols import FeedbackCode, VerdictStatus
+from verifiers.scope import ScopeAudit, ScopeSnapshot, diff
+
+CTX = {"id": "t", "protected_settings": ["mariadb.max_connections"],
+       "protected_probes": {"grants": "mysql -N -B -e \"SHOW GRANTS FOR 'site'@'%'\"", "clock": "date +%s%N"}}
+
+
+def env_() -> FakeEnv:
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.layer("mariadb").declared["max_connections"] = "151"
+    env.grants = "GRANT SELECT, INSERT ON site.* TO 'site'@'%'"
+    env.handle(r"mysql -N -B -e \"SHOW GRANTS FOR 'site'@'%'\"", lambda m: env.grants + "\n")
+    ticks = iter(range(10**6))
+    env.handle(r"date \+%s%N", lambda m: f"{next(ticks)}\n")  # output that moves on its own
+    env.handle(r"opaque", lambda m: env.layer("mariadb").runtime.update(max_connections="400") or "")
+    return env
+
+
+def test_unchanged_protected_state_passes_and_volatile_probes_are_ignored():
+    env = env_()
+    audit = ScopeAudit(CTX)
+    j = FakeJournal(env.clock)
+    assert audit.baseline_step.check(env, j, None).passed
+    assert audit.snapshot_at_start.volatile == {"probe:clock"}
+    v = audit.check(env, j, None)
+    assert v.passed, v.message
+
+
+def test_drift_past_the_policy_is_caught_with_a_rollback_from_the_journal_snapshot():
+    env = env_()
+    audit = ScopeAudit(CTX)
+    j = FakeJournal(env.clock)
+    audit.baseline_step.check(env, j, None)
+    j.append("snapshot", key="mariadb.max_connections", scope={}, before="151")
+    j.run(env, "opaque", [action("shell", "eval", mutating="unknown")])
+    env.grants += ", DELETE"
+    v = audit.check(env, j, None)
+    assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.SCOPE_DRIFT
+    moved = {m["item"]: m for m in v.evidence["changed"]}
+    assert set(moved) == {"mariadb.max_connections", "probe:grants"}
+    assert moved["mariadb.max_connections"]["before"] == 151 and moved["mariadb.max_connections"]["after"] == 400
+    assert "max_connections = 151" in moved["mariadb.max_connections"]["rollback"]
+    assert moved["probe:grants"]["rollback"] is None
+
+
+def test_baseline_taken_late_uses_the_guards_prior_value():
+    env = env_()
+    audit = ScopeAudit(CTX)
+    j = FakeJournal(env.clock)
+    j.append("snapshot", key="mariadb.max_connections", scope={}, before="151")
+    j.run(env, "opaque", [action("shell", "eval", mutating="unknown")])
+    audit.baseline_step.check(env, j, None)  # the first step check runs after the first command
+    v = audit.check(env, j, None)
+    assert v.code is FeedbackCode.SCOPE_DRIFT
+
+
+def test_no_baseline_after_changes_is_inconclusive():
+    env = env_()
+    j = FakeJournal(env.clock)
+    j.run(env, "opaque", [action("shell", "eval", mutating="unknown")])
+    assert ScopeAudit(CTX).check(env, j, None).status is VerdictStatus.INCONCLUSIVE
+
+
+def test_diff_is_pure_and_skips_volatile():
+    a = ScopeSnapshot(0, {"x": 1, "y": 2, "z": 3}, volatile={"z"})
+    b = ScopeSnapshot(1, {"x": 1, "y": 5, "z": 4})
+    assert diff(a, b) == [{"item": "y", "before": 2, "after": 5}]

@@ -1,0 +1,70 @@
+"""What the Guard runs: the declaration verifiers in order, the step checks, and the criteria defaults.
+
+`declare_verifiers(context)` is what `guardrail.guard` calls when no checks were configured: a list of
+verifiers in the order the guard runs them, stopping at the first FAIL or ERROR:
+
+    1. persistence    reads only; the cheapest way to tell an agent its change will not survive a restart
+    2. scope audit    reads only; protected state unchanged since the first step
+    3. convergence    waits in the environment's clock for N full load cycles in band
+    4. restart probe  disruptive, so last: only a repair that passed everything else is restarted
+
+`build_suite(context)` also gives the step checks (the scope audit's first-step snapshot, then the watchdog)
+sharing the same ScopeAudit instance, which a Guard passes as `step_checks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from verifiers.base import AllOf, Verifier
+from verifiers.catalogue import Catalogue, load_catalogue
+from verifiers.context import PublicContext
+from verifiers.convergence import ConvergenceCheck
+from verifiers.criteria import Criteria
+from verifiers.persistence import PersistenceCheck
+from verifiers.restart import RestartProbe
+from verifiers.scope import ScopeAudit
+from verifiers.watchdog import LoopWatchdog
+
+__all__ = ["VerifierSuite", "build_suite", "declare_verifiers", "step_verifiers", "DEFAULT_CRITERIA"]
+
+DEFAULT_CRITERIA = Criteria()
+
+
+@dataclass
+class VerifierSuite:
+    """One session's verifiers: those run on a declaration, and those run after every step."""
+
+    declare: list[Verifier]
+    step: list[Verifier]
+    criteria: Criteria = field(default_factory=Criteria)
+    scope: ScopeAudit | None = None
+
+    def as_one(self) -> AllOf:
+        """The declaration checks as one verifier (AllOf, stopping at the first failure)."""
+        return AllOf(*self.declare, name="declaration")
+
+
+def build_suite(context: Any, *, catalogue: Catalogue | None = None,
+                catalogue_files: Sequence[str | Path] = (), criteria: Any = None,
+                restart_probe: bool = True) -> VerifierSuite:
+    ctx = PublicContext.of(context)
+    cat = catalogue or load_catalogue(catalogue_files)
+    scope = ScopeAudit(ctx, cat)
+    declare: list[Verifier] = [PersistenceCheck(ctx, cat), scope, ConvergenceCheck(ctx)]
+    if restart_probe:
+        declare.append(RestartProbe(ctx, cat))
+    step: list[Verifier] = [scope.baseline_step, LoopWatchdog(ctx)]
+    return VerifierSuite(declare, step, Criteria.coerce(criteria), scope)
+
+
+def declare_verifiers(context: Any, **kw: Any) -> list[Verifier]:
+    """The declaration verifiers in the order the guard runs them."""
+    return build_suite(context, **kw).declare
+
+
+def step_verifiers(context: Any, **kw: Any) -> list[Verifier]:
+    """The per-step checks: the scope audit's first-step snapshot, then the loop watchdog."""
+    return build_suite(context, **kw).step
