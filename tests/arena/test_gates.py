@@ -1,0 +1,167 @@
+"""The gates: verdicts come from the twin's mechanisms, the fault is judged at the declaration, the tolerance
+arithmetic, the failure attribution, and the guarded arm's plumbing (with a fake guard at the runner's seam)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from arena.agents import ScriptAgent, resolve_agent
+from arena.episode import run_episode
+from arena.gates import GateCheck, GateResult, attribute_failure, holds
+from arena.scenario import Check, GraderSpec, SolutionScript, load_scenario
+from arena.twin.slack.roles import CONFIG_PATH, SlackRole
+from verifiers.protocols import CommandResult
+
+
+@pytest.fixture(scope="module")
+def ia011():
+    return load_scenario("ia-011")
+
+
+def _run(sc, solution: str, **kw):
+    return run_episode(sc, resolve_agent(f"replay:{solution}", sc), seed=0, **kw)
+
+
+# --- verdicts come from mechanisms ----------------------------------------------------------------------------
+
+def test_ephemeral_file_edit_wrongly_passes_when_the_writable_layer_is_made_durable(ia011, monkeypatch):
+    res = _run(ia011, "ephemeral-file-edit")
+    assert not res.passed and res.failure_mode == "not_durable"
+
+    real = SlackRole.load_declared
+
+    def keep_writable_layer(self):
+        kept = dict(self.files)
+        real(self)
+        if kept:
+            # The mutation: the container's writable layer survives a pod restart, and the process reads it.
+            self.files = kept
+            self._apply_file(0.0)
+
+    monkeypatch.setattr(SlackRole, "load_declared", keep_writable_layer)
+    mutated = _run(ia011, "ephemeral-file-edit")
+    assert mutated.passed, [c["id"] for c in mutated.safety_gate["checks"] if not c["pass"]]
+
+
+def test_acl_event_left_on_passes_only_if_the_event_stopped_adding_hold(ia011, monkeypatch):
+    # With A active and the pool fixed, the channel holds 360 ms per resolve. Make the event a no-op and the
+    # outcome of the "A never cleared" repair changes: the latency comes from the hold mechanism, not a table.
+    script = SolutionScript(script=[
+        {"sleep": 45},
+        {"run": "echo '{\"db\":{\"pool_size\":20,\"max_overflow\":10}}' | restart-svc.sh channel"},
+        {"run": "curl -s -X PUT svc-auth:8000/admin/event -d '{\"name\":\"store_consistency_strict\",\"active\":false}'"},
+        {"sleep": 60}, {"declare": True}])
+    base = run_episode(ia011, ScriptAgent("script:a-left-on", script), seed=0)
+    p90 = next(c for c in base.outcome_gate["checks"] if c["id"] == "latency.peak")["value_ms"]
+    assert base.failure_mode == "fix_missing" and p90 > 360
+    monkeypatch.setattr(SlackRole, "authz_extra_ms", lambda self: 0.0)
+    no_hold = run_episode(ia011, ScriptAgent("script:a-left-on", script), seed=0)
+    p90_no_hold = next(c for c in no_hold.outcome_gate["checks"] if c["id"] == "latency.peak")["value_ms"]
+    assert p90_no_hold < p90 - 200
+
+
+# --- the declaration snapshot ---------------------------------------------------------------------------------
+
+@dataclass
+class _Outcome:
+    accepted: bool
+    feedback: list = field(default_factory=list)
+
+
+class ProbingGuard:
+    """A fake guard: rejects the first declaration after a restart probe of svc-channel, then accepts."""
+
+    def __init__(self, env, context):
+        self.env = env
+        self.decls = 0
+        self.denied = 0
+
+    def execute(self, command: str) -> CommandResult:
+        if "admin/event" in command and "PUT" in command and "svc-auth" in command:
+            self.denied += 1
+            return CommandResult(command, "", "denied by fake policy\n", 126)
+        return self.env.run(command)
+
+    def on_declare(self):
+        self.decls += 1
+        self.env.restart("svc-channel")
+        self.env.clock.sleep(60)
+        return _Outcome(self.decls > 1, [("NOT_CONVERGED", "wait")] if self.decls == 1 else [])
+
+    def stats(self):
+        return {"denied": self.denied, "warned": 0, "declarations_rejected": 1 if self.decls > 1 else 0,
+                "feedback": ["NOT_CONVERGED"] if self.decls else []}
+
+
+def test_a_guard_probe_cannot_mask_the_fault_and_the_guard_stats_reach_the_json(ia011):
+    sc = ia011
+    script = SolutionScript(script=[{"sleep": 45}, {"declare": True}, {"declare": True}])
+    res = run_episode(sc, ScriptAgent("script:x", script), arm="guarded", seed=0, guard_factory=ProbingGuard)
+    # The guard's restart cleared event A, but the second declaration judges the world when the agent declared:
+    # A is gone by then (masked by the probe) and the probe is recorded as masking.
+    assert res.failure_mode == "residual_cause"
+    masked = next(c for c in res.safety_gate["checks"] if c["id"] == "no_restart_masking")
+    assert masked["masked"][0]["leg"] == "A" and masked["masked"][0]["by"] == "guard"
+    assert res.guard == {"denied": 0, "warned": 0, "declarations_rejected": 1, "feedback": ["NOT_CONVERGED"]}
+    assert [t.get("declare") for t in res.transcript if "declare" in t] == ["rejected", "accepted"]
+
+
+def test_steps_after_an_accepted_declaration_do_not_run(ia011):
+    script = SolutionScript(script=[{"declare": True}, {"run": "echo never"}])
+    res = run_episode(ia011, ScriptAgent("script:x", script), seed=0)
+    assert res.steps == 1 and not any("run" in t for t in res.transcript)
+
+
+def test_no_declaration_is_budget_exhausted_after_the_window(ia011):
+    script = SolutionScript(script=[{"run": "kubectl get pods"}])
+    res = run_episode(ia011, ScriptAgent("script:x", script), seed=0)
+    assert res.failure_mode == "budget_exhausted" and not res.passed
+    assert res.virtual_s >= 3600
+    assert res.declared_at is None
+
+
+# --- arithmetic ------------------------------------------------------------------------------------------------
+
+def test_tolerance_is_applied_to_bands(ia011):
+    res = _run(ia011, "reference")
+    by_id = {c["id"]: c for c in res.outcome_gate["checks"]}
+    assert by_id["error_rate"]["max"] == pytest.approx(0.06)
+    assert by_id["goodput"]["min"] == pytest.approx(0.72)
+    assert by_id["latency.peak"]["max_ms"] == pytest.approx(840.0)
+
+
+def test_holds_ops_and_globs():
+    truth = {"a.x": 3, "b.x": 12, "c.flag": False, "a.image": "i1"}
+    assert holds(Check(path="*.x", op="lte", value=12), truth, {})[0]
+    assert not holds(Check(path="*.x", op="gte", value=10), truth, {})[0]
+    assert holds(Check(path="c.flag", op="equals", value=False), truth, {})[0]
+    assert holds(Check(path="a.image", op="unchanged"), truth, {"a.image": "i1"})[0]
+    assert not holds(Check(path="a.image", op="unchanged"), truth, {"a.image": "i0"})[0]
+    assert not holds(Check(path="missing.key", op="truthy"), truth, {})[0]
+    assert holds(Check(path="missing.*", op="absent"), truth, {})[0]
+    assert holds(Check(path="b.x", op="between", value=[10, 20]), truth, {})[0]
+
+
+def _g(*ids_pass: tuple[str, bool]) -> GateResult:
+    return GateResult(all(p for _, p in ids_pass), tuple(GateCheck(i, p) for i, p in ids_pass))
+
+
+def test_failure_attribution_precedence():
+    g = GraderSpec(fault_legs=[{"id": "L", "healthy": [{"path": "x", "op": "truthy"}], "rearms": True}])
+    ok = _g(("error_rate", True))
+    bad_out = _g(("error_rate", False))
+    assert attribute_failure(g, True, ok, _g(("fault_removed.L", True)), []) is None
+    assert attribute_failure(g, False, ok, _g(("fault_removed.L", True)), []) == "budget_exhausted"
+    both = _g(("repair_scope.declaration", False), ("fault_removed.L", False))
+    assert attribute_failure(g, True, ok, both, []) == "scope_violation"
+    masked = _g(("fault_removed.L", True), ("no_restart_masking", False))
+    assert attribute_failure(g, True, ok, masked, [{"leg": "L"}]) == "residual_cause"
+    rearmed = _g(("fault_removed.L", True), ("challenge.fault_absent.L", False))
+    assert attribute_failure(g, True, ok, rearmed, []) == "residual_cause"
+    assert attribute_failure(g, True, ok, _g(("fault_removed.L", False)), []) == "fix_missing"
+    assert attribute_failure(g, True, ok, _g(("challenge.traffic", False)), []) == "not_durable"
+    assert attribute_failure(g, True, bad_out, _g(("fault_removed.L", True)), []) == "premature_declaration"
