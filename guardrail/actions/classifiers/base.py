@@ -1,0 +1,178 @@
+"""The one interface every tool classifier implements, its registry, and the option parsing they share.
+
+`guardrail.actions.normalise` looks a command name up with `classifier_for(name)` and calls
+`classify(invocation) -> list[Action]`. Each tool module (kubectl, helm, psql, ...) registers itself with
+`@register`. A classifier never raises on purpose: an argv it cannot read becomes a `mutating: "unknown"` Action.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Protocol
+
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import Action, KeyChange
+from guardrail.actions.words import Word
+
+__all__ = ["Classifier", "register", "classifier_for", "registered", "OptionSpec", "Parsed", "flatten",
+           "json_object", "keys_from"]
+
+
+class Classifier(Protocol):
+    """Turns one invocation of a tool into the Actions it performs."""
+
+    commands: ClassVar[tuple[str, ...]]
+
+    def classify(self, inv: Invocation) -> list[Action]: ...
+
+
+_REGISTRY: dict[str, Classifier] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: one instance serves every command name in `cls.commands`."""
+    instance = cls()
+    for name in cls.commands:
+        _REGISTRY[name] = instance
+    return cls
+
+
+def classifier_for(name: str) -> Classifier | None:
+    return _REGISTRY.get(name)
+
+
+def registered() -> dict[str, Classifier]:
+    return dict(_REGISTRY)
+
+
+@dataclass
+class Parsed:
+    """An argv split into options (canonical name -> values), boolean flags and positionals."""
+
+    opts: dict[str, list[Word]] = field(default_factory=dict)
+    flags: set[str] = field(default_factory=set)
+    positionals: list[Word] = field(default_factory=list)
+    after_dashdash: list[Word] | None = None  # what follows a bare `--`, when there is one
+    order: list[tuple[str, Word | None]] = field(default_factory=list)  # (name, value) as given, for -c -c ...
+
+    def get(self, name: str, default: str | None = None) -> Word | str | None:
+        v = self.opts.get(name)
+        return v[-1] if v else default
+
+    def all(self, name: str) -> list[Word]:
+        return self.opts.get(name, [])
+
+    def has(self, *names: str) -> bool:
+        return any(n in self.flags or n in self.opts for n in names)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """Which options of a tool take a value, and their canonical names (`--namespace` -> `-n`)."""
+
+    takes_value: frozenset[str] = frozenset()
+    aliases: dict[str, str] = field(default_factory=dict)
+    # Wrappers stop at the wrapped command's name: the rest of argv belongs to it.
+    stop_at_positional: bool = False
+    # Tools whose `-abc` is one long option (`-name`), not three flags (find, kubectl's `-o=json` is handled).
+    long_single_dash: bool = False
+
+    @staticmethod
+    def of(takes_value: Iterable[str] = (), aliases: dict[str, str] | None = None, **kw: Any) -> "OptionSpec":
+        al = dict(aliases or {})
+        tv = {al.get(t, t) for t in takes_value}
+        return OptionSpec(takes_value=frozenset(tv), aliases=al, **kw)
+
+    def canon(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def parse(self, args: list[Word]) -> Parsed:
+        p = Parsed()
+        i = 0
+        n = len(args)
+        while i < n:
+            a = args[i]
+            if a == "--":
+                p.after_dashdash = list(args[i + 1:])
+                break
+            if a.startswith("--") and len(a) > 2:
+                name, eq, val = a.partition("=")
+                c = self.canon(name)
+                if eq:
+                    self._add(p, c, Word.of(val, dynamic=a.dynamic))
+                elif c in self.takes_value and i + 1 < n:
+                    i += 1
+                    self._add(p, c, args[i])
+                else:
+                    p.flags.add(c)
+                    p.order.append((c, None))
+            elif a.startswith("-") and len(a) > 1 and not a.dynamic:
+                name, eq, val = a.partition("=")
+                c = self.canon(name)
+                if eq and (c in self.takes_value or len(name) == 2):
+                    self._add(p, c, Word.of(val))
+                elif c in self.takes_value:
+                    if i + 1 < n:
+                        i += 1
+                        self._add(p, c, args[i])
+                    else:
+                        p.flags.add(c)
+                elif self.long_single_dash:
+                    p.flags.add(c)
+                    p.order.append((c, None))
+                else:
+                    # -sSfL, -XPUT, -d@file, -n5: letters until one that takes a value.
+                    j = 1
+                    while j < len(a):
+                        c = self.canon("-" + a[j])
+                        if c in self.takes_value:
+                            rest = a[j + 1:]
+                            if rest:
+                                self._add(p, c, Word.of(rest[1:] if rest.startswith("=") else rest))
+                            elif i + 1 < n:
+                                i += 1
+                                self._add(p, c, args[i])
+                            else:
+                                p.flags.add(c)
+                            break
+                        p.flags.add(c)
+                        p.order.append((c, None))
+                        j += 1
+            else:
+                p.positionals.append(a)
+                if self.stop_at_positional:
+                    p.positionals.extend(args[i + 1:])
+                    break
+            i += 1
+        return p
+
+    @staticmethod
+    def _add(p: Parsed, name: str, value: Word) -> None:
+        p.opts.setdefault(name, []).append(value)
+        p.order.append((name, value))
+
+
+def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
+    """{"db": {"pool_size": 20}} under "app" -> [("app.db.pool_size", 20)]. Lists stay whole values."""
+    if isinstance(obj, dict) and obj:
+        out: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, obj)]
+
+
+def json_object(text: str | None) -> dict[str, Any] | None:
+    """A JSON object from text, or None when the text is missing or not a JSON object."""
+    if text is None:
+        return None
+    try:
+        v = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def keys_from(pairs: Iterable[tuple[str, Any]], scope: dict[str, str] | None = None) -> list[KeyChange]:
+    return [KeyChange(key=k, value=v, scope=scope or {}) for k, v in pairs]

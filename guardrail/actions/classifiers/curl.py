@@ -1,0 +1,209 @@
+"""curl and wget: the HTTP method, URL and JSON body, and the admin APIs they drive (with their keys).
+
+Registered for `curl` and `wget`; called by `Normaliser.dispatch`. Recognised APIs (by method and path):
+`PUT /admin/config` (body flattened to `app.<path>`, runtime), `POST /admin/reload` (runtime),
+`PUT /admin/event {"name","active"}` (`event.<name>`, runtime, target = URL host), `PUT /v1/maintenance`
+(`maintenance.<field>`, declared), `PUT /admin/checkpoint` (`app.checkpoint.mode`), `PUT /admin/sequencer`
+(`app.sequencer.mode`). Any other URL is classified by method: GET/HEAD/OPTIONS read, the rest write.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating
+from guardrail.actions.shell import NULL_SINKS, file_write
+
+__all__ = ["Curl", "Wget", "http_action"]
+
+_DATA = ("-d", "--data-raw", "--data-binary", "--data-ascii", "--data-urlencode", "--json")
+_CURL = OptionSpec.of(
+    ["-X", "--request", "-d", "--data", "--data-raw", "--data-binary", "--data-ascii", "--data-urlencode", "--json",
+     "-T", "--upload-file", "-H", "--header", "-F", "--form", "--form-string", "-u", "--user", "-o", "--output",
+     "-w", "--write-out", "-m", "--max-time", "--connect-timeout", "--retry", "--retry-delay", "--retry-max-time",
+     "-x", "--proxy", "-b", "--cookie", "-c", "--cookie-jar", "-A", "--user-agent", "-e", "--referer", "--url",
+     "--resolve", "--cacert", "--capath", "--cert", "-E", "--key", "-K", "--config", "--unix-socket",
+     "--interface", "--limit-rate", "-r", "--range", "-D", "--dump-header", "--trace", "--trace-ascii", "--stderr",
+     "--output-dir", "--max-filesize", "--noproxy", "--proxy-user", "--oauth2-bearer", "-Q", "--quote",
+     "--connect-to", "--max-redirs", "-z", "--time-cond", "--expect100-timeout", "-y", "-Y", "--speed-time",
+     "--speed-limit", "--aws-sigv4", "--variable", "--expand-data", "--expand-url"],
+    {"--request": "-X", "--data": "-d", "--upload-file": "-T", "--header": "-H", "--form": "-F", "--user": "-u",
+     "--output": "-o", "--write-out": "-w", "--max-time": "-m", "--proxy": "-x", "--cookie": "-b",
+     "--cookie-jar": "-c", "--user-agent": "-A", "--referer": "-e", "--config": "-K", "--range": "-r",
+     "--dump-header": "-D", "--quote": "-Q", "--cert": "-E", "--time-cond": "-z", "--head": "-I",
+     "--get": "-G", "--remote-name": "-O"})
+_WGET = OptionSpec.of(
+    ["-O", "--output-document", "--method", "--body-data", "--body-file", "--post-data", "--post-file",
+     "--header", "-o", "--output-file", "-a", "--append-output", "-T", "--timeout", "-t", "--tries", "-P",
+     "--directory-prefix", "-U", "--user-agent", "--user", "--password", "-e", "--execute", "-i", "--input-file",
+     "--load-cookies", "--save-cookies", "--ca-certificate", "--certificate", "--private-key", "--wait"],
+    {"--output-document": "-O", "--output-file": "-o", "--append-output": "-a", "--timeout": "-T",
+     "--tries": "-t", "--directory-prefix": "-P", "--user-agent": "-U", "--execute": "-e", "--input-file": "-i"})
+
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+def _body(inv: Invocation, parts: list[str]) -> tuple[Any, str | None]:
+    """(body: parsed JSON or text or None, body_file: the @file it names)."""
+    if not parts:
+        return None, None
+    texts = []
+    body_file = None
+    for part in parts:
+        if part.startswith("@"):
+            if part in ("@-", "@/dev/stdin") and inv.stdin is not None and inv.stdin.text is not None:
+                texts.append(inv.stdin.text.strip())
+            else:
+                body_file = part[1:]
+        else:
+            texts.append(part)
+    if not texts:
+        return None, body_file
+    text = "&".join(texts)
+    try:
+        return json.loads(text), body_file
+    except ValueError:
+        return text, body_file
+
+
+def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
+                details: dict[str, Any] | None = None, method_known: bool = True) -> Action:
+    """One HTTP request as an Action, with the admin APIs' keys."""
+    u = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        host, port = u.hostname or "", u.port
+    except ValueError:
+        host, port = u.hostname or "", None
+    path = u.path or "/"
+    query = dict(parse_qsl(u.query))
+    d: dict[str, Any] = {"url": url, "method": method, "host": host, "path": path, **(details or {})}
+    if port is not None:
+        d["port"] = port
+    if query:
+        d["query"] = query
+    if body is not None:
+        d["body"] = body
+    target = inv.service_target(host, "localhost")
+    mutating: Mutating = (method not in _READ_METHODS) if method_known else UNKNOWN
+    layer = Layer.NONE
+    keys: list[KeyChange] = []
+    obj = body if isinstance(body, dict) else (query if query else {})
+    p = path.rstrip("/")
+    if mutating is True:
+        if p.endswith("/admin/config"):
+            d["api"] = "admin/config"
+            layer = Layer.RUNTIME
+            keys = [KeyChange(key=k, value=v) for k, v in flatten(obj, "app")] if obj else []
+        elif p.endswith("/admin/reload"):
+            d["api"] = "admin/reload"
+            layer = Layer.RUNTIME
+        elif p.endswith("/admin/event"):
+            d["api"] = "admin/event"
+            layer = Layer.RUNTIME
+            name = obj.get("name") if isinstance(obj, dict) else None
+            if name is not None:
+                active = obj.get("active")
+                if isinstance(active, str) and active.lower() in ("true", "false"):
+                    active = active.lower() == "true"
+                keys = [KeyChange(key=f"event.{name}", value=active, scope={"component": target.name})]
+        elif p.endswith("/v1/maintenance") or p.endswith("/maintenance"):
+            d["api"] = "maintenance"
+            layer = Layer.DECLARED
+            sched = obj.get("schedule") if isinstance(obj.get("schedule"), dict) else obj
+            keys = [KeyChange(key=f"maintenance.{k}", value=v) for k, v in sched.items()] if sched else []
+        elif p.endswith("/admin/checkpoint") or p.endswith("/admin/sequencer"):
+            what = p.rsplit("/", 1)[-1]
+            d["api"] = f"admin/{what}"
+            layer = Layer.RUNTIME
+            if "mode" in obj:
+                keys = [KeyChange(key=f"app.{what}.mode", value=obj["mode"])]
+        elif p.endswith("/declare") or p.endswith("/declare_repair_complete") or "/grader/" in p:
+            d["api"] = "grader"
+    elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
+                                                            "/admin/sequencer", "/admin/checkpoint")):
+        d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"
+    return inv.action(tool, method, target=target, keys=keys, layer=layer, mutating=mutating,
+                      opaque_reason=None if mutating is not UNKNOWN else "the HTTP method is computed at run time",
+                      details=d)
+
+
+def _curl_method(p: Parsed) -> tuple[str, bool]:
+    explicit = p.get("-X")
+    if explicit is not None:
+        return str(explicit).upper(), not getattr(explicit, "dynamic", False)
+    if p.has("-I"):
+        return "HEAD", True
+    if p.has("-G"):
+        return "GET", True
+    if p.get("-T") is not None:
+        return "PUT", True
+    if any(p.get(o) is not None for o in _DATA) or p.get("-F") is not None or p.get("--form-string") is not None:
+        return "POST", True
+    return "GET", True
+
+
+@register
+class Curl:
+    """curl."""
+
+    commands = ("curl",)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _CURL.parse(inv.args)
+        if p.get("-K") is not None:
+            return [inv.opaque("config", f"curl -K {p.get('-K')}: the request is defined in a file that is not "
+                               "visible", tool="curl")]
+        method, known = _curl_method(p)
+        urls = [str(u) for u in p.positionals] + [str(u) for u in p.all("--url")]
+        parts = [str(v) for name, v in p.order if name in _DATA and v is not None]
+        body, body_file = _body(inv, parts)
+        details: dict[str, Any] = {}
+        if body_file:
+            details["body_file"] = body_file
+        if p.get("-T") is not None:
+            details["upload_file"] = str(p.get("-T"))
+        if p.get("--json") is not None:
+            details["content_type"] = "application/json"
+        if not urls:
+            if inv.args_pending:
+                return [inv.opaque("request", "curl with its URL read from stdin at run time", tool="curl")]
+            return [inv.action("curl", "help", mutating=False)]
+        out = [http_action(inv, "curl", method, u, body, details=dict(details), method_known=known) for u in urls]
+        dest = p.get("-o")
+        if dest is not None and str(dest) not in NULL_SINKS:
+            out.append(file_write(inv, str(dest), by="curl -o"))
+        elif p.has("-O"):
+            name = urlsplit(urls[0] if "://" in urls[0] else "http://" + urls[0]).path.rsplit("/", 1)[-1]
+            out.append(file_write(inv, name or "index.html", by="curl -O"))
+        return out
+
+
+@register
+class Wget:
+    """wget."""
+
+    commands = ("wget",)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _WGET.parse(inv.args)
+        if p.get("-i") is not None or p.get("-e") is not None:
+            return [inv.opaque("request", "wget reads its requests or settings from elsewhere", tool="wget")]
+        method = str(p.get("--method") or ("POST" if p.get("--post-data") is not None
+                                           or p.get("--post-file") is not None else "GET")).upper()
+        data = p.get("--post-data") or p.get("--body-data")
+        body, _ = _body(inv, [str(data)] if data is not None else [])
+        urls = [str(u) for u in p.positionals]
+        if not urls:
+            return [inv.action("wget", "help", mutating=False)]
+        out = [http_action(inv, "wget", method, u, body) for u in urls]
+        dest = p.get("-O")
+        if dest is None:
+            name = urlsplit(urls[0] if "://" in urls[0] else "http://" + urls[0]).path.rsplit("/", 1)[-1]
+            out.append(file_write(inv, name or "index.html", by="wget"))
+        elif str(dest) not in NULL_SINKS:
+            out.append(file_write(inv, str(dest), by="wget -O"))
+        return out

@@ -1,0 +1,164 @@
+"""File writes by command: sed -i, tee, cp, mv, rm, chmod, chown, truncate, touch, mkdir, ln, dd, install.
+
+Registered for those names; called by `Normaliser.dispatch`. Each file written is one Action with key
+`file:<path>`; the layer is runtime inside `kubectl exec` (the container's writable layer, gone on restart) and
+declared elsewhere. Redirections (`>`, `>>`) are turned into the same Actions by the shell walker (`file_write`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action
+from guardrail.actions.shell import NULL_SINKS, file_write
+
+# sed's `e` command, or the `e` flag of `s///`, runs the pattern space as a shell command.
+_S = r"s(?P<d>[^\\\n])(?:\\.|(?!(?P=d)).)*(?P=d)(?:\\.|(?!(?P=d)).)*(?P=d)"
+_SED_EXEC = re.compile(_S + r"[gpIiMm0-9w]*e|(?:^|[;\n}])\s*e(?:\s|;|$)")
+_SED_WRITE = re.compile(r"(?:^|[;\n}])\s*w\s+(?P<cmd>\S+)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
+
+__all__ = ["Sed", "Tee", "CopyMove", "Remove", "Attributes", "Create"]
+
+
+@register
+class Sed:
+    """sed: read-only unless -i (in place), or its script writes files (w) or runs commands (e)."""
+
+    commands = ("sed", "gsed")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        args = list(inv.args)
+        in_place = False
+        scripts: list[str] = []
+        files: list[str] = []
+        i = 0
+        while i < len(args):
+            a = str(args[i])
+            if a.startswith("--in-place") or re.fullmatch(r"-[nrEsuzl]*i.*", a):
+                in_place = True
+            elif a in ("-e", "--expression") and i + 1 < len(args):
+                scripts.append(str(args[i + 1]))
+                i += 1
+            elif a.startswith("--expression="):
+                scripts.append(a.split("=", 1)[1])
+            elif a in ("-f", "--file") and i + 1 < len(args):
+                return [inv.opaque("script-file", f"sed -f {args[i + 1]}: the sed script is not visible", tool="sed")]
+            elif a.startswith("-") and a != "-":
+                pass
+            elif not scripts and not files and not any(str(x) in ("-e", "--expression") for x in args):
+                scripts.append(a)
+            else:
+                files.append(a)
+            i += 1
+        script = ";".join(scripts)
+        if _SED_EXEC.search(script):
+            return [inv.opaque("sed e", "the sed script runs shell commands (e)", tool="sed", script=script)]
+        writes = [m.group("cmd") or m.group("flag") for m in _SED_WRITE.finditer(script)]
+        out: list[Action] = []
+        if in_place:
+            out += [file_write(inv, f, verb="edit", by="sed -i", script=script) for f in files] or \
+                   [inv.action("file", "edit", mutating=UNKNOWN, opaque_reason="sed -i on files not named")]
+        else:
+            out.append(inv.action("sed", "read", mutating=False, details={"script": script}))
+        for w in writes:
+            path = w
+            if path and path not in NULL_SINKS:
+                out.append(file_write(inv, path, by="sed w"))
+        return out
+
+
+@register
+class Tee:
+    """tee: writes stdin to each file (and passes it on)."""
+
+    commands = ("tee",)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = OptionSpec.of(["--output-error"]).parse(inv.args)
+        append = p.has("-a", "--append")
+        content = inv.stdin.text if inv.stdin is not None else None
+        paths = [str(f) for f in p.positionals if str(f) not in NULL_SINKS]
+        if not paths:
+            return [inv.action("tee", "passthrough", mutating=False)]
+        return [file_write(inv, f, verb="append" if append else "write", content=content, by="tee") for f in paths]
+
+
+@register
+class CopyMove:
+    """cp, mv, install, ln: the destination is written (mv also removes the source)."""
+
+    commands = ("cp", "mv", "install", "ln", "rsync", "scp")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = OptionSpec.of(["-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "--owner", "-g",
+                           "--group", "-e", "--exclude", "--include", "-P", "-i", "-F"],
+                          {"--target-directory": "-t"}).parse(inv.args)
+        files = [str(f) for f in p.positionals]
+        target_dir = p.get("-t")
+        if target_dir is not None:
+            dests, sources = [str(target_dir)], files
+        elif len(files) >= 2:
+            dests, sources = [files[-1]], files[:-1]
+        else:
+            return [inv.action("file", inv.name, mutating=UNKNOWN,
+                               opaque_reason=f"{inv.name} without a source and a destination")]
+        out = [file_write(inv, d, by=inv.name, sources=sources) for d in dests]
+        if inv.name == "mv":
+            out += [file_write(inv, s, verb="delete", by="mv") for s in sources]
+        return out
+
+
+@register
+class Remove:
+    """rm, unlink, rmdir, shred."""
+
+    commands = ("rm", "unlink", "rmdir", "shred")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = OptionSpec.of(["-n", "--iterations", "-s", "--size"]).parse(inv.args)
+        files = [str(f) for f in p.positionals] + [str(f) for f in (p.after_dashdash or [])]
+        recursive = p.has("-r", "-R", "--recursive")
+        if not files:
+            return [inv.action("file", "delete", mutating=UNKNOWN, opaque_reason=f"{inv.name} with no file named")]
+        return [file_write(inv, f, verb="delete", by=inv.name, recursive=recursive) for f in files]
+
+
+@register
+class Attributes:
+    """chmod, chown, chgrp, truncate, setfacl: change a file without naming content."""
+
+    commands = ("chmod", "chown", "chgrp", "truncate", "setfacl", "chattr")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = OptionSpec.of(["-s", "--size", "-r", "--reference", "-m", "-x", "-M", "-X"]).parse(inv.args)
+        pos = [str(f) for f in p.positionals]
+        if inv.name in ("chmod", "chown", "chgrp"):
+            mode, files = (pos[0], pos[1:]) if pos else ("", [])
+            # chmod's symbolic modes start with a dash sometimes (chmod -x f): the parser took it as a flag.
+            if inv.name == "chmod" and not files and pos:
+                mode, files = next((str(a) for a in inv.args if str(a).startswith("-")), ""), pos
+            return [file_write(inv, f, verb=inv.name, by=inv.name, mode=mode) for f in files] or \
+                [inv.action("file", inv.name, mutating=UNKNOWN, opaque_reason=f"{inv.name} with no file named")]
+        size = p.get("-s")
+        return [file_write(inv, f, verb=inv.name, by=inv.name, **({"size": str(size)} if size else {}))
+                for f in pos] or [inv.action("file", inv.name, mutating=UNKNOWN,
+                                             opaque_reason=f"{inv.name} with no file named")]
+
+
+@register
+class Create:
+    """touch, mkdir, mkfifo, dd (of=FILE)."""
+
+    commands = ("touch", "mkdir", "mkfifo", "dd")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        if inv.name == "dd":
+            dest = next((str(a)[3:] for a in inv.args if str(a).startswith("of=")), None)
+            if dest is None or dest in NULL_SINKS:
+                return [inv.action("dd", "copy", mutating=False)]
+            return [file_write(inv, dest, by="dd")]
+        p = OptionSpec.of(["-m", "--mode", "-d", "--date", "-r", "--reference", "-t"]).parse(inv.args)
+        return [file_write(inv, str(f), verb="create", by=inv.name) for f in p.positionals] or \
+            [inv.action("file", inv.name, mutating=UNKNOWN, opaque_reason=f"{inv.name} with no file named")]

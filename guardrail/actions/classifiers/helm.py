@@ -1,0 +1,135 @@
+"""helm: releases and the values they change (`--set a.b=c` -> `helm.a.b`, layer declared).
+
+Registered for `helm`; called by `Normaliser.dispatch`. Values files given with `-f -` are read from stdin when
+their text is known; other values files are named in `details.values_files` (their content is not visible).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+
+from guardrail.actions.classifiers.base import OptionSpec, flatten, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+
+__all__ = ["Helm", "parse_set"]
+
+_SPEC = OptionSpec.of(
+    ["-n", "--namespace", "--kube-context", "--kubeconfig", "-f", "--values", "--set", "--set-string",
+     "--set-file", "--set-json", "--set-literal", "--version", "--timeout", "-o", "--output", "--revision",
+     "--repo", "--description", "--post-renderer", "--history-max", "--max", "--username", "--password",
+     "--registry-config", "--repository-config", "--repository-cache", "--ca-file", "--cert-file", "--key-file",
+     "--kube-token", "--kube-apiserver", "--kube-as-user", "--kube-as-group", "--wait-for-jobs-timeout", "-l",
+     "--selector", "--filter", "--template", "--name-template"],
+    {"--namespace": "-n", "--values": "-f", "--output": "-o", "--selector": "-l"})
+
+_READ = {"list", "ls", "status", "get", "history", "hist", "show", "inspect", "template", "search", "lint",
+         "version", "env", "help", "diff", "verify", "completion", "dependency"}
+_WRITE = {"upgrade", "install", "rollback", "uninstall", "delete", "del", "un", "test"}
+_LOCAL = {"repo", "plugin", "registry", "pull", "fetch", "package", "push", "create"}
+
+
+def _typed(v: str, string: bool) -> Any:
+    # helm --set infers booleans, null and integers; --set-string keeps the text.
+    if string:
+        return v
+    if v in ("true", "false"):
+        return v == "true"
+    if v == "null":
+        return None
+    if re.fullmatch(r"-?[0-9]+", v):
+        return int(v)
+    return v
+
+
+def parse_set(text: str, *, string: bool = False) -> list[tuple[str, Any]]:
+    """`a.b=1,c=x\\,y` -> [("a.b", 1), ("c", "x,y")], as helm splits --set."""
+    out: list[tuple[str, Any]] = []
+    for part in re.split(r"(?<!\\),", text):
+        k, eq, v = part.partition("=")
+        if not eq or not k:
+            continue
+        out.append((k.strip().replace("\\.", "."), _typed(v.replace("\\,", ","), string)))
+    return out
+
+
+@register
+class Helm:
+    """helm releases."""
+
+    commands = ("helm", "helm3")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _SPEC.parse(inv.args)
+        ns = str(p.get("-n")) if p.get("-n") is not None else None
+        if not p.positionals:
+            if inv.args_pending:
+                return [inv.opaque("helm", "helm with arguments read from stdin at run time", tool="helm")]
+            return [inv.action("helm", "help", mutating=False)]
+        verb = str(p.positionals[0])
+        rest = [str(w) for w in p.positionals[1:]]
+        release = rest[0] if rest else ""
+        details: dict[str, Any] = {"namespace": ns}
+        if verb in ("get", "show", "inspect", "repo", "plugin", "dependency", "registry") and rest:
+            verb, release = f"{verb} {rest[0]}", rest[1] if len(rest) > 1 else ""
+        target = Target(kind="release", name=release, namespace=ns)
+        base = verb.split()[0]
+        if base in _READ or verb in ("repo list", "plugin list", "repo index"):
+            return [inv.action("helm", verb, target=target, mutating=False, details=details)]
+        if base in _LOCAL:
+            return [inv.action("helm", verb, target=Target(), mutating=True, details=details)]
+        if base not in _WRITE:
+            return [inv.action("helm", verb, target=target, mutating=UNKNOWN,
+                               opaque_reason=f"helm {verb!r} is not a verb the guard knows", details=details)]
+        if len(rest) > 1:
+            details["chart" if base in ("upgrade", "install") else "revision"] = rest[1]
+        keys: list[KeyChange] = []
+        scope = {"release": release} if release else {}
+        for name, value in p.order:
+            if value is None:
+                continue
+            if name in ("--set", "--set-string", "--set-literal"):
+                pairs = parse_set(str(value), string=name != "--set") if name != "--set-literal" else \
+                    [tuple(str(value).split("=", 1))] if "=" in value else []
+                keys += [KeyChange(key=f"helm.{k}", value=v, scope=scope) for k, v in pairs]
+            elif name == "--set-json":
+                k, _, v = str(value).partition("=")
+                try:
+                    keys.append(KeyChange(key=f"helm.{k}", value=json.loads(v), scope=scope))
+                except ValueError:
+                    keys.append(KeyChange(key=f"helm.{k}", value=v, scope=scope))
+            elif name == "--set-file":
+                k, _, v = str(value).partition("=")
+                keys.append(KeyChange(key=f"helm.{k}", value=None, scope=scope))
+                details.setdefault("set_files", []).append(v)
+            elif name == "-f":
+                details.setdefault("values_files", []).append(str(value))
+                if str(value) == "-" and inv.stdin is not None and inv.stdin.text is not None:
+                    keys += self._values(inv.stdin.text, scope)
+        if p.has("--reuse-values"):
+            details["reuse_values"] = True
+        if p.has("--reset-values"):
+            details["reset_values"] = True
+        if base in ("uninstall", "delete", "del", "un"):
+            details["uninstall"] = True
+        if base == "rollback":
+            details["rollback"] = True
+        if p.has("--dry-run") or p.get("--dry-run") is not None:
+            details["dry_run"] = True
+            return [inv.action("helm", verb, target=target, keys=keys, mutating=False, details=details)]
+        return [inv.action("helm", verb, target=target, keys=keys, layer=Layer.DECLARED, mutating=True,
+                           details=details)]
+
+    @staticmethod
+    def _values(text: str, scope: dict[str, str]) -> list[KeyChange]:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return []
+        if not isinstance(doc, dict):
+            return []
+        return [KeyChange(key=f"helm.{k}", value=v, scope=scope) for k, v in flatten(doc, "")]

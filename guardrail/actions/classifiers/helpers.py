@@ -1,0 +1,120 @@
+"""The operator shell's task helpers and episode commands: restart-svc.sh, reconfigure-infra.sh, declare ...
+
+Registered for the helper names; called by `Normaliser.dispatch` (also when run as `bash restart-svc.sh ...`).
+`restart-svc.sh <role>` reads `{"db": {...}}` on stdin, writes it to the app.yaml ConfigMap (PUT /admin/config)
+and reloads (POST /admin/reload): keys `app.roles.<role>.<path>`, layer declared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guardrail.actions.classifiers.base import flatten, json_object, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+
+__all__ = ["RestartSvc", "ReconfigureInfra", "SetSequencerMode", "Declare", "IncidentReport"]
+
+
+def _stdin_json(inv: Invocation) -> tuple[dict[str, Any] | None, str | None]:
+    """(the JSON object on stdin, why it is not known)."""
+    st = inv.stdin
+    if st is None:
+        return None, "no JSON on stdin"
+    if st.text is None:
+        return None, f"the JSON comes from {st.producer or st.source} and is not visible"
+    obj = json_object(st.text.strip())
+    if obj is None:
+        return None, "stdin is not a JSON object"
+    return obj, None
+
+
+@register
+class RestartSvc:
+    """restart-svc.sh <role>: durable app config for one role, then a reload."""
+
+    commands = ("restart-svc.sh", "restart-svc")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        role = str(inv.args[0]) if inv.args else ""
+        if role.startswith("svc-"):
+            role = role[4:]
+        target = Target(kind="component", name=f"svc-{role}" if role else "", namespace=inv.where.namespace)
+        if not role or (inv.args and inv.args[0].dynamic):
+            return [inv.action("restart-svc.sh", "reconfigure", target=target, mutating=UNKNOWN,
+                               opaque_reason="restart-svc.sh without a literal role")]
+        obj, why = _stdin_json(inv)
+        details: dict[str, Any] = {"role": role, "reloads": True}
+        keys: list[KeyChange] = []
+        if obj is not None:
+            details["body"] = obj
+            keys = [KeyChange(key=k, value=v, scope={"role": role}) for k, v in flatten(obj, f"app.roles.{role}")]
+        else:
+            details["stdin"] = why
+        return [inv.action("restart-svc.sh", "reconfigure", target=target, keys=keys, layer=Layer.DECLARED,
+                           mutating=True, details=details)]
+
+
+@register
+class ReconfigureInfra:
+    """reconfigure-infra.sh [component] [args]: a durable infrastructure change with JSON on stdin."""
+
+    commands = ("reconfigure-infra.sh", "reconfigure-infra")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        args = [str(a) for a in inv.args]
+        if args and args[0] in ("-h", "--help"):
+            return [inv.action("reconfigure-infra.sh", "help", mutating=False)]
+        component = next((a for a in args if not a.startswith("-")), "")
+        obj, why = _stdin_json(inv)
+        details: dict[str, Any] = {"args": args}
+        keys: list[KeyChange] = []
+        prefix = f"infra.{component}" if component else "infra"
+        if obj is not None:
+            details["body"] = obj
+            keys = [KeyChange(key=k, value=v) for k, v in flatten(obj, prefix)]
+        else:
+            details["stdin"] = why
+        for a in args:
+            k, eq, v = a.partition("=")
+            if eq and not k.startswith("-"):
+                keys.append(KeyChange(key=f"{prefix}.{k}", value=v))
+        return [inv.action("reconfigure-infra.sh", "reconfigure",
+                           target=Target(kind="component", name=component, namespace=inv.where.namespace),
+                           keys=keys, layer=Layer.DECLARED, mutating=True, details=details)]
+
+
+@register
+class SetSequencerMode:
+    """set-sequencer-mode <mode>: the fixed-target helper that persists the message sequencer mode."""
+
+    commands = ("set-sequencer-mode", "set-sequencer-mode.sh")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        mode = str(inv.args[0]) if inv.args else None
+        return [inv.action("set-sequencer-mode", "reconfigure",
+                           target=Target(kind="component", name="svc-message", namespace=inv.where.namespace),
+                           keys=[KeyChange(key="app.sequencer.mode", value=mode)], layer=Layer.DECLARED,
+                           mutating=True if mode else UNKNOWN,
+                           opaque_reason=None if mode else "set-sequencer-mode without a mode")]
+
+
+@register
+class Declare:
+    """declare_repair_complete: the agent says it is done (the guard's verifiers take over)."""
+
+    commands = ("declare_repair_complete", "declare-repair-complete")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        return [inv.action("declare", "declare", mutating=False,
+                           details={"args": [str(a) for a in inv.args]} if inv.args else {})]
+
+
+@register
+class IncidentReport:
+    """submit_incident_report: advisory, never ends the session."""
+
+    commands = ("submit_incident_report", "submit-incident-report")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        return [inv.action("report", "submit", mutating=False)]

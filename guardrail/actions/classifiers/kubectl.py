@@ -1,0 +1,380 @@
+"""kubectl: verbs, resources and the settings they change (scale -> k8s.replicas, set env -> k8s.env.<NAME> ...).
+
+Registered for `kubectl` and `oc`; called by `Normaliser.dispatch`. `kubectl exec` itself is unwrapped by
+`guardrail.actions.wrappers.kubectl_exec` (with `parse_exec` from here), which classifies the inner command on its
+own. Verb semantics and kind names come from catalogue.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from guardrail.actions.catalogue import catalogue
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+from guardrail.actions.words import Word
+
+__all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of"]
+
+_VALUE_OPTS = [
+    "-n", "--namespace", "--context", "--kubeconfig", "--cluster", "--user", "-s", "--server", "--token", "--as",
+    "--as-group", "-l", "--selector", "-o", "--output", "-c", "--container", "-f", "--filename", "--field-selector",
+    "-p", "--patch", "--type", "--replicas", "--image", "--timeout", "--since", "--tail", "--sort-by",
+    "--template", "-L", "--label-columns", "--request-timeout", "-k", "--kustomize", "--from-literal",
+    "--from-file", "--from-env-file", "--grace-period", "--current-replicas", "--resource-version", "--revision",
+    "--to-revision", "--field-manager", "--max-unavailable", "-e", "--env", "--pod-running-timeout", "--overrides",
+    "--restart", "--port", "--chunk-size", "--limits", "--requests", "--min", "--max", "--cpu-percent",
+    "--containers", "--from", "--keys", "--prefix", "--since-time", "--limit-bytes", "--subresource",
+    "--clusterrole", "--role", "--serviceaccount", "--group", "--verb", "--resource", "--resource-name",
+    "--duration", "--docker-server", "--docker-username", "--docker-password", "--cert", "--key",
+    "--target", "--profile", "--copy-to", "--for", "--patch-file", "--local-ssd-count", "--pod-selector",
+]
+_ALIASES = {"--namespace": "-n", "--selector": "-l", "--output": "-o", "--container": "-c", "--filename": "-f",
+            "--patch": "-p", "--label-columns": "-L", "--kustomize": "-k", "--env": "-e", "--server": "-s"}
+KUBECTL_GLOBAL = OptionSpec.of(_VALUE_OPTS, _ALIASES)
+# `kubectl logs -f -p`: follow and previous are flags there, not a filename and a patch.
+_LOGS = OptionSpec.of([o for o in _VALUE_OPTS if o not in ("-f", "--filename", "-p", "--patch")],
+                      {k: v for k, v in _ALIASES.items() if v not in ("-f", "-p")})
+_EXEC = OptionSpec.of(["-n", "--namespace", "-c", "--container", "--context", "--kubeconfig", "--cluster",
+                       "--user", "--as", "--as-group", "--pod-running-timeout", "-f", "--filename",
+                       "--request-timeout", "-s", "--server", "--token"],
+                      {"--namespace": "-n", "--container": "-c", "--filename": "-f", "--server": "-s"})
+
+
+def kind_of(name: str) -> str:
+    kinds = catalogue().kubectl.kinds
+    n = name.lower()
+    if n in kinds:
+        return kinds[n]
+    base = n.split(".", 1)[0]
+    return kinds.get(base, n)
+
+
+def _resources(words: list[Word]) -> list[tuple[str, str | None]]:
+    """`pod x y`, `pod/x`, `deploy/a svc/b`, `pods,svc` -> [(kind, name)]."""
+    out: list[tuple[str, str | None]] = []
+    if not words:
+        return out
+    if any("/" in w for w in words):
+        for w in words:
+            kind, _, name = str(w).partition("/")
+            out.append((kind_of(kind), name or None))
+        return out
+    kinds = [kind_of(k) for k in str(words[0]).split(",") if k]
+    names = [str(w) for w in words[1:]]
+    for k in kinds:
+        if names:
+            out.extend((k, n) for n in names)
+        else:
+            out.append((k, None))
+    return out
+
+
+def parse_exec(args: list[Word]) -> tuple[str, str | None, str | None, list[Word]] | None:
+    """`kubectl [-n NS] exec [-it] POD [-c C] -- CMD...` -> (pod, namespace, container, CMD argv)."""
+    p = _EXEC.parse(args)
+    pos = list(p.positionals)
+    if not pos or pos[0] != "exec" or len(pos) < 2:
+        return None
+    pod = str(pos[1])
+    if "/" in pod:
+        pod = pod.split("/", 1)[1]
+    inner = p.after_dashdash if p.after_dashdash is not None else pos[2:]
+    ns = p.get("-n")
+    c = p.get("-c")
+    return pod, str(ns) if ns is not None else None, str(c) if c is not None else None, list(inner)
+
+
+def _scalar(v: str) -> Any:
+    try:
+        return int(v)
+    except ValueError:
+        return v
+
+
+@register
+class Kubectl:
+    """kubectl and oc."""
+
+    commands = ("kubectl", "oc", "k3s-kubectl")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        g = KUBECTL_GLOBAL.parse(inv.args)
+        if not g.positionals:
+            if inv.args_pending:
+                return [inv.opaque("kubectl", "kubectl with arguments read from stdin at run time", tool="kubectl")]
+            return [inv.action("kubectl", "help", mutating=False)]
+        verb = str(g.positionals[0])
+        p = _LOGS.parse(inv.args) if verb == "logs" else g
+        ns_word = p.get("-n")
+        ns = str(ns_word) if ns_word is not None else None
+        rest = list(p.positionals[1:])
+        rule = catalogue().kubectl.verbs.get(verb)
+        details: dict[str, Any] = {"namespace": ns}
+        if p.has("-A", "--all-namespaces"):
+            details["all_namespaces"] = True
+        if p.get("-l") is not None:
+            details["selector"] = str(p.get("-l"))
+        if p.get("-o") is not None:
+            details["output"] = str(p.get("-o"))
+        if p.get("-f") is not None:
+            details["files"] = [str(f) for f in p.all("-f")]
+        if verb == "rollout":
+            sub = str(rest[0]) if rest else ""
+            rule = catalogue().kubectl.rollout.get(sub)
+            verb = f"rollout {sub}".strip()
+            rest = rest[1:]
+        if rule is None:
+            return [inv.action("kubectl", verb, target=Target(namespace=ns), mutating=UNKNOWN,
+                               opaque_reason=f"kubectl {verb!r} is not a verb the guard knows", details=details)]
+        handler = getattr(self, "_" + verb.replace(" ", "_").replace("-", "_"), None)
+        resources = _resources(rest) if verb not in ("logs", "exec", "cp", "auth", "config", "run",
+                                                      "create", "top", "attach", "port-forward") else []
+        target = self._target(resources, ns)
+        if resources:
+            details["resources"] = [{"kind": k, "name": n} for k, n in resources]
+            details["resource_kinds"] = sorted({k for k, _ in resources})
+        mutating = rule.mutating
+        layer = rule.layer
+        if mutating is True and (p.has("--dry-run") or p.get("--dry-run") is not None):
+            dry = str(p.get("--dry-run") or "client")
+            if dry in ("client", "server", "true"):
+                details["dry_run"] = dry
+                mutating, layer = False, Layer.NONE
+        act = inv.action("kubectl", verb, target=target, layer=layer if mutating is not False else Layer.NONE,
+                         mutating=mutating, details=details)
+        if handler is not None:
+            handler(inv, act, p, rest, resources, ns)
+        return [act]
+
+    @staticmethod
+    def _target(resources: list[tuple[str, str | None]], ns: str | None) -> Target:
+        if not resources:
+            return Target(namespace=ns)
+        kind, name = resources[0]
+        return Target(kind=kind, name=name or "", namespace=ns)
+
+    # ---- verb details (each edits the Action in place) --------------------------------------------------------
+
+    def _logs(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if rest:
+            kind, _, name = str(rest[0]).rpartition("/")
+            a.target = Target(kind=kind_of(kind) if kind else "pod", name=name, namespace=ns)
+        if p.get("-c") is not None:
+            a.details["container"] = str(p.get("-c"))
+
+    def _top(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if rest:
+            a.target = Target(kind=kind_of(str(rest[0])), name=str(rest[1]) if len(rest) > 1 else "", namespace=ns)
+
+    def _scale(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        r = p.get("--replicas")
+        if r is None:
+            return
+        value = _scalar(str(r))
+        a.details["replicas"] = value
+        a.keys = [KeyChange(key="k8s.replicas", value=value, scope=self._scope(a))]
+
+    def _delete(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        kinds = a.details.get("resource_kinds", [])
+        if "pod" in kinds:
+            a.details["restart"] = True
+            if set(kinds) == {"pod"} and a.mutating is True:
+                a.layer = Layer.NONE
+        if p.has("--all"):
+            a.details["all"] = True
+
+    def _rollout_restart(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any,
+                         ns: str | None) -> None:
+        a.details["restart"] = True
+
+    def _set(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        sub = str(rest[0]) if rest else ""
+        a.verb = f"set {sub}".strip()
+        objs = _resources([w for w in rest[1:] if "=" not in w and not str(w).endswith("-")][:2])
+        if objs:
+            a.target = self._target(objs, ns)
+            a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
+            a.details["resource_kinds"] = sorted({k for k, _ in objs})
+        scope = self._scope(a)
+        if p.get("-c") is not None:
+            scope = {**scope, "container": str(p.get("-c"))}
+        if sub == "env":
+            if p.has("--list") or "--list" in p.flags:
+                a.mutating, a.layer = False, Layer.NONE
+                return
+            pairs = [w for w in rest[1:] if "=" in w or (str(w).endswith("-") and not str(w).startswith("-"))]
+            pairs += p.all("-e")
+            for w in pairs:
+                k, eq, v = str(w).partition("=")
+                if eq:
+                    a.keys.append(KeyChange(key=f"k8s.env.{k}", value=v, scope=scope))
+                else:
+                    a.keys.append(KeyChange(key=f"k8s.env.{k.rstrip('-')}", value=None, scope=scope))
+                    a.details.setdefault("removed", []).append(k.rstrip("-"))
+            if p.get("--from") is not None:
+                a.details["from"] = str(p.get("--from"))
+        elif sub == "image":
+            for w in rest[1:]:
+                k, eq, v = str(w).partition("=")
+                if eq:
+                    a.keys.append(KeyChange(key=f"k8s.image.{k}", value=v, scope=scope))
+        elif sub == "resources":
+            for opt in ("--limits", "--requests"):
+                for w in p.all(opt):
+                    for part in str(w).split(","):
+                        k, eq, v = part.partition("=")
+                        if eq:
+                            a.keys.append(KeyChange(key=f"k8s.resources.{opt[2:]}.{k}", value=v, scope=scope))
+
+    def _patch(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        body = p.get("-p")
+        text = str(body) if body is not None else None
+        if text is None and p.get("--patch-file") is None:
+            return
+        a.details["patch_type"] = str(p.get("--type") or "strategic")
+        a.details["patch"] = text
+        scope = self._scope(a)
+        try:
+            doc = json.loads(text) if text is not None else None
+        except ValueError:
+            try:
+                doc = yaml.safe_load(text) if text is not None else None
+            except yaml.YAMLError:
+                doc = None
+        if isinstance(doc, dict):
+            for k, v in flatten(doc, "k8s"):
+                a.keys.append(KeyChange(key=k, value=v, scope=scope))
+            replicas = (doc.get("spec") or {}).get("replicas") if isinstance(doc.get("spec"), dict) else None
+            if replicas is not None:
+                a.details["replicas"] = replicas
+                a.keys.append(KeyChange(key="k8s.replicas", value=replicas, scope=scope))
+        elif isinstance(doc, list):
+            for op in doc:
+                if isinstance(op, dict) and "path" in op:
+                    key = "k8s" + str(op["path"]).replace("/", ".")
+                    a.keys.append(KeyChange(key=key, value=op.get("value"), scope=scope))
+                    if str(op["path"]).endswith("/spec/replicas") or str(op["path"]) == "/spec/replicas":
+                        a.details["replicas"] = op.get("value")
+
+    def _edit(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        a.details["interactive"] = True
+
+    def _apply(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        files = a.details.get("files", [])
+        if "-" in files and inv.stdin is not None and inv.stdin.text is not None:
+            self._manifests(a, inv.stdin.text, ns)
+        elif files and a.target.kind == "":
+            a.target = Target(kind="manifest", name=files[0], namespace=ns)
+
+    _replace = _apply
+
+    def _create(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if a.details.get("files"):
+            self._apply(inv, a, p, rest, res, ns)
+            return
+        if not rest:
+            return
+        kind = kind_of(str(rest[0]))
+        name = str(rest[1]) if len(rest) > 1 else ""
+        if kind == "token":
+            kind = "serviceaccount token"
+        elif kind == "secret" and len(rest) > 2:
+            name = str(rest[2])
+        a.target = Target(kind=kind, name=name, namespace=ns)
+        a.details["resource_kinds"] = [kind]
+        a.details["resources"] = [{"kind": kind, "name": name}]
+        for opt in ("--clusterrole", "--role", "--serviceaccount", "--user", "--group"):
+            if p.get(opt) is not None:
+                a.details[opt[2:]] = [str(v) for v in p.all(opt)]
+        if kind == "serviceaccount token":
+            a.layer = Layer.NONE
+
+    def _manifests(self, a: Action, text: str, ns: str | None) -> None:
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+        except yaml.YAMLError:
+            return
+        objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]
+        if objs:
+            a.target = Target(kind=objs[0][0], name=objs[0][1], namespace=ns)
+            a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
+            a.details["resource_kinds"] = sorted({k for k, _ in objs})
+
+    def _cp(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if len(rest) < 2:
+            return
+        src, dst = str(rest[0]), str(rest[-1])
+        if ":" in dst:
+            pod, _, path = dst.partition(":")
+            pod = pod.split("/", 1)[-1]
+            a.target = Target(kind="pod", name=pod, namespace=ns)
+            a.keys = [KeyChange(key=f"file:{path}", value=None)]
+            a.layer = Layer.RUNTIME
+        else:
+            a.target = Target(kind="file", name=dst)
+            a.keys = [KeyChange(key=f"file:{dst}", value=None)]
+            a.layer = Layer.DECLARED
+        a.details["source"] = src
+
+    def _auth(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        sub = str(rest[0]) if rest else ""
+        a.verb = f"auth {sub}".strip()
+        if sub not in ("can-i", "whoami"):
+            a.mutating, a.layer = True, Layer.DECLARED
+
+    def _config(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        sub = str(rest[0]) if rest else ""
+        a.verb = f"config {sub}".strip()
+        if sub and not (sub in ("view", "current-context") or sub.startswith("get-")):
+            a.mutating, a.layer = True, Layer.NONE
+
+    def _label(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        field = "labels" if a.verb == "label" else "annotations"
+        objs = _resources([w for w in rest if "=" not in w and not str(w).endswith("-")])
+        if objs:
+            a.target = self._target(objs, ns)
+            a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
+            a.details["resource_kinds"] = sorted({k for k, _ in objs})
+        for w in rest:
+            k, eq, v = str(w).partition("=")
+            if eq:
+                a.keys.append(KeyChange(key=f"k8s.{field}.{k}", value=v, scope=self._scope(a)))
+
+    _annotate = _label
+
+    def _run(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if rest:
+            a.target = Target(kind="pod", name=str(rest[0]), namespace=ns)
+        if p.get("--image") is not None:
+            a.details["image"] = str(p.get("--image"))
+
+    def _debug(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        if rest:
+            kind, _, name = str(rest[0]).rpartition("/")
+            a.target = Target(kind=kind_of(kind) if kind else "pod", name=name, namespace=ns)
+
+    def _cordon(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        names = [str(w).split("/")[-1] for w in rest if "=" not in w and ":" not in w and kind_of(str(w)) != "node"]
+        if names:
+            a.target = Target(kind="node", name=names[0])
+
+    _uncordon = _cordon
+    _drain = _cordon
+    _taint = _cordon
+
+    @staticmethod
+    def _scope(a: Action) -> dict[str, str]:
+        s = {}
+        if a.target.kind:
+            s["kind"] = a.target.kind
+        if a.target.name:
+            s["name"] = a.target.name
+        if a.target.namespace:
+            s["namespace"] = a.target.namespace
+        return s
+

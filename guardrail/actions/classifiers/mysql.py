@@ -1,0 +1,214 @@
+"""mysql / mariadb and their statements: `mariadb.<var>` by layer (GLOBAL runtime, SESSION session), grants.
+
+Registered for `mysql` and `mariadb`; called by `Normaliser.dispatch`. SQL comes from `-e`, stdin (heredoc,
+here-string, pipe) or is not visible (`< file`, `source`, an interactive session: mutating unknown).
+SET GLOBAL lands in the runtime layer (lost on restart; my.cnf is the declared one); SET PERSIST is declared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.postgres import grant_effect, to_action
+from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, statements
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
+
+__all__ = ["Mysql", "mysql_effect"]
+
+_SPEC = OptionSpec.of(
+    ["-e", "--execute", "-h", "--host", "-P", "--port", "-u", "--user", "-D", "--database", "-S", "--socket",
+     "--defaults-file", "--defaults-extra-file", "--default-character-set", "--init-command", "--protocol",
+     "--ssl-ca", "--ssl-cert", "--ssl-key", "--connect-timeout", "--max-allowed-packet", "--login-path",
+     "--tee", "--pager", "--delimiter"],
+    {"--execute": "-e", "--host": "-h", "--port": "-P", "--user": "-u", "--database": "-D", "--socket": "-S"})
+
+_SCOPES = {"GLOBAL": ("set global", Layer.RUNTIME), "SESSION": ("set session", Layer.SESSION),
+           "LOCAL": ("set session", Layer.SESSION), "PERSIST": ("set persist", Layer.DECLARED),
+           "PERSIST_ONLY": ("set persist", Layer.DECLARED)}
+
+
+def _set(st: Statement) -> list[SqlEffect]:
+    """`SET [GLOBAL|SESSION] a = 1, @@global.b = 2, @u = 3` -> one effect per scope."""
+    toks = st.toks[1:]
+    if toks and toks[0].up in ("NAMES", "CHARACTER", "CHARSET"):
+        return [SqlEffect(verb="set session", mutating=True, layer=Layer.SESSION,
+                          keys=[KeyChange(key="mariadb.character_set", value=literal(toks[-1]))],
+                          details={"sql_kind": "set"})]
+    if toks and toks[0].up == "PASSWORD":
+        return [SqlEffect(verb="set password", mutating=True, layer=Layer.DECLARED,
+                          keys=[KeyChange(key="mariadb.password", value="<redacted>")],
+                          details={"sql_kind": "password"})]
+    groups: list[list[Any]] = [[]]
+    depth = 0
+    for t in toks:
+        if t.text == "(":
+            depth += 1
+        elif t.text == ")":
+            depth -= 1
+        if t.text == "," and depth == 0:
+            groups.append([])
+        else:
+            groups[-1].append(t)
+    scope = "SESSION"
+    by_scope: dict[str, list[KeyChange]] = {}
+    for g in groups:
+        if not g:
+            continue
+        if g[0].up in _SCOPES:
+            scope = g[0].up
+            g = g[1:]
+        if g and g[0].up == "TRANSACTION":
+            by_scope.setdefault(scope, []).append(
+                KeyChange(key="mariadb.transaction", value=" ".join(t.value for t in g[1:])))
+            continue
+        name, this_scope, k = _var_name(g)
+        if this_scope:
+            scope = this_scope
+        if not name:
+            continue
+        value = None
+        if k < len(g) and g[k].text in ("=", ":="):
+            rest = g[k + 1:]
+            value = literal(rest[0]) if len(rest) == 1 else " ".join(t.text for t in rest)
+        by_scope.setdefault(scope, []).append(KeyChange(key=f"mariadb.{name}", value=value))
+    out = []
+    for sc, keys in by_scope.items():
+        verb, layer = _SCOPES.get(sc, ("set session", Layer.SESSION))
+        if all(k.key.startswith("mariadb.@") and not k.key.startswith("mariadb.@@") for k in keys):
+            verb, layer = "set variable", Layer.SESSION
+        out.append(SqlEffect(verb=verb, mutating=True, layer=layer, keys=keys,
+                             details={"sql_kind": "set", "scope": sc.lower()}))
+    return out or [SqlEffect(verb="set", mutating=UNKNOWN, opaque_reason="a SET the guard could not read")]
+
+
+def _var_name(g: list[Any]) -> tuple[str, str | None, int]:
+    """(variable name, scope from @@global./@@session., index after the name)."""
+    if not g:
+        return "", None, 0
+    t = g[0]
+    k = 1
+    text = t.value
+    scope = None
+    if text.startswith("@@"):
+        low = text[2:].lower()
+        if low in ("global", "session", "local", "persist", "persist_only") and k < len(g) and g[k].text == ".":
+            scope = low.upper()
+            text = g[k + 1].value if k + 1 < len(g) else ""
+            k += 2
+        else:
+            text = text[2:]
+    elif text.startswith("@"):
+        return text.lower(), "SESSION", k
+    while k + 1 < len(g) and g[k].text == "." and g[k + 1].kind == "word":
+        text = f"{text}.{g[k + 1].value}"
+        k += 2
+    return text.lower(), scope, k
+
+
+def mysql_effect(st: Statement) -> list[SqlEffect]:
+    """What one MySQL/MariaDB statement does (a SET with several scopes gives several effects)."""
+    k = st.kw(0)
+    if k == "SET":
+        return _set(st)
+    if k in ("GRANT", "REVOKE"):
+        return [grant_effect(st, "mariadb")]
+    if k == "FLUSH":
+        what = " ".join(t.value.upper() for t in st.toks[1:])
+        return [SqlEffect(verb="flush", mutating=True, layer=Layer.NONE,
+                          details={"sql_kind": "flush", "what": what,
+                                   **({"lock": True} if "READ LOCK" in what else {})})]
+    if k == "KILL":
+        target = st.toks[-1].value if len(st.toks) > 1 else ""
+        return [SqlEffect(verb="kill", mutating=True, layer=Layer.NONE,
+                          details={"sql_kind": "kill", "id": target,
+                                   "query_only": st.kw(1) == "QUERY"})]
+    if k == "SHUTDOWN":
+        return [SqlEffect(verb="shutdown", mutating=True, layer=Layer.NONE,
+                          details={"sql_kind": "server", "restart": True})]
+    if k in ("ALTER", "CREATE", "DROP", "RENAME") and st.kw(1) in ("USER", "ROLE"):
+        return [_user(st)]
+    if k in ("RESET", "CHANGE", "START", "STOP", "PURGE") and st.kw(1) in (
+            "MASTER", "SLAVE", "REPLICA", "BINARY", "QUERY", "PERSIST"):
+        return [SqlEffect(verb=f"{k} {st.kw(1)}".lower(), mutating=True, layer=Layer.NONE,
+                          details={"sql_kind": "server"})]
+    if k in ("INSTALL", "UNINSTALL"):
+        return [SqlEffect(verb=k.lower(), mutating=True, layer=Layer.DECLARED, details={"sql_kind": "server"})]
+    if k in ("CALL", "EXECUTE", "PREPARE", "HANDLER", "LOAD", "SOURCE"):
+        return [SqlEffect(verb=k.lower(), mutating=UNKNOWN, details={"sql_kind": "procedural"},
+                          opaque_reason=f"{k} runs code or data whose effect is not visible")]
+    if k == "CHECK" or k == "CHECKSUM":
+        return [SqlEffect(verb=k.lower(), mutating=False, details={"sql_kind": "read"})]
+    eff = common_effect(st)
+    if eff is not None:
+        return [eff]
+    return [SqlEffect(verb=(k or "statement").lower(), mutating=UNKNOWN,
+                      opaque_reason=f"SQL statement {k or st.text[:20]!r} is not one the guard knows")]
+
+
+def _user(st: Statement) -> SqlEffect:
+    verb = f"{st.kw(0)} {st.kw(1)}".lower()
+    j = 2
+    if st.kw(j) == "IF":
+        j += 3 if st.kw(j + 1) == "NOT" else 2
+    user_toks = []
+    while j < len(st.toks) and st.toks[j].up not in ("IDENTIFIED", "WITH", "REQUIRE", "PASSWORD", "ACCOUNT",
+                                                     "DEFAULT", "TO", ","):
+        user_toks.append(st.toks[j])
+        j += 1
+    user = "".join(t.value if t.kind != "str" else f"'{t.value}'" for t in user_toks)
+    keys = []
+    for i, t in enumerate(st.toks):
+        if t.up in ("MAX_USER_CONNECTIONS", "MAX_CONNECTIONS_PER_HOUR", "MAX_QUERIES_PER_HOUR",
+                    "MAX_UPDATES_PER_HOUR", "MAX_STATEMENT_TIME") and i + 1 < len(st.toks):
+            keys.append(KeyChange(key=f"mariadb.user.{t.value.lower()}", value=literal(st.toks[i + 1]),
+                                  scope={"user": user}))
+        if t.up == "IDENTIFIED":
+            keys.append(KeyChange(key="mariadb.user.password", value="<redacted>", scope={"user": user}))
+    return SqlEffect(verb=verb, mutating=True, layer=Layer.DECLARED, keys=keys,
+                     details={"sql_kind": "user", "user": user, **({"drop": True} if st.kw(0) == "DROP" else {})},
+                     target_kind="user", target_name=user)
+
+
+@register
+class Mysql:
+    """mysql and mariadb clients."""
+
+    commands = ("mysql", "mariadb")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        args = [a for a in inv.args]
+        p = _SPEC.parse([a for a in args if not (a.startswith("-p") and not a.startswith("--p")
+                                                 or a.startswith("--password"))])
+        host = p.get("-h")
+        db = p.get("-D") or (p.positionals[0] if p.positionals else None)
+        target = inv.service_target(str(host) if host is not None else None, "mariadb")
+        base = {"database": str(db) if db is not None else None, "user": str(p.get("-u")) if p.get("-u") else None}
+        execs = p.all("-e")
+        if any(getattr(e, "has_substitution", False) for e in execs):
+            return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
+                               opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
+                               details=base)]
+        sources = [str(e) for e in execs]
+        if not sources:
+            st = inv.stdin
+            if st is None:
+                return [inv.action("mysql", "session", target=target, mutating=UNKNOWN,
+                                   opaque_reason="an interactive mysql session: the SQL typed into it is not visible",
+                                   details=base)]
+            if st.text is None:
+                return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
+                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible",
+                                   details=base)]
+            sources = [st.text]
+        out: list[Action] = []
+        for src in sources:
+            for st_ in statements(src, hash_comments=True):
+                for eff in mysql_effect(st_):
+                    if not eff.skip:
+                        out.append(to_action(inv, "mysql", eff, st_.text, target, base))
+        if not out:
+            out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
+        return out
+

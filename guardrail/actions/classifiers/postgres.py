@@ -1,0 +1,359 @@
+"""psql and PostgreSQL statements: GUCs by scope (`postgres.<guc>` with {role, database}), grants, backends.
+
+Registered for `psql`; called by `Normaliser.dispatch`. The SQL comes from `-c` (each one), stdin (a heredoc, a
+here-string, `echo ... | psql`) or is not visible (`-f FILE`, `< file`, an interactive session: mutating unknown).
+Layers: ALTER ROLE / ALTER DATABASE / ALTER SYSTEM write the declared layer; SET and set_config the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, statements
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+
+__all__ = ["Psql", "pg_effect"]
+
+_SPEC = OptionSpec.of(
+    ["-c", "--command", "-f", "--file", "-h", "--host", "-p", "--port", "-U", "--username", "-d", "--dbname",
+     "-v", "--set", "--variable", "-o", "--output", "-L", "--log-file", "-F", "--field-separator", "-R",
+     "--record-separator", "-P", "--pset", "-T", "--table-attr"],
+    {"--command": "-c", "--file": "-f", "--host": "-h", "--port": "-p", "--username": "-U", "--dbname": "-d",
+     "--set": "-v", "--variable": "-v", "--output": "-o"})
+
+_ROLE_ATTRS = {"SUPERUSER", "NOSUPERUSER", "CREATEDB", "NOCREATEDB", "CREATEROLE", "NOCREATEROLE", "INHERIT",
+               "NOINHERIT", "LOGIN", "NOLOGIN", "REPLICATION", "NOREPLICATION", "BYPASSRLS", "NOBYPASSRLS"}
+
+
+def _guc_assignment(st: Statement, at: int) -> tuple[str, Any] | None:
+    """`name TO value` / `name = value` / `name FROM CURRENT` from index `at`."""
+    name, j = st.name_at(at)
+    if not name:
+        return None
+    if st.kw(j) == "FROM" and st.kw(j + 1) == "CURRENT":
+        return name.lower(), "FROM CURRENT"
+    if j < len(st.toks) and (st.toks[j].up == "TO" or st.toks[j].text == "="):
+        vals = st.toks[j + 1:]
+        if not vals:
+            return name.lower(), None
+        if len(vals) == 1:
+            return name.lower(), literal(vals[0])
+        return name.lower(), " ".join(t.value for t in vals if t.text != ",") if all(
+            t.kind != "op" or t.text == "," for t in vals) else " ".join(t.text for t in vals)
+    return None
+
+
+def _setting(st: Statement, at: int, verb: str, layer: Layer, scope: dict[str, str]) -> SqlEffect:
+    """`SET name = v`, `RESET name`, `RESET ALL` from index `at` (the SET/RESET keyword)."""
+    kw = st.kw(at)
+    details: dict[str, Any] = {"sql_kind": verb, "scope": dict(scope)}
+    if kw == "RESET":
+        name, _ = st.name_at(at + 1)
+        key = "postgres.*" if name.upper() == "ALL" else f"postgres.{name.lower()}"
+        details["reset"] = True
+        return SqlEffect(verb=verb, mutating=True, layer=layer, keys=[KeyChange(key=key, value=None, scope=scope)],
+                         details=details)
+    if kw == "SET":
+        j = at + 1
+        if st.kw(j) in ("SESSION", "LOCAL") and st.kw(j + 1) not in ("AUTHORIZATION", "CHARACTERISTICS"):
+            details["local"] = st.kw(j) == "LOCAL"
+            j += 1
+        if st.kw(j) == "TIME" and st.kw(j + 1) == "ZONE":
+            val = literal(st.toks[j + 2]) if j + 2 < len(st.toks) else None
+            return SqlEffect(verb=verb, mutating=True, layer=layer,
+                             keys=[KeyChange(key="postgres.timezone", value=val, scope=scope)], details=details)
+        if st.kw(j) in ("ROLE", "SESSION", "TRANSACTION"):
+            what = st.kw(j).lower()
+            return SqlEffect(verb=verb, mutating=True, layer=Layer.SESSION,
+                             keys=[KeyChange(key=f"postgres.{what}", value=" ".join(t.value for t in st.toks[j + 1:]),
+                                             scope=scope)], details=details)
+        got = _guc_assignment(st, j)
+        if got is not None:
+            return SqlEffect(verb=verb, mutating=True, layer=layer,
+                             keys=[KeyChange(key=f"postgres.{got[0]}", value=got[1], scope=scope)], details=details)
+    return SqlEffect(verb=verb, mutating=True, layer=layer, details=details,
+                     opaque_reason="a setting change the guard could not read")
+
+
+def _alter_role(st: Statement) -> SqlEffect:
+    j = 2
+    role, j = st.name_at(j)
+    if role.upper() in ("CURRENT_USER", "SESSION_USER", "CURRENT_ROLE"):
+        role = role.lower()
+    scope = {"role": role}
+    if st.kw(j) == "IN" and st.kw(j + 1) == "DATABASE":
+        db, j = st.name_at(j + 2)
+        scope["database"] = db
+    if st.kw(j) in ("SET", "RESET"):
+        eff = _setting(st, j, "alter role", Layer.DECLARED, scope)
+        eff.target_kind, eff.target_name = "role", role
+        return eff
+    keys: list[KeyChange] = []
+    details: dict[str, Any] = {"sql_kind": "alter role", "role": role}
+    k = j + (1 if st.kw(j) == "WITH" else 0)
+    while k < len(st.toks):
+        w = st.kw(k)
+        if w in _ROLE_ATTRS:
+            attr = (w[2:] if w.startswith("NO") else w).lower()
+            keys.append(KeyChange(key=f"postgres.role.{attr}", value=not w.startswith("NO"), scope={"role": role}))
+        elif w == "CONNECTION" and st.kw(k + 1) == "LIMIT" and k + 2 < len(st.toks):
+            keys.append(KeyChange(key="postgres.role.connection_limit", value=literal(st.toks[k + 2]),
+                                  scope={"role": role}))
+            k += 2
+        elif w in ("PASSWORD", "ENCRYPTED"):
+            keys.append(KeyChange(key="postgres.role.password", value="<redacted>", scope={"role": role}))
+            k += 1 if w == "PASSWORD" else 2
+        elif w == "VALID" and st.kw(k + 1) == "UNTIL":
+            keys.append(KeyChange(key="postgres.role.valid_until", value=literal(st.toks[k + 2])
+                                  if k + 2 < len(st.toks) else None, scope={"role": role}))
+            k += 2
+        elif w == "RENAME":
+            keys.append(KeyChange(key="postgres.role.name", value=st.name_at(k + 2)[0], scope={"role": role}))
+            break
+        k += 1
+    return SqlEffect(verb="alter role", mutating=True, layer=Layer.DECLARED, keys=keys, details=details,
+                     target_kind="role", target_name=role)
+
+
+def _alter_database(st: Statement) -> SqlEffect:
+    db, j = st.name_at(2)
+    if st.kw(j) in ("SET", "RESET"):
+        eff = _setting(st, j, "alter database", Layer.DECLARED, {"database": db})
+        eff.target_kind, eff.target_name = "database", db
+        return eff
+    keys = []
+    k = j + (1 if st.kw(j) == "WITH" else 0)
+    if st.kw(k) == "CONNECTION" and st.kw(k + 1) == "LIMIT" and k + 2 < len(st.toks):
+        keys.append(KeyChange(key="postgres.database.connection_limit", value=literal(st.toks[k + 2]),
+                              scope={"database": db}))
+    return SqlEffect(verb="alter database", mutating=True, layer=Layer.DECLARED, keys=keys,
+                     details={"sql_kind": "alter database" if keys else "ddl", "database": db},
+                     target_kind="database", target_name=db)
+
+
+def grant_effect(st: Statement, dialect: str) -> SqlEffect:
+    """GRANT/REVOKE privileges ON object TO/FROM grantees, for both dialects (key `<dialect>.grant`)."""
+    verb = st.kw(0).lower()
+    j = 1
+    if verb == "revoke" and st.kw(1) == "GRANT" and st.kw(2) == "OPTION" and st.kw(3) == "FOR":
+        j = 4
+    on = st.index("ON", start=j)
+    to = st.index("TO" if verb == "grant" else "FROM", start=j)
+    priv_end = on if on >= 0 else to
+    privs: list[str] = []
+    cur: list[str] = []
+    for t in st.toks[j:priv_end if priv_end >= 0 else len(st.toks)]:
+        if t.text == ",":
+            if cur:
+                privs.append(" ".join(cur))
+            cur = []
+        elif t.text == "(":
+            cur.append("(")
+        else:
+            cur.append(t.value.upper() if t.kind == "word" else t.value)
+    if cur:
+        privs.append(" ".join(cur).replace("( ", "(").replace(" )", ")"))
+    obj = ""
+    if on >= 0:
+        end = to if to > on else len(st.toks)
+        obj = _join_name(st.toks[on + 1:end])
+    grantees: list[str] = []
+    if to >= 0:
+        grantees = _grantees(st, to + 1, dialect)
+    all_ = any(p.upper().startswith("ALL") for p in privs)
+    details: dict[str, Any] = {"sql_kind": verb, "privileges": privs, "on": obj,
+                               "to": grantees[0] if grantees else "", "grantees": grantees, "all": all_}
+    if st.index("GRANT", start=max(to, 1)) > 0 and st.index("OPTION", start=max(to, 1)) > 0:
+        details["with_grant_option"] = True
+    if on < 0:
+        details["role_membership"] = True
+    scope = {"grantee": grantees[0]} if grantees else {}
+    return SqlEffect(verb=verb, mutating=True, layer=Layer.DECLARED,
+                     keys=[KeyChange(key=f"{dialect}.grant", value=privs, scope=scope)], details=details,
+                     target_kind="grant", target_name=obj)
+
+
+def _join_name(toks: list[Any]) -> str:
+    out = []
+    for t in toks:
+        if t.kind in ("str", "qid"):
+            out.append(t.value)
+        elif t.kind == "word" and t.up in ("TABLE", "SCHEMA", "DATABASE", "SEQUENCE", "FUNCTION", "ALL", "TABLES",
+                                           "IN", "SEQUENCES", "FUNCTIONS", "PROCEDURE"):
+            out.append(t.up + " ")
+        else:
+            out.append(t.text)
+    return "".join(out).strip()
+
+
+def _grantees(st: Statement, at: int, dialect: str) -> list[str]:
+    out: list[str] = []
+    cur = ""
+    k = at
+    while k < len(st.toks):
+        t = st.toks[k]
+        if t.kind == "word" and t.up in ("WITH", "IDENTIFIED", "CASCADE", "RESTRICT", "GRANTED", "REQUIRE",
+                                         "AS"):
+            break
+        if t.text == ",":
+            if cur:
+                out.append(cur)
+            cur = ""
+        elif t.text == "@" or t.text.startswith("@"):
+            host = t.text[1:] if len(t.text) > 1 else (st.toks[k + 1].value if k + 1 < len(st.toks) else "%")
+            if len(t.text) == 1:
+                k += 1
+            cur = f"{cur}@'{host}'"
+        else:
+            cur = f"'{t.value}'" if dialect == "mariadb" else t.value
+        k += 1
+    if cur:
+        out.append(cur)
+    if dialect == "mariadb":
+        out = [g if "@" in g or g.upper() in ("'PUBLIC'",) else f"{g}@'%'" for g in out]
+    return out
+
+
+def pg_effect(st: Statement) -> SqlEffect:
+    """What one PostgreSQL statement does."""
+    k = st.kw(0)
+    if k == "ALTER" and st.kw(1) == "SYSTEM":
+        eff = _setting(st, 2, "alter system", Layer.DECLARED, {})
+        eff.details["system"] = True
+        eff.target_kind, eff.target_name = "system", "postgresql.auto.conf"
+        return eff
+    if k == "ALTER" and st.kw(1) in ("ROLE", "USER"):
+        return _alter_role(st)
+    if k == "ALTER" and st.kw(1) == "DATABASE":
+        return _alter_database(st)
+    if k in ("SET", "RESET"):
+        return _setting(st, 0, k.lower(), Layer.SESSION, {})
+    if k in ("GRANT", "REVOKE"):
+        return grant_effect(st, "postgres")
+    if k == "DISCARD":
+        return SqlEffect(verb="discard", mutating=True, layer=Layer.SESSION, details={"sql_kind": "session"})
+    if k in ("DO", "CALL", "EXECUTE", "PREPARE"):
+        return SqlEffect(verb=k.lower(), mutating=UNKNOWN, details={"sql_kind": "procedural"},
+                         opaque_reason=f"{k} runs procedural code whose effect is not visible; "
+                                       "run the plain statements instead")
+    if k in ("NOTIFY", "LISTEN", "UNLISTEN", "LOAD", "DEALLOCATE"):
+        return SqlEffect(verb=k.lower(), mutating=k in ("NOTIFY", "LOAD"), details={"sql_kind": "session"})
+    eff = common_effect(st)
+    if eff is not None:
+        return eff
+    return SqlEffect(verb=(k or "statement").lower(), mutating=UNKNOWN,
+                     opaque_reason=f"SQL statement {k or st.text[:20]!r} is not one the guard knows")
+
+
+@register
+class Psql:
+    """psql: each SQL statement (or meta-command) it will run."""
+
+    commands = ("psql",)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _SPEC.parse(inv.args)
+        host = p.get("-h")
+        db = p.get("-d")
+        conn = next((w for w in p.positionals
+                     if w.dynamic or w.startswith(("postgres://", "postgresql://")) or "=" in w), None)
+        if conn is not None and host is None:
+            host = _conn_host(str(conn))
+        if db is None:
+            db = next((w for w in p.positionals if w is not conn), None)
+        target = inv.service_target(str(host) if host is not None else None, "postgres")
+        base = {"database": str(db) if db is not None else None, "user": str(p.get("-U")) if p.get("-U") else None}
+        if conn is not None:
+            base["dsn"] = str(conn) if conn.dynamic else "<connection string>"
+        sources: list[str] = [str(c) for c in p.all("-c")]
+        if any(getattr(c, "has_substitution", False) for c in p.all("-c")):
+            return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
+                               opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
+                               details=base)]
+        if p.all("-f") and str(p.all("-f")[-1]) != "-":
+            return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
+                               opaque_reason=f"psql -f {p.all('-f')[-1]}: the file's SQL is not visible",
+                               details={**base, "file": str(p.all("-f")[-1])})]
+        if not sources:
+            st = inv.stdin
+            if st is None:
+                if inv.args_pending:
+                    return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
+                                       opaque_reason="psql arguments are read from stdin at run time", details=base)]
+                return [inv.action("psql", "session", target=target, mutating=UNKNOWN,
+                                   opaque_reason="an interactive psql session: the SQL typed into it is not visible",
+                                   details=base)]
+            if st.text is None:
+                return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
+                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible",
+                                   details=base)]
+            sources = [st.text]
+        actions: list[Action] = []
+        for src in sources:
+            actions += self._sql(inv, src, target, base)
+        if not actions:
+            actions.append(inv.action("psql", "connect", target=target, mutating=False, details=base))
+        return actions
+
+    def _sql(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
+        out: list[Action] = []
+        plain: list[str] = []
+        for line in sql.splitlines():
+            s = line.strip()
+            if s.startswith("\\"):
+                if plain:
+                    out += self._statements(inv, "\n".join(plain), target, base)
+                    plain = []
+                out += self._meta(inv, s, target, base)
+            else:
+                plain.append(line)
+        if plain:
+            out += self._statements(inv, "\n".join(plain), target, base)
+        return out
+
+    def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
+        out = []
+        for st in statements(sql):
+            eff = pg_effect(st)
+            if eff.skip:
+                continue
+            out.append(to_action(inv, "psql", eff, st.text, target, base))
+        return out
+
+    def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any]) -> list[Action]:
+        cmd = line.split(None, 1)[0]
+        if cmd in ("\\!", "\\setenv", "\\i", "\\ir", "\\include", "\\include_relative", "\\o", "\\out", "\\w",
+                   "\\write", "\\e", "\\edit", "\\ef", "\\ev", "\\gexec", "\\copy", "\\lo_import", "\\lo_unlink",
+                   "\\password", "\\g") or cmd.startswith("\\!"):
+            return [inv.action("psql", cmd, target=target, mutating=UNKNOWN,
+                               opaque_reason=f"psql meta-command {cmd} runs or writes something not visible",
+                               details={**base, "meta": line})]
+        return [inv.action("psql", cmd, target=target, mutating=False, details={**base, "meta": line})]
+
+
+def _conn_host(conn: str) -> str | None:
+    if conn.startswith("$"):
+        return None
+    if "://" in conn:
+        rest = conn.split("://", 1)[1]
+        hostport = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        return hostport.split(":", 1)[0] or None
+    for part in conn.split():
+        k, _, v = part.partition("=")
+        if k == "host":
+            return v
+    return None
+
+
+def to_action(inv: Invocation, tool: str, eff: SqlEffect, text: str, target: Target,
+              base: dict[str, Any]) -> Action:
+    """A SqlEffect as an Action: the connection is the target, the statement text goes into details."""
+    details = {**{k: v for k, v in base.items() if v is not None}, **eff.details, "statement": text[:2000]}
+    if eff.target_kind:
+        details["object_kind"] = eff.target_kind
+        details["object_name"] = eff.target_name
+    return inv.action(tool, eff.verb, target=target, keys=eff.keys, layer=eff.layer if eff.mutating else Layer.NONE,
+                      mutating=eff.mutating, opaque_reason=eff.opaque_reason if eff.mutating == UNKNOWN else None,
+                      details=details)

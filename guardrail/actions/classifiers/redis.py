@@ -1,0 +1,160 @@
+"""redis-cli (and valkey-cli): CONFIG SET -> `redis.<param>` (runtime), ACL SETUSER -> `redis.acl.<user>`, ...
+
+Registered for `redis-cli`, `valkey-cli`, `keydb-cli`; called by `Normaliser.dispatch`. Commands come from argv
+or, with no command words, one per line on stdin (a heredoc, `echo FLUSHALL | redis-cli`). Command classes
+(read, data, destructive, server, opaque) come from catalogue.yaml; an unlisted command is unknown.
+CONFIG SET and ACL SETUSER land in the runtime layer; CONFIG REWRITE and ACL SAVE make them declared.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+from urllib.parse import urlsplit
+
+from guardrail.actions.catalogue import catalogue
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+
+__all__ = ["RedisCli", "redis_command"]
+
+_SPEC = OptionSpec.of(
+    ["-h", "-p", "-a", "-n", "-u", "-s", "-r", "-i", "-d", "-D", "-t", "--user", "--pass", "--cacert", "--cert",
+     "--key", "--sni", "--eval", "--pattern", "--count", "--quoted-pattern", "--rdb", "--functions-rdb",
+     "--pipe-timeout", "--memkeys-samples", "--intrinsic-latency", "--lru-test", "--cluster", "--cacertdir",
+     "--tls-ciphers", "--tls-ciphersuites", "--keystats-samples", "--cursor", "--top"],
+    {"--pass": "-a"})
+
+# Commands whose first argument is a sub-command (CONFIG SET, ACL SETUSER, CLIENT KILL ...).
+_CONTAINERS = frozenset({"CONFIG", "ACL", "CLIENT", "SLOWLOG", "MEMORY", "LATENCY", "CLUSTER", "MODULE", "FUNCTION",
+                         "SCRIPT", "XGROUP", "XINFO", "OBJECT", "COMMAND", "PUBSUB", "DEBUG"})
+_READ_MODES = ("--scan", "--bigkeys", "--memkeys", "--hotkeys", "--keystats", "--stat", "--latency",
+               "--latency-history", "--latency-dist", "--intrinsic-latency", "--lru-test", "--replica", "--slave",
+               "--rdb", "--functions-rdb", "--help", "--version", "-v")
+
+
+def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[str, Any]) -> Action:
+    """One redis command (its words) as an Action."""
+    if not words:
+        return inv.action("redis-cli", "noop", target=target, mutating=False, details=base)
+    cmd = words[0].upper()
+    two = f"{cmd} {words[1].upper()}" if len(words) > 1 else cmd
+    cat = catalogue().redis
+    container = cmd in _CONTAINERS and len(words) > 1
+    verb = two.lower() if container else cmd.lower()
+    kind = cat.kind_of(two) if container else cat.kind_of(cmd)
+    if kind is None and container:
+        kind = cat.kind_of(cmd)
+    details = dict(base)
+    details["command"] = " ".join(words)[:500]
+
+    def act(mutating: Any, layer: Layer = Layer.NONE, keys: list[KeyChange] | None = None,
+            reason: str | None = None) -> Action:
+        return inv.action("redis-cli", verb, target=target, keys=keys or [], layer=layer, mutating=mutating,
+                          opaque_reason=reason, details=details)
+
+    if two == "CONFIG SET":
+        pairs = words[2:]
+        keys = [KeyChange(key=f"redis.{pairs[i].lower()}", value=pairs[i + 1] if i + 1 < len(pairs) else None)
+                for i in range(0, len(pairs), 2)]
+        return act(True, Layer.RUNTIME, keys)
+    if two == "CONFIG REWRITE":
+        details["persists_runtime"] = True
+        return act(True, Layer.DECLARED)
+    if two == "ACL SETUSER" and len(words) > 2:
+        user = words[2]
+        details["user"] = user
+        details["rules"] = words[3:]
+        return act(True, Layer.RUNTIME, [KeyChange(key=f"redis.acl.{user}", value=" ".join(words[3:]))])
+    if two == "ACL DELUSER":
+        details["users"] = words[2:]
+        return act(True, Layer.RUNTIME, [KeyChange(key=f"redis.acl.{u}", value=None) for u in words[2:]])
+    if two == "ACL SAVE":
+        details["persists_runtime"] = True
+        return act(True, Layer.DECLARED)
+    if kind == "read":
+        if cmd == "KEYS":
+            details["pattern"] = words[1] if len(words) > 1 else ""
+        if cmd == "MONITOR":
+            details["streams_all_commands"] = True
+        return act(False)
+    if kind == "destructive":
+        details["destructive"] = True
+        return act(True, Layer.DECLARED)
+    if kind == "server":
+        if cmd == "SHUTDOWN":
+            details["restart"] = True
+        return act(True, Layer.NONE)
+    if kind == "data":
+        if len(words) > 1:
+            details["keys"] = words[1:2] if cmd not in ("DEL", "UNLINK", "MSET", "EXISTS") else \
+                (words[1:] if cmd != "MSET" else words[1::2])
+        return act(True, Layer.DECLARED)
+    if kind == "opaque":
+        return act(UNKNOWN, reason=f"{verb.upper()} runs server-side code or a batch whose effect is not visible")
+    return act(UNKNOWN, reason=f"redis command {cmd!r} is not one the guard knows")
+
+
+@register
+class RedisCli:
+    """redis-cli and its forks."""
+
+    commands = ("redis-cli", "valkey-cli", "keydb-cli")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _SPEC.parse(inv.args)
+        host = p.get("-h")
+        if p.get("-u") is not None:
+            try:
+                host = urlsplit(str(p.get("-u"))).hostname or host
+            except ValueError:
+                pass
+        target = inv.service_target(str(host) if host is not None else None, "redis")
+        base: dict[str, Any] = {}
+        for opt, name in (("-p", "port"), ("-n", "db"), ("--user", "user")):
+            if p.get(opt) is not None:
+                base[name] = str(p.get(opt))
+        words = [str(w) for w in p.positionals]
+        if p.after_dashdash:
+            words += [str(w) for w in p.after_dashdash]
+        if p.get("--eval") is not None:
+            return [inv.action("redis-cli", "eval", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason=f"--eval runs the Lua script {p.get('--eval')}, whose effect is not "
+                                             "visible")]
+        if p.get("--cluster") is not None:
+            sub = str(p.get("--cluster"))
+            return [inv.action("redis-cli", f"cluster {sub}", target=target, details=base,
+                               mutating=sub not in ("check", "info", "help"),
+                               layer=Layer.NONE)]
+        if "--pipe" in p.flags:
+            return [inv.action("redis-cli", "pipe", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason="--pipe sends raw protocol from stdin; its commands are not visible")]
+        if words:
+            if "-x" in p.flags:
+                st = inv.stdin
+                words.append(st.text.rstrip("\n") if st is not None and st.text is not None else "<stdin>")
+            return [redis_command(inv, words, target, base)]
+        if any(m in p.flags or m in p.opts for m in _READ_MODES):
+            mode = next(m for m in _READ_MODES if m in p.flags or m in p.opts)
+            return [inv.action("redis-cli", mode.lstrip("-"), target=target, mutating=False, details=base)]
+        st = inv.stdin
+        if st is None:
+            reason = ("redis-cli arguments are read from stdin at run time" if inv.args_pending else
+                      "an interactive redis-cli session: the commands typed into it are not visible")
+            return [inv.action("redis-cli", "session", target=target, mutating=UNKNOWN, opaque_reason=reason,
+                               details=base)]
+        if st.text is None:
+            return [inv.action("redis-cli", "commands", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason=f"redis commands come from {st.producer or st.source} and are not "
+                                             "visible")]
+        out = []
+        for line in st.text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                cmd_words = shlex.split(line)
+            except ValueError:
+                cmd_words = line.split()
+            out.append(redis_command(inv, cmd_words, target, base))
+        return out or [inv.action("redis-cli", "noop", target=target, mutating=False, details=base)]

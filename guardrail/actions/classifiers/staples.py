@@ -1,0 +1,104 @@
+"""The read-only staples of an operator shell (cat, grep, jq, ps, dig ...), awk, sleep and kill.
+
+Registered for the names in catalogue.yaml's `read_only` list (minus sed, which `files` owns); called by
+`Normaliser.dispatch`. A staple only reads; what its redirections write is classified by the shell walker.
+awk is read-only unless its program runs commands or writes files.
+"""
+
+from __future__ import annotations
+
+import re
+
+from guardrail.actions.catalogue import catalogue
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action
+from guardrail.actions.shell import file_write
+
+__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "parse_duration"]
+
+_OWNED_ELSEWHERE = {"sed", "awk", "gawk", "mawk", "nawk"}
+
+
+@register
+class ReadOnly:
+    """Commands that only read."""
+
+    commands = tuple(c for c in catalogue().read_only if c not in _OWNED_ELSEWHERE)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        return [inv.action(inv.name, inv.name, mutating=False)]
+
+
+# awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
+_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*getline|\|&|\bprint[f]?\b[^;{}]*\|")
+_AWK_WRITES = re.compile(r"\bprint[f]?\b[^;{}]*?>>?\s*(\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+@register
+class Awk:
+    """awk and its variants."""
+
+    commands = ("awk", "gawk", "mawk", "nawk")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = OptionSpec.of(["-F", "-v", "-f", "--file", "-i", "--include", "-l", "--load", "-E", "--exec"],
+                          {"--file": "-f", "--include": "-i", "--exec": "-E"}).parse(inv.args)
+        if p.get("-f") is not None or p.get("-E") is not None:
+            return [inv.opaque("script-file", "the awk program is in a file that is not visible", tool="awk")]
+        program = str(p.positionals[0]) if p.positionals else ""
+        if p.get("-i") is not None and str(p.get("-i")) == "inplace":
+            return [file_write(inv, str(f), verb="edit", by="awk -i inplace") for f in p.positionals[1:]]
+        if _AWK_RUNS.search(program):
+            return [inv.opaque("awk system", "the awk program runs shell commands", tool="awk", program=program)]
+        out = [inv.action("awk", "read", mutating=False, details={"program": program})]
+        for m in _AWK_WRITES.finditer(program):
+            dest = m.group(1)
+            if dest.startswith('"'):
+                out.append(file_write(inv, dest.strip('"'), by="awk print >"))
+            else:
+                out.append(inv.action("file", "write", mutating=UNKNOWN, opaque_reason="awk writes to a computed path"))
+        return out
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
+
+
+def parse_duration(text: str) -> float | None:
+    """`5` -> 5.0, `2m` -> 120.0, `0.5s` -> 0.5; None when not a duration."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", text)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@register
+class Sleep:
+    """sleep N: waiting, which is how an agent lets a system converge."""
+
+    commands = ("sleep",)
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        total = 0.0
+        for a in inv.args:
+            d = None if a.dynamic else parse_duration(str(a))
+            if d is None:
+                return [inv.action("sleep", "sleep", mutating=False, details={"seconds": None, "arg": str(a)})]
+            total += d
+        seconds: float | int = int(total) if total == int(total) else total
+        return [inv.action("sleep", "sleep", mutating=False, details={"seconds": seconds})]
+
+
+@register
+class Kill:
+    """kill, pkill, killall: signals to processes."""
+
+    commands = ("kill", "pkill", "killall")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        args = [str(a) for a in inv.args]
+        if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")):
+            return [inv.action("shell", "kill -l", mutating=False)]
+        sig = next((a for a in args if a.startswith("-")), "-TERM")
+        targets = [a for a in args if not a.startswith("-")]
+        return [inv.action("shell", inv.name, mutating=True, details={"signal": sig, "targets": targets})]

@@ -1,0 +1,124 @@
+"""One simple command as the classifiers see it: its argv, what arrives on its stdin, and where it runs.
+
+Built by `guardrail.actions.shell` (the walker) and by the wrappers (`sh -c`, `kubectl exec`, `xargs` ...);
+read by every classifier in `guardrail.actions.classifiers`. Pure data plus the helpers that turn a host or a
+path into a `Target` the same way for every tool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
+from guardrail.actions.words import Word
+
+__all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS"]
+
+LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"})
+
+
+@dataclass(frozen=True)
+class Stdin:
+    """What a command reads on stdin: known text (heredoc, here-string, echo through a pipe) or not."""
+
+    source: str  # heredoc | herestring | pipe | file
+    text: str | None = None  # None when the content is only known at run time
+    computed: bool = False  # a program upstream computed it (curl, a decoder ...): not the text as typed
+    decoded: bool = False  # a decoder (base64 -d, xxd -r, rev, openssl ...) is upstream
+    producer: str = ""  # the command (or file) it comes from
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a command runs: the wrapper chain, and the pod when it is inside `kubectl exec`."""
+
+    via: tuple[str, ...] = ()
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    depth: int = 0
+
+    @property
+    def in_exec(self) -> bool:
+        return self.pod is not None
+
+    def inside(self, label: str, **changes: Any) -> "Where":
+        return dataclasses.replace(self, via=self.via + (label,), depth=self.depth + 1, **changes)
+
+
+_SVC_DNS = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.svc(\.cluster\.local)?)?\.?$")
+
+
+def component_of_host(host: str) -> tuple[str, str | None]:
+    """`svc-channel.slack.svc.cluster.local` -> ("svc-channel", "slack"); `svc-channel` -> ("svc-channel", None)."""
+    h = host.strip().lower()
+    m = _SVC_DNS.match(h)
+    if m and m.group(5):
+        return m.group(1), m.group(3)
+    return h, None
+
+
+@dataclass
+class Invocation:
+    """One simple command to classify."""
+
+    argv: list[Word]
+    where: Where = field(default_factory=Where)
+    stdin: Stdin | None = None
+    raw: str = ""
+    # xargs appends words read from stdin at run time: the argv seen here may be incomplete.
+    args_pending: bool = False
+
+    @property
+    def name(self) -> str:
+        return command_name(self.argv[0]) if self.argv else ""
+
+    @property
+    def args(self) -> list[Word]:
+        return self.argv[1:]
+
+    # ---- helpers every classifier shares ------------------------------------------------------------------
+
+    def action(self, tool: str, verb: str, *, target: Target | None = None, keys: list[KeyChange] | None = None,
+               layer: Layer = Layer.NONE, mutating: Mutating = UNKNOWN, opaque_reason: str | None = None,
+               details: dict[str, Any] | None = None) -> Action:
+        return Action(tool=tool, verb=verb, target=target or Target(namespace=self.where.namespace),
+                      keys=keys or [], layer=layer, mutating=mutating, raw=self.raw, via=list(self.where.via),
+                      opaque_reason=opaque_reason, details=self._with_pod(details or {}))
+
+    def _with_pod(self, details: dict[str, Any]) -> dict[str, Any]:
+        if self.where.in_exec:
+            details.setdefault("pod", self.where.pod)
+            if self.where.container:
+                details.setdefault("container", self.where.container)
+        return details
+
+    def service_target(self, host: str | None, default: str) -> Target:
+        """The component a client talks to: the named host, else the pod it runs in, else `default`."""
+        if host and host.lower() not in LOCAL_HOSTS:
+            comp, ns = component_of_host(host)
+            return Target(kind="component", name=comp, namespace=ns or self.where.namespace)
+        if self.where.in_exec:
+            return Target(kind="pod", name=self.where.pod or "", namespace=self.where.namespace)
+        return Target(kind="component", name=default, namespace=self.where.namespace)
+
+    def file_target(self, path: str) -> Target:
+        if self.where.in_exec:
+            return Target(kind="pod", name=self.where.pod or "", namespace=self.where.namespace)
+        return Target(kind="file", name=path)
+
+    @property
+    def file_layer(self) -> Layer:
+        # Inside a container a file edit lands in its writable layer, which a restart discards.
+        return Layer.RUNTIME if self.where.in_exec else Layer.DECLARED
+
+    def opaque(self, verb: str, reason: str, *, tool: str = "shell", **details: Any) -> Action:
+        return self.action(tool, verb, mutating=UNKNOWN, opaque_reason=reason, details=details)
+
+
+def command_name(word: str) -> str:
+    """`/usr/bin/redis-cli` -> `redis-cli`; `./restart-svc.sh` -> `restart-svc.sh`."""
+    return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word else word

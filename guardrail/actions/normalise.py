@@ -1,0 +1,115 @@
+"""`normalise(raw) -> list[Action]`: raw shell text as the typed Actions it would perform, in execution order.
+
+The guard (`guardrail.guard.Guard.before`), `guardrail check` and the audit replay call it on every command an
+agent sends. The pipeline: tree-sitter parse (`shell`), walk in execution order (`ShellWalker`), unwrap wrappers
+(`wrappers`: `sh -c`, `kubectl exec`, `sudo`, `xargs` ...), then one classifier per tool (`classifiers`). Anything
+whose effect cannot be known before it runs (eval, a decoded payload into a shell, a computed command name, an
+unknown binary, a syntax error) comes out as `mutating: "unknown"` with an `opaque_reason`. It never raises.
+"""
+
+from __future__ import annotations
+
+from guardrail.actions import wrappers
+from guardrail.actions.classifiers import classifier_for
+from guardrail.actions.invocation import Invocation, Stdin, Where
+from guardrail.actions.model import UNKNOWN, Action
+from guardrail.actions.shell import Session, ShellWalker, parse
+
+__all__ = ["normalise", "Normaliser", "MAX_DEPTH"]
+
+# Deeper nesting than this (sh -c inside sh -c inside ...) is treated as opaque rather than followed.
+MAX_DEPTH = 12
+# Texts longer than this are not parsed: a command this long is not one an operator reviews.
+MAX_CHARS = 200_000
+
+
+class Normaliser:
+    """Parses and classifies one command text; holds the aliases and functions it defines."""
+
+    def __init__(self) -> None:
+        self.session = Session()
+
+    def script(self, text: str, where: Where, stdin: Stdin | None = None) -> list[Action]:
+        """Every Action of a shell script (the top-level command, or the body of `sh -c`, a heredoc ...)."""
+        inv = Invocation(argv=[], where=where, raw=text)
+        if where.depth > MAX_DEPTH:
+            return [inv.opaque("nested", f"wrappers nested more than {MAX_DEPTH} deep are not followed")]
+        tree = parse(text)
+        walker = ShellWalker(self, self.session, where)
+        before = len(self.session.syntax_errors)
+        walker.run(tree.root_node, stdin)
+        actions = walker.actions
+        if tree.root_node.has_error or len(self.session.syntax_errors) > before:
+            near = self.session.syntax_errors[before] if len(self.session.syntax_errors) > before else ""
+            actions.append(inv.opaque("syntax-error", "the shell text does not parse"
+                                      + (f" (near {near!r})" if near else "")
+                                      + "; what a shell would do with it cannot be known"))
+        return actions
+
+    def dispatch(self, inv: Invocation, session: Session | None = None) -> list[Action]:
+        """One simple command: a function or alias, a wrapper, a tool classifier, or an unknown command."""
+        try:
+            return self._dispatch(inv)
+        except RecursionError:
+            return [inv.opaque("nested", "too deeply nested to follow")]
+        except Exception as e:  # a classifier bug must not let a command through unclassified
+            return [inv.opaque("unclassified", f"classifier error ({type(e).__name__}); effect not known")]
+
+    def _dispatch(self, inv: Invocation) -> list[Action]:
+        if not inv.argv:
+            return []
+        head = inv.argv[0]
+        if head.dynamic:
+            return [inv.opaque("dynamic-command", "the command name is computed at run time "
+                               f"({str(head)!r}); run the plain command instead", command=str(head))]
+        name = inv.name
+        if "/" not in head:
+            if name in self.session.functions:
+                return self._function(inv, name)
+            if name in self.session.aliases:
+                return self._alias(inv, name)
+        unwrap = wrappers.WRAPPERS.get(name)
+        if unwrap is not None:
+            result = unwrap(inv, self)
+            if result is not None:
+                return result
+        classifier = classifier_for(name)
+        if classifier is not None:
+            return classifier.classify(inv)
+        return [inv.opaque(name or "empty", f"unknown command {name!r}: its effect cannot be known before it runs")]
+
+    def _function(self, inv: Invocation, name: str) -> list[Action]:
+        where = inv.where.inside(f"function {name}")
+        if where.depth > MAX_DEPTH:
+            return [inv.opaque("nested", f"function {name} recurses deeper than {MAX_DEPTH}")]
+        walker = ShellWalker(self, self.session, where)
+        walker.run(self.session.functions[name], inv.stdin)
+        return walker.actions
+
+    def _alias(self, inv: Invocation, name: str) -> list[Action]:
+        # An alias is text substitution: its value followed by the rest of the words as typed.
+        rest = inv.raw.split(None, 1)[1] if len(inv.raw.split(None, 1)) > 1 else ""
+        text = f"{self.session.aliases[name]} {rest}".strip()
+        aliases = self.session.aliases.pop(name)  # an alias does not expand inside itself
+        try:
+            return self.script(text, inv.where.inside(f"alias {name}"), inv.stdin)
+        finally:
+            self.session.aliases[name] = aliases
+
+
+def normalise(raw: str) -> list[Action]:
+    """Raw shell text -> one Action per simple command, in execution order. Never raises."""
+    try:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        elif not isinstance(raw, str):
+            raw = str(raw)
+        if not raw.strip():
+            return []
+        if len(raw) > MAX_CHARS:
+            return [Action(tool="shell", verb="oversized", mutating=UNKNOWN, raw=raw[:1000],
+                           opaque_reason=f"command longer than {MAX_CHARS} characters is not parsed")]
+        return Normaliser().script(raw, Where())
+    except Exception as e:  # the guard must get an answer for every text; unknown is the safe one
+        return [Action(tool="shell", verb="unclassified", mutating=UNKNOWN, raw=str(raw)[:1000],
+                       opaque_reason=f"normalisation failed ({type(e).__name__}); effect not known")]

@@ -1,0 +1,390 @@
+"""The shell walker: a tree-sitter-bash parse tree, visited in execution order, one simple command at a time.
+
+Called by `guardrail.actions.normalise.Normaliser.script`. For every simple command it builds an `Invocation`
+(argv as `Word`s, the stdin it reads, where it runs) and hands it to the normaliser's `dispatch`, which unwraps
+wrappers and calls the tool classifiers. It follows `;`, `&&`, `||`, pipes (tracking what flows through them, so
+`echo '{..}' | restart-svc.sh channel` gives the helper its JSON), subshells, `$(...)` and backticks (run before
+the command that uses them), heredocs and here-strings, assignments, function definitions and aliases, and the
+redirections that write files.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import tree_sitter
+import tree_sitter_bash
+from tree_sitter import Node
+
+from guardrail.actions.invocation import Invocation, Stdin, Where, command_name
+from guardrail.actions.model import Action, KeyChange, Layer
+from guardrail.actions.words import DYNAMIC_NODES, Word, decode_ansi_c, substitutions_in, word_of
+
+if TYPE_CHECKING:
+    from guardrail.actions.normalise import Normaliser
+
+__all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECODERS"]
+
+_PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def parse(text: str) -> tree_sitter.Tree:
+    """Parse shell text with the one cached parser (building a Parser costs more than parsing a command)."""
+    return _PARSER.parse(text.encode("utf-8", "surrogatepass"))
+
+
+# Where writing is not a change to anything.
+NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
+# Programs that turn their stdin into something other than what was typed: a payload through them is opaque.
+DECODERS = frozenset({"base64", "base32", "basenc", "xxd", "rev", "tr", "openssl", "gzip", "gunzip", "zcat",
+                      "bzip2", "bunzip2", "bzcat", "xz", "unxz", "xzcat", "uudecode", "od", "hexdump", "perl",
+                      "python", "python3", "sed", "awk", "gawk", "iconv", "zstd", "unzstd", "lz4", "brotli",
+                      "rot13", "caesar", "tac"})
+_STATEMENT_TOKENS = frozenset({";", "&", "&&", "||", "|", "|&", "\n", ";;", "(", ")", "{", "}", "do", "done",
+                               "then", "fi", "else", "elif", "if", "while", "until", "for", "in", "case", "esac",
+                               "!", "function", "select"})
+_WORDISH = frozenset({"word", "string", "raw_string", "concatenation", "number", "ansi_c_string",
+                      "translated_string", "variable_name"}) | DYNAMIC_NODES
+_WRITE_OPS = frozenset({">", ">>", "&>", "&>>", ">|", ">&"})
+
+
+@dataclass
+class Session:
+    """State of one `normalise` call shared by nested scripts: aliases, functions and variables it defines."""
+
+    aliases: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, Node] = field(default_factory=dict)
+    variables: dict[str, str | None] = field(default_factory=dict)
+    syntax_errors: list[str] = field(default_factory=list)
+
+
+def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str | None = None,
+               by: str = "", **details: Any) -> Action:
+    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools."""
+    d: dict[str, Any] = {"path": path, **details}
+    if by:
+        d["by"] = by
+    if content is not None:
+        d["content"] = content
+    value = None if verb == "delete" else content
+    return inv.action("file", verb, target=inv.file_target(path), keys=[KeyChange(key=f"file:{path}", value=value)],
+                      layer=inv.file_layer, mutating=True, details=d)
+
+
+def _txt(node: Node) -> str:
+    return node.text.decode("utf-8", "replace") if node.text is not None else ""
+
+
+_PRINTF_ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{1,4}|.)", re.S)
+
+
+def _printf(fmt: str, args: list[str]) -> str | None:
+    # Only the conversions that keep the text knowable: %s, %d, %b and %%.
+    out = decode_ansi_c(fmt) if "\\" in fmt else fmt
+    if "%" not in out:
+        return out
+    it = iter(args)
+    ok = True
+
+    def conv(m: re.Match[str]) -> str:
+        nonlocal ok
+        c = m.group(1)
+        if c == "%":
+            return "%"
+        v = next(it, "")
+        if c == "b":
+            return decode_ansi_c(v)
+        if c in "sd":
+            return v
+        ok = False
+        return ""
+
+    res = re.sub(r"%[-+ #0-9.]*([sdb%a-zA-Z])", conv, out)
+    return res if ok else None
+
+
+class ShellWalker:
+    """Visits one parse tree in execution order; every simple command goes to `normaliser.dispatch`."""
+
+    def __init__(self, normaliser: "Normaliser", session: Session, where: Where):
+        self.n = normaliser
+        self.session = session
+        self.where = where
+        self.actions: list[Action] = []
+
+    # ---- statements -------------------------------------------------------------------------------------------
+
+    def run(self, node: Node, stdin: Stdin | None = None) -> Stdin | None:
+        """Walk a statement; returns what it writes to stdout, as far as it can be known."""
+        t = node.type
+        if t == "command":
+            return self.command(node, stdin)
+        if t == "redirected_statement":
+            return self.redirected(node, stdin)
+        if t == "pipeline":
+            return self.pipeline([c for c in node.children if c.is_named], stdin)
+        if t == "function_definition":
+            name = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.session.functions[_txt(name)] = body
+            return None
+        if t in ("variable_assignment", "variable_assignments"):
+            self.assignments(node)
+            return None
+        if t in ("declaration_command", "unset_command"):
+            self.declaration(node)
+            return None
+        if t in ("comment", "heredoc_body", "heredoc_start", "heredoc_end", "file_descriptor"):
+            return None
+        if t == "ERROR" or node.is_missing:
+            self.session.syntax_errors.append(_txt(node)[:80])
+        if t in _WORDISH or t == "test_command":
+            self.substitutions(node)
+            return None
+        out = None
+        for c in node.children:
+            if c.is_named:
+                out = self.run(c, stdin)
+            elif c.is_missing:
+                self.session.syntax_errors.append(f"missing {c.type!r}")
+        return out
+
+    def pipeline(self, stages: list[Node], stdin: Stdin | None) -> Stdin | None:
+        out = stdin
+        for i, stage in enumerate(stages):
+            out = self.run(stage, out if i == 0 else (out or Stdin("pipe", computed=True)))
+        return out
+
+    def substitutions(self, node: Node) -> None:
+        """Run every `$(...)`, backtick and `<(...)` inside a node: the shell runs them before the command."""
+        for sub in substitutions_in(node):
+            for c in sub.children:
+                if c.is_named:
+                    self.run(c, None)
+
+    def assignments(self, node: Node) -> None:
+        self.substitutions(node)
+        pairs = [node] if node.type == "variable_assignment" else [c for c in node.children
+                                                                   if c.type == "variable_assignment"]
+        for a in pairs:
+            self.emit(self._assignment_action(a, "assign"))
+
+    def _assignment_action(self, a: Node, verb: str) -> list[Action]:
+        name_node = a.child_by_field_name("name")
+        value_node = a.child_by_field_name("value")
+        name = _txt(name_node) if name_node is not None else _txt(a)
+        value = word_of(value_node) if value_node is not None else Word.of("")
+        self.session.variables[name] = None if value.dynamic else str(value)
+        inv = Invocation(argv=[Word.of(verb)], where=self.where, raw=_txt(a))
+        return [inv.action("shell", "assign", mutating=False, details={"name": name, "value": str(value)})]
+
+    def declaration(self, node: Node) -> None:
+        # export / declare / local / readonly / unset: shell state only, unless a substitution runs something.
+        self.substitutions(node)
+        kw = _txt(node.children[0]) if node.children else "declare"
+        assigned = [c for c in node.children if c.type == "variable_assignment"]
+        for a in assigned:
+            self.emit(self._assignment_action(a, kw))
+        if not assigned:
+            inv = Invocation(argv=[Word.of(kw)], where=self.where, raw=_txt(node))
+            self.emit([inv.action("shell", kw, mutating=False)])
+
+    # ---- redirections ----------------------------------------------------------------------------------------
+
+    def redirected(self, node: Node, stdin: Stdin | None) -> Stdin | None:
+        body = node.child_by_field_name("body")
+        redirects = node.children_by_field_name("redirect")
+        if body is None:
+            for r in redirects:
+                self.substitutions(r)
+            return None
+        own_stdin, writes, continuations = self.redirects(redirects)
+        if body.type == "command":
+            out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node))
+        else:
+            out = self.with_stdin(body, stdin, own_stdin)
+            inv = Invocation(argv=[Word.of("{")], where=self.where, raw=_txt(node))
+            for path, append in writes:
+                self.emit([file_write(inv, path, verb="append" if append else "write",
+                                      content=out.text if out else None, by="redirect")])
+            if writes:
+                out = None
+        for op, cont in continuations:
+            if op == "|":
+                out = self.pipeline([c for c in cont.children if c.is_named], out or Stdin("pipe", computed=True))
+            else:
+                out = self.run(cont, stdin)
+        return out
+
+    def with_stdin(self, body: Node, stdin: Stdin | None, own: Stdin | None) -> Stdin | None:
+        """A heredoc on `a | b <<EOF` or `a && b <<EOF` belongs to the last command (tree-sitter hangs it higher)."""
+        if own is None:
+            return self.run(body, stdin)
+        if body.type in ("pipeline", "list"):
+            parts = [c for c in body.children if c.is_named]
+            if body.type == "pipeline":
+                out = self.pipeline(parts[:-1], stdin) if len(parts) > 1 else None
+                return self.with_stdin(parts[-1], out, own)
+            for p in parts[:-1]:
+                self.run(p, stdin)
+            return self.with_stdin(parts[-1], stdin, own)
+        if body.type == "command":
+            return self.command(body, stdin, own_stdin=own)
+        return self.run(body, own)
+
+    def redirects(self, redirects: list[Node]) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
+        """(stdin from a heredoc/here-string/`<` file, files written, statements chained after a heredoc)."""
+        stdin: Stdin | None = None
+        writes: list[tuple[str, bool]] = []
+        conts: list[tuple[str, Node]] = []
+        for r in redirects:
+            self.substitutions(r)
+            if r.type == "heredoc_redirect":
+                stdin = self.heredoc(r)
+                op = ""
+                for c in r.children:
+                    if not c.is_named and c.type in ("&&", "||", ";", "|", "&"):
+                        op = c.type
+                    elif c.type in ("pipeline", "command", "list", "redirected_statement", "subshell",
+                                    "compound_statement"):
+                        if c.type == "pipeline" and c.children and c.children[0].type in ("|", "|&"):
+                            conts.append(("|", c))
+                        else:
+                            conts.append((op or ";", c))
+            elif r.type == "herestring_redirect":
+                arg = next((c for c in r.children if c.is_named), None)
+                w = word_of(arg) if arg is not None else Word.of("")
+                stdin = Stdin("herestring", text=None if w.has_substitution else str(w) + "\n",
+                              computed=w.has_substitution, producer="<<<",
+                              decoded=w.has_substitution and _mentions_decoder(_txt(r)))
+            elif r.type == "file_redirect":
+                op = next((c.type for c in r.children if not c.is_named), "")
+                dest = r.child_by_field_name("destination")
+                if dest is None:
+                    continue
+                w = word_of(dest)
+                if op == "<":
+                    stdin = Stdin("file", computed=True, producer=str(w))
+                elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \
+                        and not str(w).startswith(("/dev/fd/", "&")):
+                    writes.append((str(w), op in (">>", "&>>")))
+        return stdin, writes, conts
+
+    def heredoc(self, r: Node) -> Stdin:
+        start = next((c for c in r.children if c.type == "heredoc_start"), None)
+        body = next((c for c in r.children if c.type == "heredoc_body"), None)
+        quoted = start is not None and any(q in _txt(start) for q in "'\"\\")
+        text = _txt(body) if body is not None else ""
+        if any(c.type == "<<-" for c in r.children):
+            text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+        has_sub = body is not None and not quoted and any(True for _ in substitutions_in(body))
+        if body is not None and not quoted:
+            self.substitutions(body)
+        return Stdin("heredoc", text=None if has_sub else text, computed=has_sub, producer="<<",
+                     decoded=has_sub and _mentions_decoder(text))
+
+    # ---- simple commands ---------------------------------------------------------------------------------------
+
+    def command(self, node: Node, stdin: Stdin | None, *, own_stdin: Stdin | None = None,
+                writes: list[tuple[str, bool]] | None = None, raw: str | None = None) -> Stdin | None:
+        name_node = node.child_by_field_name("name")
+        args: list[Node] = []
+        redirects: list[Node] = []
+        for i, c in enumerate(node.children):
+            field_name = node.field_name_for_child(i)
+            if field_name == "argument":
+                args.append(c)
+            elif field_name == "redirect" or c.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+                redirects.append(c)
+            elif c.type == "variable_assignment":
+                self.substitutions(c)
+        if name_node is not None:
+            self.substitutions(name_node)
+        for a in args:
+            self.substitutions(a)
+        if name_node is None:
+            # Only assignments (`A=1 B=2`) and redirections.
+            for c in node.children:
+                if c.type == "variable_assignment":
+                    self.emit(self._assignment_action(c, "assign"))
+            return None
+        in_stdin, more_writes, conts = self.redirects(redirects)
+        all_writes = list(writes or []) + more_writes
+        argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
+        argv += [word_of(a) for a in args]
+        if len(name_node.named_children) > 1:
+            argv[0] = word_of(name_node)
+        effective = in_stdin or own_stdin or stdin
+        inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
+        self.emit(self.n.dispatch(inv, self.session))
+        out = _output_of(inv)
+        for path, append in all_writes:
+            self.emit([file_write(inv, path, verb="append" if append else "write",
+                                  content=out.text if out else None, by="redirect")])
+        if all_writes:
+            out = None
+        for op, cont in conts:
+            if op == "|":
+                out = self.pipeline([c for c in cont.children if c.is_named], out or Stdin("pipe", computed=True))
+            else:
+                out = self.run(cont, stdin)
+        return out
+
+    def emit(self, actions: list[Action]) -> None:
+        self.actions.extend(actions)
+
+
+def _mentions_decoder(text: str) -> bool:
+    return bool(re.search(r"\b(base64|base32|basenc|xxd|rev|openssl|gunzip|zcat|uudecode|tr)\b", text))
+
+
+def _output_of(inv: Invocation) -> Stdin | None:
+    """What a command prints, when it can be known statically (echo, printf, cat of a heredoc, a decoder)."""
+    name = inv.name
+    args = inv.args
+    up = inv.stdin
+    if name == "echo":
+        flags = set()
+        rest = list(args)
+        while rest and re.fullmatch(r"-[neE]+", rest[0]):
+            flags |= set(rest.pop(0)[1:])
+        if any(a.dynamic for a in rest):
+            return Stdin("pipe", computed=True, producer="echo",
+                         decoded=any(a.has_substitution for a in rest) and _mentions_decoder(inv.raw))
+        text = " ".join(rest)
+        if "e" in flags:
+            text = decode_ansi_c(text)
+        return Stdin("pipe", text=text + ("" if "n" in flags else "\n"), producer="echo")
+    if name == "printf":
+        rest = [a for a in args]
+        if rest and rest[0] == "--":
+            rest = rest[1:]
+        if not rest or any(a.dynamic for a in rest) or rest[0].startswith("-"):
+            return Stdin("pipe", computed=True, producer="printf")
+        text = _printf(rest[0], rest[1:])
+        return Stdin("pipe", text=text, computed=text is None, producer="printf")
+    if name in ("cat", "tee") and (name == "tee" or not [a for a in args if not a.startswith("-")]):
+        if up is None:
+            return Stdin("pipe", computed=True, producer=name)
+        return Stdin("pipe", text=up.text, computed=up.computed, decoded=up.decoded, producer=name)
+    if name in DECODERS:
+        text = None
+        if name in ("base64", "base32") and up is not None and up.text is not None \
+                and any(a in ("-d", "--decode", "-D", "-di", "-id") for a in args):
+            try:
+                blob = "".join(up.text.split())
+                if name == "base64":
+                    raw = base64.b64decode(blob + "=" * (-len(blob) % 4))
+                else:
+                    raw = base64.b32decode(blob + "=" * (-len(blob) % 8))
+                text = raw.decode("utf-8", "replace")
+            except (binascii.Error, ValueError):
+                text = None
+        return Stdin("pipe", text=text, computed=True, decoded=True, producer=name)
+    return Stdin("pipe", computed=True, decoded=bool(up and up.decoded), producer=name)
+

@@ -1,0 +1,131 @@
+"""Shell words: what one tree-sitter-bash argument node means once the shell has removed its quotes.
+
+Used by `guardrail.actions.shell` (the walker) to turn argument nodes into `Word`s, which every classifier reads
+as plain strings. A word whose value depends on run time (a `$VAR`, a `$(...)`, `${IFS}`) is marked `dynamic`;
+its text is then the best static approximation (quotes removed, the expansion kept as written).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from tree_sitter import Node
+
+__all__ = ["Word", "word_of", "substitutions_in", "decode_ansi_c", "DYNAMIC_NODES"]
+
+# Node types whose value is only known when the command runs.
+DYNAMIC_NODES = frozenset({
+    "simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion",
+    "brace_expression",
+})
+SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+
+
+class Word(str):
+    """One shell word after quote removal; `dynamic` when part of it is expanded at run time."""
+
+    dynamic: bool = False
+    has_substitution: bool = False
+
+    @staticmethod
+    def of(text: str, *, dynamic: bool = False, has_substitution: bool = False) -> "Word":
+        w = Word(text)
+        w.dynamic = dynamic
+        w.has_substitution = has_substitution
+        return w
+
+
+_ESC_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
+               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_RE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|[0-7]{1,3}|c.|.)", re.S)
+
+
+def decode_ansi_c(body: str) -> str:
+    """Decode the inside of a bash `$'...'` string (\\x41, \\101, \\u0041, \\n ...), as bash does."""
+
+    def sub(m: re.Match[str]) -> str:
+        e = m.group(1)
+        try:
+            if e[0] == "x":
+                return chr(int(e[1:], 16))
+            if e[0] in "uU":
+                return chr(int(e[1:], 16))
+            if e[0] in "01234567":
+                return chr(int(e, 8) & 0xFF)
+            if e[0] == "c" and len(e) == 2:
+                return chr(ord(e[1].upper()) ^ 0x40)
+        except (ValueError, OverflowError):
+            return m.group(0)
+        return _ESC_SIMPLE.get(e, "\\" + e)
+
+    return _ANSI_RE.sub(sub, body)
+
+
+_BACKSLASH = re.compile(r"\\(.)", re.S)
+_DQ_ESC = re.compile(r'\\([$`"\\\n])')
+
+
+def _unquoted(text: str) -> str:
+    # Outside quotes a backslash quotes the next character; a backslash-newline is a line continuation.
+    return _BACKSLASH.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _text(node: Node) -> str:
+    return node.text.decode("utf-8", "replace") if node.text is not None else ""
+
+
+def _parts(node: Node) -> Iterator[tuple[str, bool, bool]]:
+    """(text, dynamic, has_substitution) pieces of one argument node."""
+    t = node.type
+    if t in ("word", "number", "variable_name", "file_descriptor", "test_operator", "regex", "extglob_pattern"):
+        yield _unquoted(_text(node)), False, False
+    elif t == "raw_string":
+        yield _text(node)[1:-1], False, False
+    elif t == "ansi_c_string":
+        yield decode_ansi_c(_text(node)[2:-1]), False, False
+    elif t in ("string", "translated_string"):
+        inner = node if t == "string" else next((c for c in node.children if c.type == "string"), node)
+        for c in inner.children:
+            if c.type == '"' or c.type == '$"':
+                continue
+            if c.type == "string_content":
+                yield _DQ_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), _text(c)), False, False
+            elif c.type in DYNAMIC_NODES:
+                yield _text(c), True, c.type in SUBSTITUTIONS
+            else:
+                yield from _parts(c)
+    elif t == "concatenation":
+        for c in node.children:
+            yield from _parts(c)
+    elif t in DYNAMIC_NODES:
+        yield _text(node), True, t in SUBSTITUTIONS or any(True for _ in substitutions_in(node))
+    elif node.child_count == 0:
+        yield _unquoted(_text(node)), False, False
+    else:
+        # Anything else (arrays, ERROR nodes) is taken as written and treated as run-time dependent.
+        yield _text(node), True, any(True for _ in substitutions_in(node))
+
+
+def word_of(node: Node) -> Word:
+    """The Word an argument node stands for."""
+    text, dynamic, subst = [], False, False
+    for piece, dyn, sub in _parts(node):
+        text.append(piece)
+        dynamic = dynamic or dyn
+        subst = subst or sub
+    return Word.of("".join(text), dynamic=dynamic, has_substitution=subst)
+
+
+def substitutions_in(node: Node) -> Iterator[Node]:
+    """Every `$(...)`, backtick and `<(...)` inside a node, outermost first, in source order."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in SUBSTITUTIONS and n is not node:
+            yield n
+            continue
+        if n.type in SUBSTITUTIONS and n is node:
+            yield n
+            continue
+        stack.extend(reversed(n.children))

@@ -1,0 +1,376 @@
+"""Wrappers: commands that run another command (`sh -c`, `kubectl exec`, `sudo`, `xargs`, `env`, `timeout` ...).
+
+Called by `Normaliser.dispatch` before the tool classifiers. Each wrapper finds the command it runs and hands it
+back to the normaliser with the wrapper added to `Where.via`, so `kubectl exec redis-0 -- sh -c 'redis-cli
+FLUSHALL'` is classified as the FLUSHALL it is. Wrappers whose payload cannot be seen (eval, `source`, a script
+file, `python -c`, a decoded payload piped into a shell) give a `mutating: "unknown"` Action with the reason.
+A wrapper returns None when the command is not wrapping anything (then the tool classifier decides).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import TYPE_CHECKING, Callable
+
+from guardrail.actions.classifiers import classifier_for
+from guardrail.actions.classifiers.base import OptionSpec
+from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, parse_exec
+from guardrail.actions.invocation import Invocation, command_name
+from guardrail.actions.model import Action, Target
+from guardrail.actions.shell import file_write
+from guardrail.actions.words import Word
+
+if TYPE_CHECKING:
+    from guardrail.actions.normalise import Normaliser
+
+__all__ = ["WRAPPERS", "SHELLS", "INTERPRETERS"]
+
+Wrapper = Callable[[Invocation, "Normaliser"], "list[Action] | None"]
+WRAPPERS: dict[str, Wrapper] = {}
+
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "fish", "csh", "tcsh")
+INTERPRETERS = ("python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "Rscript",
+                "deno", "bun", "pwsh", "powershell", "tclsh", "irb", "jshell", "osascript", "expect", "gdb")
+_DECODER_WORDS = re.compile(r"\b(base64|base32|basenc|xxd|rev|openssl|gunzip|zcat|uudecode|tr)\b")
+
+
+def wrapper(*names: str) -> Callable[[Wrapper], Wrapper]:
+    def deco(fn: Wrapper) -> Wrapper:
+        for n in names:
+            WRAPPERS[n] = fn
+        return fn
+    return deco
+
+
+def _inner(inv: Invocation, argv: list[Word], label: str, *, pending: bool = False, **where: object) -> Invocation:
+    raw = " ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in argv)
+    return Invocation(argv=list(argv), where=inv.where.inside(label, **where), stdin=inv.stdin, raw=raw,
+                      args_pending=pending or inv.args_pending)
+
+
+# ---- shells and interpreters -----------------------------------------------------------------------------------
+
+@wrapper(*SHELLS)
+def shell(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    args = inv.args
+    has_c = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--" or a == "-":
+            i += 1
+            break
+        if len(a) > 1 and a[0] in "-+" and not a.dynamic:
+            if a.startswith("--"):
+                i += 2 if a in ("--rcfile", "--init-file") else 1
+                continue
+            letters = a[1:]
+            has_c = has_c or (a[0] == "-" and "c" in letters)
+            i += 2 if ("o" in letters or "O" in letters) else 1
+            continue
+        break
+    rest = args[i:]
+    label = f"{inv.name} -c" if has_c else inv.name
+    if has_c:
+        if not rest:
+            return [inv.opaque("syntax-error", f"{inv.name} -c without a command string")]
+        script = rest[0]
+        if script.has_substitution:
+            decoded = bool(_DECODER_WORDS.search(script))
+            return [inv.opaque("decoded-payload" if decoded else "computed-script",
+                               ("a decoded payload is run by a shell" if decoded else
+                                f"the {inv.name} -c script is computed at run time ($(...))")
+                               + "; run the plain command instead", script=str(script))]
+        if script.dynamic and _uses_local_variable(script, n):
+            return [inv.opaque("computed-script", f"the {inv.name} -c script splices a variable set in the same "
+                               "command; run the plain command instead", script=str(script))]
+        return n.script(str(script), inv.where.inside(label), inv.stdin)
+    if rest:
+        target = command_name(rest[0])
+        if not rest[0].dynamic and target.endswith(".sh") and classifier_for(target) is not None:
+            return n.dispatch(_inner(inv, rest, inv.name))
+        return [inv.opaque("script-file", f"{inv.name} runs the script file {str(rest[0])!r}, whose content is "
+                           "not visible to the guard; run its commands directly", script_file=str(rest[0]))]
+    return _stdin_script(inv, n, label)
+
+
+def _stdin_script(inv: Invocation, n: "Normaliser", label: str) -> list[Action]:
+    st = inv.stdin
+    if st is None:
+        return [inv.opaque("interactive", f"an interactive {inv.name}: the commands typed into it are not visible")]
+    if st.decoded:
+        return [inv.opaque("decoded-payload", f"a decoded payload ({st.producer}) is piped into {inv.name}; "
+                           "run the plain command instead",
+                           **({"decoded_script": st.text} if st.text is not None else {}))]
+    if st.text is None:
+        return [inv.opaque("stdin-script", f"{inv.name} runs a script computed at run time "
+                           f"({st.producer or st.source}); run the plain command instead")]
+    return n.script(st.text, inv.where.inside(f"{label} stdin"))
+
+
+def _uses_local_variable(script: str, n: "Normaliser") -> bool:
+    names = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", script))
+    return bool(names & set(n.session.variables))
+
+
+@wrapper(*INTERPRETERS)
+def interpreter(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    args = [str(a) for a in inv.args]
+    if inv.name.startswith("python") and len(args) >= 2 and args[0] == "-m" and args[1] == "json.tool":
+        return [inv.action("python", "json.tool", mutating=False)]
+    if args and args[0] in ("--version", "-V", "-v", "--help", "-h") and len(args) == 1:
+        return [inv.action(inv.name, "version", mutating=False)]
+    flag = next((a for a in args if a in ("-c", "-e", "-E", "--eval", "-p", "--print", "-r")), None)
+    if flag:
+        return [inv.opaque(f"{inv.name} {flag}", f"inline {inv.name} code ({flag}) can do anything; run the plain "
+                           "command instead", interpreter=inv.name)]
+    files = [a for a in args if not a.startswith("-")]
+    if files:
+        return [inv.opaque("script-file", f"{inv.name} runs {files[0]!r}, whose content is not visible to the guard",
+                           interpreter=inv.name, script_file=files[0])]
+    st = inv.stdin
+    return [inv.opaque("stdin-script", f"{inv.name} runs code from stdin", interpreter=inv.name,
+                       **({"script": st.text} if st is not None and st.text is not None else {}))]
+
+
+@wrapper("eval")
+def eval_(inv: Invocation, n: "Normaliser") -> list[Action]:
+    return [inv.opaque("eval", "eval runs text assembled at run time; run the plain command instead",
+                       script=" ".join(inv.args))]
+
+
+@wrapper("source", ".")
+def source(inv: Invocation, n: "Normaliser") -> list[Action]:
+    f = str(inv.args[0]) if inv.args else ""
+    return [inv.opaque("source", f"`{inv.name} {f}` runs a file's commands in this shell; they are not visible",
+                       script_file=f)]
+
+
+@wrapper("exec")
+def exec_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    p = OptionSpec.of(["-a"], stop_at_positional=True).parse(inv.args)
+    if not p.positionals:
+        return []  # `exec 3>file`: only redirections, which the walker already saw
+    return n.dispatch(_inner(inv, p.positionals, "exec"))
+
+
+@wrapper("busybox")
+def busybox(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    if not inv.args:
+        return [inv.action("busybox", "help", mutating=False)]
+    return n.dispatch(_inner(inv, inv.args, "busybox"))
+
+
+# ---- prefix wrappers ---------------------------------------------------------------------------------------------
+
+def _prefix(label: str, spec: OptionSpec, *, skip_assignments: bool = False, skip_first: int = 0,
+            empty: Callable[[Invocation], list[Action]] | None = None) -> Wrapper:
+    def unwrap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+        p = spec.parse(inv.args)
+        rest = list(p.positionals) if p.after_dashdash is None else list(p.positionals) + p.after_dashdash
+        if skip_assignments:
+            while rest and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
+                rest.pop(0)
+        rest = rest[skip_first:]
+        if not rest:
+            return empty(inv) if empty else [inv.action("shell", inv.name, mutating=False)]
+        return n.dispatch(_inner(inv, rest, label))
+    return unwrap
+
+
+def _interactive(inv: Invocation) -> list[Action]:
+    return [inv.opaque("interactive", f"{inv.name} without a command opens a shell; its commands are not visible")]
+
+
+WRAPPERS["nohup"] = _prefix("nohup", OptionSpec.of(stop_at_positional=True))
+WRAPPERS["time"] = _prefix("time", OptionSpec.of(stop_at_positional=True))
+WRAPPERS["setsid"] = _prefix("setsid", OptionSpec.of(stop_at_positional=True))
+WRAPPERS["unbuffer"] = _prefix("unbuffer", OptionSpec.of(stop_at_positional=True))
+WRAPPERS["stdbuf"] = _prefix("stdbuf", OptionSpec.of(["-i", "-o", "-e"], stop_at_positional=True))
+WRAPPERS["nice"] = _prefix("nice", OptionSpec.of(["-n", "--adjustment"], stop_at_positional=True))
+WRAPPERS["ionice"] = _prefix("ionice", OptionSpec.of(["-c", "-n", "-p", "-P", "-u"], stop_at_positional=True))
+WRAPPERS["chroot"] = _prefix("chroot", OptionSpec.of(["--userspec", "--groups"], stop_at_positional=True),
+                             skip_first=1, empty=_interactive)
+WRAPPERS["timeout"] = _prefix("timeout", OptionSpec.of(["-s", "--signal", "-k", "--kill-after"],
+                                                       stop_at_positional=True), skip_first=1)
+WRAPPERS["sudo"] = _prefix("sudo", OptionSpec.of(["-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T",
+                                                  "--user", "--group", "--host", "--prompt"],
+                                                 stop_at_positional=True),
+                           skip_assignments=True, empty=_interactive)
+WRAPPERS["doas"] = _prefix("doas", OptionSpec.of(["-u", "-C"], stop_at_positional=True), empty=_interactive)
+WRAPPERS["runuser"] = _prefix("runuser", OptionSpec.of(["-u", "-g", "-G", "--user", "--group"],
+                                                       stop_at_positional=True), empty=_interactive)
+
+
+@wrapper("command", "builtin")
+def command_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    p = OptionSpec.of(stop_at_positional=True).parse(inv.args)
+    if p.has("-v", "-V"):
+        return [inv.action("shell", "command -v", mutating=False)]
+    if not p.positionals:
+        return []
+    return n.dispatch(_inner(inv, p.positionals, inv.name))
+
+
+@wrapper("env")
+def env(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    p = OptionSpec.of(["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+                      aliases={"--unset": "-u", "--chdir": "-C", "--split-string": "-S"},
+                      stop_at_positional=True).parse(inv.args)
+    split = p.get("-S")
+    if split is not None:
+        tail = " ".join(shlex.quote(str(a)) for a in p.positionals)
+        return n.script(f"{split} {tail}".strip(), inv.where.inside("env -S"), inv.stdin)
+    rest = list(p.positionals) + (p.after_dashdash or [])
+    while rest and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
+        rest.pop(0)
+    if not rest:
+        return [inv.action("shell", "env", mutating=False)]
+    return n.dispatch(_inner(inv, rest, "env"))
+
+
+@wrapper("su")
+def su(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    p = OptionSpec.of(["-c", "--command", "-s", "--shell", "-g", "-G"], aliases={"--command": "-c"}).parse(inv.args)
+    cmd = p.get("-c")
+    if cmd is None:
+        return _interactive(inv)
+    if isinstance(cmd, Word) and cmd.has_substitution:
+        return [inv.opaque("computed-script", "su -c runs a command computed at run time")]
+    return n.script(str(cmd), inv.where.inside("su -c"), inv.stdin)
+
+
+@wrapper("watch")
+def watch(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    p = OptionSpec.of(["-n", "--interval", "-q", "--equexit"], aliases={"--interval": "-n", "--exec": "-x"},
+                      stop_at_positional=True).parse(inv.args)
+    rest = list(p.positionals) + (p.after_dashdash or [])
+    if not rest:
+        return [inv.action("watch", "watch", mutating=False)]
+    if p.has("-x"):
+        return n.dispatch(_inner(inv, rest, "watch"))
+    # watch hands its words, joined by spaces, to `sh -c`: the words are shell text again.
+    if any(a.has_substitution for a in rest):
+        return [inv.opaque("computed-script", "watch runs a command computed at run time")]
+    return n.script(" ".join(str(a) for a in rest), inv.where.inside("watch"))
+
+
+@wrapper("xargs")
+def xargs(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    spec = OptionSpec.of(["-I", "-n", "-L", "-l", "-P", "-s", "-d", "-E", "-e", "-a", "--max-args", "--max-procs",
+                          "--delimiter", "--arg-file", "--replace", "--max-lines", "--max-chars", "--eof"],
+                         aliases={"--max-args": "-n", "--max-procs": "-P", "--delimiter": "-d", "--arg-file": "-a",
+                                  "--replace": "-I", "--max-lines": "-L", "--max-chars": "-s", "--eof": "-E"},
+                         stop_at_positional=True)
+    args = [Word.of("-I" + a[2:] if a.startswith("-i") and a != "-i" else a, dynamic=a.dynamic) for a in inv.args]
+    p = spec.parse(args)
+    rest = list(p.positionals) + (p.after_dashdash or []) or [Word.of("echo")]
+    repl = p.get("-I") or ("{}" if "-i" in p.flags else None)
+    st = inv.stdin
+    if p.get("-a") is not None or st is None or st.text is None:
+        return n.dispatch(Invocation(argv=rest, where=inv.where.inside("xargs"), stdin=None,
+                                     raw=" ".join(str(a) for a in rest), args_pending=True))
+    # The words xargs reads are known: build the commands it will run.
+    out: list[Action] = []
+    if repl is not None:
+        for line in [ln for ln in st.text.splitlines() if ln.strip()] or [""]:
+            argv = [Word.of(str(a).replace(str(repl), line), dynamic=a.dynamic) for a in rest]
+            out += n.dispatch(Invocation(argv=argv, where=inv.where.inside("xargs"), raw=" ".join(argv)))
+        return out
+    try:
+        extra = shlex.split(st.text)
+    except ValueError:
+        extra = st.text.split()
+    argv = rest + [Word.of(e) for e in extra]
+    return n.dispatch(Invocation(argv=argv, where=inv.where.inside("xargs"),
+                                 raw=" ".join(shlex.quote(str(a)) for a in argv)))
+
+
+@wrapper("trap")
+def trap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    if not inv.args or str(inv.args[0]) in ("-", "-l", "-p", "--"):
+        return [inv.action("shell", "trap", mutating=False)]
+    handler = inv.args[0]
+    if handler.dynamic:
+        return [inv.opaque("computed-script", "trap runs a handler computed at run time")]
+    return n.script(str(handler), inv.where.inside("trap"))
+
+
+@wrapper("ssh")
+def ssh(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    spec = OptionSpec.of(["-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-b", "-c", "-E", "-e", "-I", "-m",
+                          "-O", "-Q", "-S", "-W", "-w", "-B"], stop_at_positional=True)
+    p = spec.parse(inv.args)
+    if not p.positionals:
+        return _interactive(inv)
+    host, cmd = p.positionals[0], p.positionals[1:]
+    if not cmd:
+        return _interactive(inv)
+    return n.script(" ".join(str(c) for c in cmd), inv.where.inside(f"ssh {host}"), inv.stdin)
+
+
+@wrapper("alias")
+def alias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    for a in inv.args:
+        name, eq, value = str(a).partition("=")
+        if eq:
+            n.session.aliases[name] = value
+    return [inv.action("shell", "alias", mutating=False, details={"aliases": [str(a) for a in inv.args]})]
+
+
+@wrapper("unalias")
+def unalias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    for a in inv.args:
+        n.session.aliases.pop(str(a), None)
+    if "-a" in inv.args:
+        n.session.aliases.clear()
+    return [inv.action("shell", "unalias", mutating=False)]
+
+
+@wrapper("find")
+def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    args = inv.args
+    out: list[Action] = [inv.action("find", "find", mutating=False)]
+    i = 0
+    while i < len(args):
+        a = str(args[i])
+        if a in ("-exec", "-execdir", "-ok", "-okdir"):
+            j = i + 1
+            while j < len(args) and str(args[j]) not in (";", "+"):
+                j += 1
+            if j > i + 1:
+                out += n.dispatch(_inner(inv, list(args[i + 1:j]), f"find {a}", pending=True))
+            i = j + 1
+            continue
+        if a == "-delete":
+            paths = [str(x) for x in args if not str(x).startswith(("-", "(", ")", "!"))][:1] or ["."]
+            out.append(file_write(inv, f"{paths[0]}/**", verb="delete", by="find -delete"))
+        elif a in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(args):
+            out.append(file_write(inv, str(args[i + 1]), by=f"find {a}"))
+        i += 1
+    return out
+
+
+# ---- kubectl exec --------------------------------------------------------------------------------------------------
+
+@wrapper("kubectl", "oc")
+def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    g = KUBECTL_GLOBAL.parse(inv.args)
+    if not g.positionals or g.positionals[0] != "exec":
+        return None
+    ex = parse_exec(inv.args)
+    if ex is None:
+        return None
+    pod, namespace, container, inner = ex
+    ns = namespace or inv.where.namespace
+    own = inv.action("kubectl", "exec", target=Target(kind="pod", name=pod, namespace=namespace),
+                     mutating=False, details={"namespace": namespace, "container": container,
+                                              "command": [str(a) for a in inner]})
+    if not inner:
+        return [own, inv.opaque("interactive", "kubectl exec without a command")]
+    where = inv.where.inside("kubectl exec", pod=pod, namespace=ns, container=container)
+    inner_inv = Invocation(argv=list(inner), where=where, stdin=inv.stdin,
+                           raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in inner))
+    return [own] + n.dispatch(inner_inv)
+
