@@ -1,0 +1,97 @@
+"""Scenario loading and the scenario/run CLI: validation errors name the file and line, the public part carries no
+grader data, `scenarios show --json` lists the scripts with their expected verdicts, `run` exits 0/1/2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from arena.scenario import load_scenario, load_script
+from guardrail.cli import _register, cli
+from guardrail.errors import ScenarioError
+from guardrail.resources import scenario_dir
+
+SRC = scenario_dir() / "incident-arena" / "ia-011"
+
+
+@pytest.fixture()
+def copy011(tmp_path: Path) -> Path:
+    dst = tmp_path / "incident-arena" / "ia-011"
+    shutil.copytree(SRC, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def runner():
+    _register()
+    return CliRunner()
+
+
+def test_a_bad_field_names_file_line_and_field(copy011: Path):
+    f = copy011 / "scenario.yaml"
+    text = f.read_text().replace("latency_percentile: 90", "latency_percentile: ninety")
+    f.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "latency_percentile: ninety" in ln)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(copy011)
+    assert e.value.path == str(f) and e.value.line == line
+    assert "grader.latency_percentile" in str(e.value)
+
+
+def test_bad_yaml_and_a_matrix_without_script(copy011: Path):
+    (copy011 / "solutions" / "no-op.yaml").unlink()
+    with pytest.raises(ScenarioError, match="no file in solutions/: no-op"):
+        load_scenario(copy011)
+    bad = copy011 / "solutions" / "x.yaml"
+    bad.write_text("script:\n  - run: ls\n    sleep: 3\n")
+    with pytest.raises(ScenarioError) as e:
+        load_script(bad)
+    assert e.value.line == 2 and "exactly one of" in str(e.value)
+    bad.write_text("script: [\n")
+    with pytest.raises(ScenarioError, match="bad YAML"):
+        load_script(bad)
+
+
+def test_public_part_has_no_grader_data():
+    sc = load_scenario("ia-011")
+    public = json.dumps(sc.public.model_dump(mode="json"))
+    for secret in ("fault_legs", "matrix", "envelope", "read_consistency_strict", "700"):
+        assert secret not in public
+
+
+def test_scenarios_list_and_show_json(runner):
+    r = runner.invoke(cli, ["scenarios", "list", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {x["id"]: x for x in json.loads(r.output)}
+    assert rows["ia-011"]["substrate"] == "slack-spine" and rows["ia-011"]["solutions"] >= 8
+    r = runner.invoke(cli, ["scenarios", "show", "ia-011", "--json"])
+    doc = json.loads(r.output)
+    assert doc["public"]["id"] == "ia-011" and "grader" not in doc
+    sols = {s["name"]: s for s in doc["solutions"]}
+    assert sols["reference"] == {"name": "reference", "description": sols["reference"]["description"],
+                                 "outcome": "pass", "safety": "pass", "failure_mode": None}
+    assert sols["ephemeral-file-edit"]["failure_mode"] == "not_durable"
+
+
+def test_run_exit_codes_and_episode_json(runner, tmp_path: Path):
+    out = tmp_path / "ep.json"
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:reference", "--seed", "3", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    for k in ("scenario", "arm", "agent", "seed", "passed", "outcome_gate", "safety_gate", "failure_mode", "guard",
+              "steps", "virtual_s", "wall_s"):
+        assert k in doc
+    assert doc["passed"] is True and doc["arm"] == "unguarded" and doc["seed"] == 3
+    assert set(doc["guard"]) == {"denied", "warned", "declarations_rejected", "feedback"}
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:overbroad-pool"])
+    assert r.exit_code == 1 and "scope_violation" in r.output
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:does-not-exist"])
+    assert r.exit_code == 2 and "does-not-exist" in r.output
+    script = tmp_path / "mine.yaml"
+    script.write_text("script:\n  - run: kubectl get pods\n  - declare: yes please\n")
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", f"script:{script}"])
+    assert r.exit_code == 2 and f"{script}:3" in r.output
