@@ -17,6 +17,7 @@ ones, and why terminating the pool's backends recycles them onto the new setting
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -202,6 +203,12 @@ class Backend:
     terminated_by_admin: bool = False
 
 
+@functools.lru_cache(maxsize=65536)
+def _row_digest(row: tuple[str, ...]) -> str:
+    # Rows are immutable tuples: the gates' repeated truth reads hash each one once.
+    return hashlib.sha256("\x1f".join(row).encode()).hexdigest()
+
+
 @dataclass
 class Table:
     """A protected application table: column names and rows (tuples of text), hashed for the data checks."""
@@ -212,7 +219,7 @@ class Table:
     indexes: tuple[str, ...] = ()
 
     def row_digest(self, row: tuple[str, ...]) -> str:
-        return hashlib.sha256("\x1f".join(row).encode()).hexdigest()
+        return _row_digest(row)
 
     def checksum(self, limit: int | None = None) -> str:
         h = hashlib.sha256()
