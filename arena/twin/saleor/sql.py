@@ -695,6 +695,12 @@ class SqlSession:
                                 out.append(v)
                     else:
                         out.append(self._eval(e, r, ctx))
+                # A set-returning unnest() in the select list yields one row per element, as in PostgreSQL.
+                srf = [i for i, (e, _) in enumerate(items) if e.op == "func" and e.name == "unnest"]
+                if srf and isinstance(out[srf[0]], list):
+                    for v in out[srf[0]]:
+                        out_rows.append(out[:srf[0]] + [v] + out[srf[0] + 1:])
+                    continue
                 out_rows.append(out)
             for e, alias in items:
                 if e.op == "star":
