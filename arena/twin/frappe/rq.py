@@ -1,0 +1,165 @@
+"""RQ on the Frappe twin: the worker-long Deployment and one segment of enqueue, dequeue and job completion.
+
+Called by `arena.twin.frappe.substrate.FrappeSubstrate.serve` once per segment. It works in aggregate: enqueue
+attempts arrive at a constant rate, the broker (`arena.twin.frappe.redis.RedisServer`) accepts them while
+`used_memory <= maxmemory` (the write that crosses the cap still lands, as in Redis, then every later write gets
+OOM), and the worker drains the `long` queue in FIFO order at `replicas / service_s` jobs per second.
+
+Why the queue stalls "at all times" under noeviction: the worker must write (its heartbeat, the job status, the
+started registry) before it runs a job. Over the cap every such write fails with OOM; the RQ loop raises, and
+supervisord starts the worker again after `retry_s`. Memory freed by expiring results is taken at once by
+enqueues (which arrive far more often than the worker retries), so the worker finds the broker over its cap at
+almost every retry. Once the cap is raised the next retry succeeds and the backlog drains at the finite rate.
+An `rq_complete` job's latency is its FIFO wait behind the work ahead of it, plus its own run time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from arena.twin.mech import ERROR, OK, TIMEOUT, Mode
+from arena.twin.world import Component
+
+__all__ = ["Worker", "QueueStep", "step_queue"]
+
+
+class Worker(Component):
+    """An RQ worker Deployment (worker-long): replicas, a job run time, and a retry loop under supervisord."""
+
+    kind = "Deployment"
+    container = "worker"
+
+    def __init__(self, name: str, *, replicas: int, service_s: float, retry_s: float, queue: str = "long",
+                 **kw: Any):
+        kw.setdefault("boot_s", 15.0)
+        super().__init__(name, **kw)
+        self.replicas = int(replicas)
+        self.service_s = float(service_s)
+        self.retry_s = float(retry_s)
+        self.queue = queue
+        self.blocked_until = -math.inf
+        self.block_reason = ""
+        self.failures = 0
+
+    def reset_runtime(self) -> None:
+        self.blocked_until = -math.inf
+        self.block_reason = ""
+
+    @property
+    def rate(self) -> float:
+        return self.replicas / self.service_s if self.service_s > 0 else 0.0
+
+    def can_try(self, now: float) -> bool:
+        return self.ready(now) and now >= self.blocked_until - 1e-9
+
+    def fail(self, now: float, reason: str) -> None:
+        """The RQ loop raised on a broker error: supervisord restarts it after the back-off."""
+        if reason != self.block_reason or now >= self.blocked_until:
+            self.failures += 1
+            if self.failures <= 3 or self.failures % 50 == 0:
+                self.say(now, f"redis.exceptions.ResponseError: {reason}")
+                self.say(now, f"worker {self.queue}: exited with status 1; not expected")
+        self.blocked_until = now + self.retry_s
+        self.block_reason = reason
+
+    def recover(self, now: float) -> None:
+        if self.block_reason:
+            self.say(now, f"*** Listening on {self.queue}...")
+            self.block_reason = ""
+
+    def next_change(self, now: float) -> float:
+        nc = super().next_change(now)
+        return min(nc, self.blocked_until) if self.blocked_until > now else nc
+
+    def truth(self) -> dict[str, Any]:
+        out = super().truth()
+        out["replicas"] = self.replicas
+        out["blocked"] = bool(self.block_reason)
+        return out
+
+    def config(self) -> dict[str, Any]:
+        return {"replicas": self.replicas}
+
+
+@dataclass
+class QueueStep:
+    """What one segment did to the queue, and how the jobs offered in it end."""
+
+    accepted: float  # enqueue attempts the broker took
+    refused_reason: str  # why the rest failed ("" if none did)
+    processed: float
+    failed_jobs: float
+    complete_modes: list[Mode]  # for attempts that were accepted: how they finish (ok / timeout / error)
+
+
+def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: float, *,
+               job_db_block: float, db_error_reason: str, deadline_s: float) -> QueueStep:
+    """Advance the broker's `long` queue over [t0, t1) and say how this segment's enqueued jobs will end."""
+    jobs = broker.jobs
+    dt = t1 - t0
+    jobs.expire(t0)
+    demand = attempts_rps * dt
+    why = broker.write_error(t0, cmd="rpush")
+    if why is None and broker.maxmemory > 0 and broker.policy == "noeviction":
+        headroom = broker.maxmemory - broker.used_memory()
+        # Each accepted enqueue adds a job hash; the one that crosses the cap still lands.
+        room = math.floor(headroom / jobs.job_bytes) + 1 if headroom >= 0 else 0
+        accepted = min(demand, float(room))
+        open_s = dt if demand <= room or demand <= 0 else dt * (accepted / demand)
+        refused = "OOM command not allowed when used memory > 'maxmemory'." if accepted < demand else ""
+    elif why is None:
+        accepted, open_s, refused = demand, dt, ""
+    else:
+        accepted, open_s, refused = 0.0, 0.0, why
+    q_before = jobs.queued + jobs.orphan_ids
+    jobs.enqueue(accepted)
+    broker.admit_bytes(accepted * jobs.job_bytes)
+
+    # The worker: it can run while its own writes succeed.
+    processed = failed = 0.0
+    rate = worker.rate
+    working_s = 0.0
+    if worker.can_try(t0):
+        werr = broker.write_error(t0, cmd="hset")
+        dq = broker.write_error(t0, cmd="blpop") if werr is None else werr
+        if dq is not None and not dq.startswith("OOM"):
+            worker.fail(t0, dq)
+        elif dq is not None or werr is not None:
+            worker.fail(t0, werr or dq or "")
+        else:
+            worker.recover(t0)
+            # After the cap is crossed inside this segment the next status write fails.
+            working_s = open_s if broker.over_cap() and broker.policy == "noeviction" else dt
+            take = jobs.take(rate * working_s)
+            failed = take * job_db_block
+            processed = take - failed
+            jobs.finish(processed, t1)
+            jobs.failed += failed
+            if working_s < dt - 1e-9:
+                worker.fail(t0 + working_s, "OOM command not allowed when used memory > 'maxmemory'.")
+    # Jobs offered in this segment wait behind the queue as it stands when they arrive.
+    modes: list[Mode] = []
+    if accepted > 0:
+        mu = rate if (worker.can_try(t1) or working_s >= dt - 1e-9) and not worker.block_reason else 0.0
+        service_ms = worker.service_s * 1000.0
+        for k in range(4):
+            frac = (k + 0.5) / 4
+            ahead = max(0.0, q_before + (accepted - processed) * frac)
+            if mu <= 0:
+                modes.append(Mode(0.25, deadline_s * 1000.0 + 1.0, TIMEOUT, "job_not_started"))
+                continue
+            wait_ms = ahead / mu * 1000.0
+            done = wait_ms + service_ms
+            if done > deadline_s * 1000.0:
+                modes.append(Mode(0.25, deadline_s * 1000.0 + 1.0, TIMEOUT, "job_deadline"))
+            else:
+                modes.append(Mode(0.25 * (1 - job_db_block), done))
+                if job_db_block > 0:
+                    modes.append(Mode(0.25 * job_db_block, done, ERROR, db_error_reason))
+    return QueueStep(accepted, refused, processed, failed, modes)
+
+
+def ok_mode(latency_ms: float) -> Mode:
+    return Mode(1.0, latency_ms, OK)

@@ -1,0 +1,340 @@
+"""The Frappe/ERPNext substrate of the twin (Incident-Arena tasks 000-005): wiring, request paths, shell programs.
+
+`arena.twin.engine.build_twin` finds it through `@register_substrate` (name "frappe") and calls `build()`,
+`inject(0)`, then `serve()` once per segment. The scenario's `twin.spec` is validated by `FrappeSpec` here.
+
+Components: `frappe-web` (gunicorn behind nginx: the Desk API, one DB connection per request), `worker-long`
+(RQ, 1 replica), `mariadb` (variables, grants, admission: arena.twin.frappe.mariadb), `redis-queue` and
+`redis-cache` (Bitnami Redis re-rendered from Helm values: arena.twin.frappe.redis). One Helm release holds the
+values (arena.twin.frappe.helm). Drivers: `desk` (Desk API reads and writes), `rq_enqueue` (a request that
+enqueues a job: ok when the broker accepts it) and `rq_complete` (a job that must finish within the deadline).
+
+Where the faults live (spec section 7.1): a MariaDB leg applied by the faultInit job at episode start (`inject`:
+SQL statements run as root through the same SQL engine an operator uses, so SET GLOBAL lands in the runtime layer
+and a REVOKE in the catalog), and a queue leg shipped in the Helm values (extraFlags, present from bring-up).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.twin.frappe.helm import HelmRelease, helm_program
+from arena.twin.frappe.mariadb import MariaDB, SqlError
+from arena.twin.frappe.redis import JobStore, RedisServer, conf_text, start_script
+from arena.twin.frappe.rediscli import redis_cli
+from arena.twin.frappe.rq import Worker, step_queue
+from arena.twin.frappe.sql import SqlSession, mysql_client, split_statements
+from arena.twin.load import Phase
+from arena.twin.mech import ERROR, Mode
+from arena.twin.shell import Invocation
+from arena.twin.world import Component, Substrate, _ts, register_substrate
+from guardrail.errors import ScenarioError
+from guardrail.yamlio import validate
+
+__all__ = ["FrappeSpec", "FrappeSubstrate", "FrappeWeb"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeskAction(_M):
+    """One kind of Desk request: its share, the privilege its statement needs, the table, its latency."""
+
+    weight: float
+    privilege: str = "SELECT"
+    table: str = "tabToDo"
+    latency_ms: float = 180.0
+
+
+class WebSpec(_M):
+    """The Desk API path: per-request DB connection hold times and latencies per driver."""
+
+    hold_s: dict[str, float] = Field(default_factory=lambda: {"desk": 0.17, "rq_enqueue": 0.06,
+                                                              "rq_complete": 0.06})
+    latency_ms: dict[str, float] = Field(default_factory=lambda: {"rq_enqueue": 70.0, "rq_complete": 70.0})
+    refused_ms: float = 25.0  # a refused connection fails fast (the error page)
+    desk_actions: dict[str, DeskAction] = Field(default_factory=lambda: {"browse": DeskAction(weight=1.0)})
+    boot_s: float = 20.0
+
+
+class MariaDBSpec(_M):
+    mycnf: dict[str, Any] = Field(default_factory=dict)  # the chart's my.cnf [mysqld] keys (declared layer)
+    accounts: dict[str, dict[str, Any]]  # user@host -> {grants: {object: [privs]}, max_user_connections}
+    tables: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    root_password: str
+    boot_s: float = 25.0
+
+
+class RedisSpec(_M):
+    values_path: str  # where this server's Bitnami values sit in the release (erpnext.redis-queue)
+    base_bytes: int = 1_050_000  # used_memory of an idle server with RQ's bookkeeping keys
+    job_bytes: int = 2048
+    result_ttl_s: float = 600.0
+    boot_s: float = 12.0
+
+
+class WorkerSpec(_M):
+    replicas: int = 1
+    service_s: float = 0.33
+    retry_s: float = 10.0
+    boot_s: float = 15.0
+
+
+class FaultInit(_M):
+    """The faultInit.mariadb Job: statements run as root after the site boots (at episode start)."""
+
+    kind: str
+    sql: list[str]
+
+
+class HelmSpec(_M):
+    release: str = "frappe"
+    chart: str = "frappe-0.4.2"
+    chart_defaults: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default_factory=dict)  # the task's user-supplied values
+    writable: bool = True  # whether the operator may `helm upgrade`
+
+
+class FrappeSpec(_M):
+    """A Frappe scenario's `twin.spec`."""
+
+    namespace: str = "default"
+    site: str = "erp.cluster.local"
+    site_db: str
+    site_user: str
+    rq_deadline_s: float = 30.0
+    web: WebSpec = Field(default_factory=WebSpec)
+    mariadb: MariaDBSpec
+    redis_queue: RedisSpec
+    redis_cache: RedisSpec
+    worker_long: WorkerSpec = Field(default_factory=WorkerSpec)
+    helm: HelmSpec = Field(default_factory=HelmSpec)
+    fault_init: FaultInit | None = None
+
+
+class FrappeWeb(Component):
+    """gunicorn (frappe-web) serving the Desk API; it keeps no state of its own worth layering."""
+
+    container = "frappe-web"
+
+    def __init__(self, name: str, **kw: Any):
+        super().__init__(name, **kw)
+        self.pod_env = {"DB_HOST": "mariadb", "DB_PORT": "3306", "REDIS_QUEUE": "redis://redis-queue:6379",
+                        "REDIS_CACHE": "redis://redis-cache:6379", "WORKER_CLASS": "gthread"}
+        self._last_err = ""
+
+    def error_line(self, now: float, what: str, n: float) -> None:
+        # One line per segment and cause: an aggregate of what the real log repeats per request.
+        if n >= 0.5 and (what != self._last_err or len(self.log) < 3):
+            self.say(now, f"ERROR [frappe.app] {what} (x{int(round(n))})")
+            self._last_err = what
+        elif n < 0.5:
+            self._last_err = ""
+
+
+@register_substrate
+class FrappeSubstrate(Substrate):
+    """Frappe/ERPNext: frappe-web, worker-long, mariadb, redis-queue, redis-cache, one Helm release."""
+
+    name = "frappe"
+
+    def build(self) -> None:
+        try:
+            spec = validate(FrappeSpec, dict(self.spec), path="<twin.spec>", error=ScenarioError)
+        except ScenarioError:
+            raise
+        self.s = spec
+        w = self.world
+        ns = spec.namespace
+        store = w.store(f"helm/{spec.helm.release}", spec.helm.values)
+        self.release = HelmRelease(spec.helm.release, spec.helm.chart, spec.helm.chart_defaults, store, ns)
+        mycnf = w.store("mariadb/my.cnf", spec.mariadb.mycnf)
+        catalog = w.store("mariadb/global_priv", {"accounts": spec.mariadb.accounts})
+        self.db = w.add(MariaDB("mariadb", mycnf=mycnf, catalog=catalog, site_db=spec.site_db,
+                                site_user=spec.site_user, tables=spec.mariadb.tables,
+                                root_password=spec.mariadb.root_password, namespace=ns, restartable=False,
+                                boot_s=spec.mariadb.boot_s, hosts=("mariadb", "mariadb:3306", "localhost")))
+        q, c = spec.redis_queue, spec.redis_cache
+        self.queue = w.add(RedisServer("redis-queue", values=self.release, values_path=q.values_path,
+                                       base_bytes=q.base_bytes, jobs=JobStore(q.job_bytes, q.result_ttl_s),
+                                       namespace=ns, restartable=False, boot_s=q.boot_s,
+                                       hosts=("redis-queue", "redis-queue:6379", "redis-queue-master")))
+        self.cache = w.add(RedisServer("redis-cache", values=self.release, values_path=c.values_path,
+                                       base_bytes=c.base_bytes, namespace=ns, restartable=False, boot_s=c.boot_s,
+                                       hosts=("redis-cache", "redis-cache:6379", "redis-cache-master")))
+        self.web = w.add(FrappeWeb("frappe-web", namespace=ns, boot_s=spec.web.boot_s,
+                                   hosts=("frappe-web", "frappe-web:8000")))
+        wl = spec.worker_long
+        self.worker = w.add(Worker("worker-long", replicas=wl.replicas, service_s=wl.service_s, retry_s=wl.retry_s,
+                                   namespace=ns, boot_s=wl.boot_s))
+        for r in (self.queue, self.cache):
+            r.exec = self._redis_exec(r)  # type: ignore[method-assign]
+        self.db.exec = self._mysql_exec  # type: ignore[method-assign]
+        self._worker_util = 0.0
+
+    # --- faults at episode start ---------------------------------------------------------------------------
+    def inject(self, now: float) -> None:
+        fi = self.s.fault_init
+        if fi is None:
+            return
+        sess = SqlSession(self.db, "root", None, now)
+        for stmt in fi.sql:
+            for s in split_statements(stmt):
+                try:
+                    sess.execute(s)
+                except SqlError as e:
+                    raise ScenarioError(f"faultInit statement failed: {s}: ERROR {e.code}: {e.message}",
+                                        path="<twin.spec.fault_init>") from e
+        self.db.say(now, f"[Note] faultInit.mariadb ({fi.kind}) applied {len(fi.sql)} statement(s)")
+
+    # --- load ---------------------------------------------------------------------------------------------
+    def serve(self, rates: Mapping[str, float], phase: Phase, t0: float, t1: float) -> dict[str, list[Mode]]:
+        spec = self.s.web
+        desk = rates.get("desk", 0.0)
+        enq = rates.get("rq_enqueue", 0.0)
+        cmp_ = rates.get("rq_complete", 0.0)
+        out: dict[str, list[Mode]] = {}
+        if not self.web.ready(t0):
+            down = [Mode(1.0, 5.0, ERROR, "502 Bad Gateway", conn=True)]
+            out = {d: list(down) for d in rates}
+            self._queue_only(t0, t1)
+            return out
+        if not self.db.ready(t0):
+            p_block, reason = 1.0, "(2003, \"Can't connect to MySQL server on 'mariadb' ([Errno 111] Connection refused)\")"
+            code = 2003
+        else:
+            load = (desk * spec.hold_s.get("desk", 0.17) + enq * spec.hold_s.get("rq_enqueue", 0.06)
+                    + cmp_ * spec.hold_s.get("rq_complete", 0.06) + self._worker_util)
+            p_block, code, msg = self.db.admission(self.s.site_user, load)
+            reason = f"({code}, \"{msg}\")"
+            self.db.record_load(self.s.site_user, load, p_block,
+                                p_block * (desk + enq + cmp_) * (t1 - t0), code)
+        refused = Mode(p_block, spec.refused_ms, ERROR, f"OperationalError {code}", conn=True)
+        # Desk: each action's statement needs its privilege on the site schema.
+        modes = [refused] if p_block > 0 else []
+        total_w = sum(a.weight for a in spec.desk_actions.values()) or 1.0
+        for name, a in sorted(spec.desk_actions.items()):
+            share = (1.0 - p_block) * a.weight / total_w
+            err = self.db.privilege_error(self.s.site_user, a.privilege, a.table) if self.db.ready(t0) else None
+            if err is not None:
+                modes.append(Mode(share, a.latency_ms * 0.4, ERROR, f"{err.code}"))
+                self.web.error_line(t0, f"pymysql.err.{'OperationalError' if err.code == 1290 else 'ProgrammingError'}"
+                                        f": ({err.code}, \"{err.message}\")", share * desk * (t1 - t0))
+            else:
+                modes.append(Mode(share, a.latency_ms))
+        out["desk"] = modes
+        if p_block > 0:
+            self.web.error_line(t0, f"pymysql.err.OperationalError: {reason}", p_block * (desk + enq + cmp_) * (t1 - t0))
+        # The enqueue path: after the web request got its connection, frappe.enqueue writes to the broker.
+        attempts = (enq + cmp_) * (1.0 - p_block)
+        qs = step_queue(self.queue, self.worker, attempts, t0, t1, job_db_block=p_block,
+                        db_error_reason=f"OperationalError {code}", deadline_s=self.s.rq_deadline_s)
+        demand = attempts * (t1 - t0)
+        acc = (qs.accepted / demand) if demand > 0 else (0.0 if qs.refused_reason else 1.0)
+        if qs.refused_reason and demand > 0:
+            self.web.error_line(t0, f"redis.exceptions.ResponseError: {qs.refused_reason}", demand - qs.accepted)
+        busy_s = (qs.processed + qs.failed_jobs) * self.worker.service_s
+        self._worker_util = min(1.0, busy_s / max(t1 - t0, 1e-9))
+        ok_lat = spec.latency_ms.get("rq_enqueue", 70.0)
+        rej = Mode((1.0 - p_block) * (1.0 - acc), ok_lat * 0.5, ERROR, _short(qs.refused_reason))
+        enq_modes = ([refused] if p_block > 0 else []) + [Mode((1.0 - p_block) * acc, ok_lat)]
+        if acc < 1.0:
+            enq_modes.append(rej)
+        out["rq_enqueue"] = enq_modes
+        cmp_modes = ([refused] if p_block > 0 else [])
+        if acc < 1.0:
+            cmp_modes.append(rej)
+        for m in qs.complete_modes:
+            cmp_modes.append(Mode(m.weight * (1.0 - p_block) * acc, m.latency_ms + ok_lat, m.status, m.reason,
+                                  m.conn))
+        out["rq_complete"] = cmp_modes
+        return {d: out.get(d, [Mode(1.0, 0.0, "dropped")]) for d in rates}
+
+    def _queue_only(self, t0: float, t1: float) -> None:
+        step_queue(self.queue, self.worker, 0.0, t0, t1, job_db_block=0.0, db_error_reason="",
+                   deadline_s=self.s.rq_deadline_s)
+
+    def backlog(self) -> float:
+        j = self.queue.jobs
+        return 0.0 if j is None else j.queued + j.orphan_ids + j.stranded
+
+    # --- the operator's programs -----------------------------------------------------------------------------
+    def commands(self) -> dict[str, Callable[[Invocation], tuple[str, str, int, float]]]:
+        now = self.world.clock.now
+
+        def mysql(inv: Invocation) -> tuple[str, str, int, float]:
+            return mysql_client(inv.argv, inv.stdin, dict(inv.env), self._resolve_db, now())
+
+        def rcli(inv: Invocation) -> tuple[str, str, int, float]:
+            return redis_cli(inv.argv, inv.stdin, self._resolve_redis, now())
+
+        helm = helm_program(self.release, now=now, on_upgrade=self._after_upgrade, timestamp=_helm_ts,
+                            allowed=self.s.helm.writable)
+        return {"mysql": mysql, "mariadb": mysql, "redis-cli": rcli,
+                "helm": lambda inv: helm(list(inv.argv), inv.stdin)}
+
+    def _resolve_db(self, host: str) -> MariaDB | None:
+        return self.db if host in ("mariadb", "mariadb.default.svc.cluster.local", self.db.pod) else None
+
+    def _resolve_redis(self, host: str) -> RedisServer | None:
+        for r in (self.queue, self.cache):
+            if host in r.hosts or host == r.pod or host == f"{r.name}-headless":
+                return r
+        return None
+
+    def _mysql_exec(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int]:
+        if argv and argv[0].rsplit("/", 1)[-1] in ("mysql", "mariadb"):
+            o, e, c, _ = mysql_client(argv, stdin, {"USER": "root"}, lambda h: self.db if h in (
+                "localhost", "127.0.0.1", "mariadb") else None, now, default_host="localhost")
+            return o, e, c
+        if argv[:2] == ["cat", "/opt/bitnami/mariadb/conf/my.cnf"]:
+            body = "[mysqld]\n" + "".join(f"{k}={v}\n" for k, v in sorted(self.db.mycnf.data.items()))
+            return body, "", 0
+        return Component.exec(self.db, argv, stdin, now)
+
+    def _redis_exec(self, r: RedisServer) -> Callable[[list[str], str, float], tuple[str, str, int]]:
+        def run(argv: list[str], stdin: str, now: float) -> tuple[str, str, int]:
+            prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+            if prog == "redis-cli":
+                o, e, c, _ = redis_cli(argv, stdin, lambda h: r if h in ("127.0.0.1", "localhost") or h in r.hosts
+                                       else self._resolve_redis(h), now)
+                return o, e, c
+            if prog == "cat" and len(argv) == 2:
+                if argv[1] == "/opt/bitnami/scripts/start-scripts/start-master.sh":
+                    return start_script(r), "", 0
+                if argv[1] == "/opt/bitnami/redis/etc/redis.conf":
+                    return conf_text(r.container_conf), "", 0
+                if argv[1] == "/opt/bitnami/redis/mounted-etc/redis.conf":
+                    return conf_text(r.render()[0]), "", 0
+                return "", f"cat: {argv[1]}: No such file or directory\n", 1
+            return Component.exec(r, argv, stdin, now)
+
+        return run
+
+    def _after_upgrade(self, wait: bool) -> float:
+        """Roll every pod whose rendered input changed; with --wait, how long until they are ready."""
+        now = self.world.clock.now()
+        longest = 0.0
+        for r in (self.queue, self.cache):
+            conf, flags = r.render()
+            if flags != r.rendered_flags or conf != _rendered_conf(r):
+                self.world.restart(r.name, by="agent")
+                r.say(now, f"Redis is starting (rolled by helm upgrade to revision {self.release.revision})")
+                longest = max(longest, r.ready_at - now)
+        return longest if wait else 0.0
+
+
+def _rendered_conf(r: RedisServer) -> dict[str, str]:
+    # What the pod booted with is what the ConfigMap held then; CONFIG REWRITE edits do not count.
+    return getattr(r, "_booted_conf", r.render()[0])
+
+
+def _short(reason: str) -> str:
+    return reason.split(" ", 1)[0] if reason else ""
+
+
+def _helm_ts(t: float) -> str:
+    return _ts(t).replace("T", " ")[:19] + " +0000 UTC"
