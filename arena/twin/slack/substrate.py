@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from arena.twin.load import Phase
 from arena.twin.mech import ERROR, ConnectionPool, Mode, chain
 from arena.twin.shell import Invocation
+from arena.twin.slack.maintenance import MaintenanceController
 from arena.twin.slack.infra import PG_DEFAULTS, PgBouncer, SlackPostgres, SlackRedis
 from arena.twin.slack.roles import DB_KEYS, HEALTHY_HOLD_MS, ROLE_NAMES, SlackRole
 from arena.twin.world import Substrate, register_substrate
@@ -61,6 +62,8 @@ class SlackSpec(BaseModel):
     routes: dict[str, str] = Field(default_factory=lambda: {"write_readback": "send"})
     channels: int = 8
     seed_messages: int = 40
+    # The maintenance controller's Helm values: {enabled, period_s, offset_s, duration_s, stall_ms}; None: absent.
+    maintenance: dict[str, float] | None = None
     reload_s: float = 12.0  # [INF] a reload rebuilds the engine and re-passes readiness
     pool_timeout_s: float = 2.0  # [INF] healthy app.yaml value
 
@@ -102,19 +105,36 @@ class SlackSpine(Substrate):
         self.pg: SlackPostgres = w.add(SlackPostgres(self.s.channels, self.s.seed_messages))  # type: ignore
         self.redis: SlackRedis = w.add(SlackRedis())  # type: ignore[assignment]
         w.add(PgBouncer())
+        self.maint: MaintenanceController | None = None
+        self._write_rps = 0.0
+        self.maint_write_capacity = 50.0
+        if self.s.maintenance is not None:
+            m = dict(self.s.maintenance)
+            stall = float(m.pop("stall_ms", 400.0))  # [INF] dirty-write + CHECKPOINT stall per message write
+            # [INF] the write rate at which the checkpoint's I/O stalls each commit fully (the dev peak)
+            self.maint_write_capacity = float(m.pop("write_capacity_rps", 50.0))
+            sched = {"enabled": bool(m.get("enabled", True)), "period_s": float(m.get("period_s", 60)),
+                     "offset_s": float(m.get("offset_s", 55)), "duration_s": float(m.get("duration_s", 8))}
+            w.store("helm/slack").set("maintenanceController", {"offsetS": sched["offset_s"]})
+            w.store("postgres-row/maintenance_schedule", sched)
+            self.maint = w.add(MaintenanceController(stall))  # type: ignore[assignment]
 
     # --- load ---------------------------------------------------------------------------------------------
     def _route(self, driver: str) -> list[tuple[str, str]]:
         return ROUTES[self.s.routes.get(driver, "send")]
 
-    def _op_hold(self, role: SlackRole, op: str) -> float:
+    def _op_hold(self, role: SlackRole, op: str, now: float | None = None) -> float:
         hold = float(role.db("hold_ms") or 0)
         if op == "authz":
             hold += role.authz_extra_ms()
+        if op == "write" and self.maint is not None and now is not None:
+            # A commit's fsync queues behind the checkpoint's I/O; the more writes compete, the longer it waits.
+            hold += self.maint.stall_ms(now) * min(1.0, self._write_rps / self.maint_write_capacity)
         return hold
 
     def hops(self, rates: Mapping[str, float], now: float) -> dict[tuple[str, str], list[Mode]]:
         """How each (role, op) hop ends now, given every driver's rate (shared pools see the total load)."""
+        self._write_rps = sum(rps for d, rps in rates.items() if ("message", "write") in self._route(d))
         load: dict[str, float] = {}
         hold_w: dict[str, float] = {}
         for d, rps in rates.items():
@@ -122,7 +142,7 @@ class SlackSpine(Substrate):
                 if op in _DB_OPS:
                     r = self.roles[role]
                     load[role] = load.get(role, 0.0) + rps
-                    hold_w[role] = hold_w.get(role, 0.0) + rps * self._op_hold(r, op)
+                    hold_w[role] = hold_w.get(role, 0.0) + rps * self._op_hold(r, op, now)
         out: dict[tuple[str, str], list[Mode]] = {}
         for d in rates:
             for role, op in self._route(d):
@@ -137,10 +157,10 @@ class SlackSpine(Substrate):
                     pool = ConnectionPool(int(r.db("pool_size")), int(r.db("max_overflow")),
                                           float(r.db("pool_timeout_s")))
                     lam = load.get(role, 0.0)
-                    mean_hold = hold_w[role] / lam if lam > 0 else self._op_hold(r, op)
+                    mean_hold = hold_w[role] / lam if lam > 0 else self._op_hold(r, op, now)
                     offer = pool.offer(lam, mean_hold)
                     reason = "authz_unavailable" if op == "authz" else "pool_timeout"
-                    modes.append(offer.modes(self._op_hold(r, op), reason))
+                    modes.append(offer.modes(self._op_hold(r, op, now), reason))
                 if op in _REDIS_OPS:
                     modes.append([Mode(1.0, REDIS_MS + r.store_extra_ms())])
                 out[(role, op)] = chain(*modes)

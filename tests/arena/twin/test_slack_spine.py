@@ -113,3 +113,26 @@ def test_histogram_nearest_rank():
     assert h.percentile(67) == BUCKETS_MS[bucket_of(1000.0)]
     assert h.percentile(66) == BUCKETS_MS[bucket_of(20.0)]
     assert Histogram().percentile(90) is None
+
+
+def _maint_env(offset: float):
+    spec = {"substrate": "slack-spine", "profile": {"drivers": [{"name": "write_readback"}]},
+            "spec": {"maintenance": {"enabled": True, "period_s": 60, "offset_s": offset, "duration_s": 8}}}
+    return build_twin(spec, seed=0)
+
+
+def test_maintenance_runs_in_the_peak_slow_writes_until_the_schedule_moves():
+    env = _maint_env(35)
+    env.clock.sleep(300)
+    peak = [s.value for s in env.sli("latency_p90_ms", 240, labels={"driver": "write_readback", "phase": "peak"})]
+    assert min(peak) > 554  # the F4 peak band after tolerance
+    bad = env.run("""curl -s -X PUT db-maintenance:8081/v1/maintenance -d '{"offset_s": 55}'""")
+    assert json.loads(bad.stdout)["detail"].startswith("a complete schedule is required")
+    env.run("""curl -s -X PUT db-maintenance:8081/v1/maintenance """
+            """-d '{"enabled":true,"period_s":60,"offset_s":55,"duration_s":8}'""")
+    env.restart("db-maintenance")  # the schedule lives in a PostgreSQL row: durable
+    env.clock.sleep(300)
+    peak = [s.value for s in env.sli("latency_p90_ms", 240, labels={"driver": "write_readback", "phase": "peak"})]
+    assert max(peak) < 400
+    state = json.loads(env.run("curl -s db-maintenance:8081/v1/maintenance").stdout)
+    assert state["schedule"]["offset_s"] == 55 and state["counters"]["checkpoints_req"] >= 9
