@@ -96,10 +96,11 @@ class ApiConnectionPool:
             keep.append(c)
         self.conns = keep
         # Long-lived slots come first in the hand-out order; a lost one is reopened in its place.
-        self.conns.sort(key=lambda c: (not c.long_lived, c.opened_at, c.backend.pid))
-        while sum(c.long_lived for c in self.conns) < self.min_size:
+        missing = self.min_size - sum(c.long_lived for c in self.conns)
+        for _ in range(max(0, missing)):
             if not self._open(now, long_lived=True):
                 break
+        if missing > 0:
             self.conns.sort(key=lambda c: (not c.long_lived, c.opened_at, c.backend.pid))
 
     # ------------------------------------------------------------------ serving

@@ -330,6 +330,8 @@ class SaleorWorker(Component):
         self.pids = []
 
     def keep_connected(self, now: float) -> None:
+        if len(self.pids) == self.size and all(p in self.server.backends for p in self.pids):
+            return
         self.pids = [p for p in self.pids if p in self.server.backends]
         while len(self.pids) < self.size:
             try:
@@ -371,6 +373,7 @@ class SaleorSubstrate(Substrate):
                                           stateful=name != "loadgen"))
         self._order_carry = 0.0
         self._mode_cache: dict[tuple[str, float], list[Mode]] = {}
+        self._holds = {d: self._mean_hold(r) for d, r in spec.requests.items()}
         self._next_order = len(server.tables["order_order"].rows) + 1
 
     def _seed_data(self, server: PostgresServer, spec: SaleorSpec) -> None:
@@ -426,7 +429,7 @@ class SaleorSubstrate(Substrate):
             self.api.pool.close_all()
             return {d: [Mode(1.0, 25.0, ERROR, "OperationalError: connection refused", conn=True)] for d in rates}
         # Concurrency offered to the pool: every request holds its connection for its whole duration.
-        holds = {d: self._mean_hold(self.model.requests[d]) for d in rates if d in self.model.requests}
+        holds = {d: self._holds[d] for d in rates if d in self._holds}
         total_rps = sum(rates.get(d, 0.0) for d in holds)
         conc = sum(rates[d] * holds[d] / 1000.0 for d in holds)
         shares, fresh, unserved = self.api.pool.shares(conc, now, t1, total_rps)
@@ -492,7 +495,7 @@ class SaleorSubstrate(Substrate):
         hops += [_stmt_modes(st, timeout_ms) for st in req.statements]
         merged: dict[tuple, list[float]] = {}
         for m in chain(*hops):
-            k = (bucket_of(m.latency_ms), m.status, m.reason)
+            k = (bucket_of(m.latency_ms) // 2, m.status, m.reason)
             acc = merged.setdefault(k, [0.0, 0.0])
             acc[0] += m.weight
             acc[1] += m.weight * m.latency_ms
@@ -507,12 +510,15 @@ class SaleorSubstrate(Substrate):
     def _add_orders(self, expected: float, t: float) -> None:
         # New orders from successful checkouts (allowed by the incident); appended after the pre-agent rows.
         self._order_carry += expected
-        orders = self.server.tables["order_order"]
-        while self._order_carry >= 1.0:
-            self._order_carry -= 1.0
-            i = self._next_order
-            self._next_order += 1
-            orders.rows.append((str(i), str(1000 + i), "unfulfilled", "loadgen@example.com", "42.00", f"t={t:.1f}"))
+        n = int(self._order_carry)
+        if n <= 0:
+            return
+        self._order_carry -= n
+        first = self._next_order
+        self._next_order += n
+        stamp = f"t={t:.1f}"
+        self.server.tables["order_order"].rows.extend(
+            (str(i), str(1000 + i), "unfulfilled", "loadgen@example.com", "42.00", stamp) for i in range(first, first + n))
 
     # ---------------------------------------------------------------- operator programs
     def commands(self) -> dict[str, Callable]:
