@@ -1,0 +1,141 @@
+"""frappe-web: the Desk API of ia-004, one MariaDB connection per request plus RQ-style enqueue into Redis.
+
+Run by the supervisor as `python -m arena.live.apps.desk`. Every request opens its own connection as the site
+account (so `max_user_connections` and the account's grants apply exactly as MariaDB enforces them) and closes
+it. Enqueue writes an RQ-like job hash `rq:job:<id>` and pushes the id on `rq:queue:<queue>`; a Redis at its
+`maxmemory` with `noeviction` refuses the write (OOM), and the API answers 503.
+
+Routes: GET /api/resource/ToDo, POST /api/resource/ToDo {description, client_ref}, GET /api/resource/ToDo/<name>,
+POST /api/method/enqueue {job_id?}, GET /api/job/<id>.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pymysql
+import redis
+from prometheus_client import Counter
+
+from arena.live.apps.base import AppService, HttpError, Request, Response
+
+
+class DeskAPI:
+    """The Desk API of the Frappe site: ToDo records in MariaDB and jobs on the Redis queue."""
+
+    def __init__(self, app: AppService):
+        self.app = app
+        self.db_errors = Counter("desk_db_errors_total", "MariaDB errors by code", ["code"], registry=app.registry)
+        self.enqueue_errors = Counter("rq_enqueue_errors_total", "enqueue failures", ["reason"],
+                                      registry=app.registry)
+        app.route("GET", r"/api/resource/ToDo", self.list_todo)
+        app.route("POST", r"/api/resource/ToDo", self.create_todo)
+        app.route("GET", r"/api/resource/ToDo/([\w-]+)", self.get_todo)
+        app.route("POST", r"/api/method/enqueue", self.enqueue)
+        app.route("GET", r"/api/job/([\w-]+)", self.job)
+        self.redis = self._redis(app.runtime)
+        app.on_reload = lambda cfg: setattr(self, "redis", self._redis(cfg))
+
+    def _redis(self, cfg: dict) -> redis.Redis:
+        q = cfg["queue"]
+        return redis.Redis(host=self.app.resolve(q.get("host", "redis-queue")), port=int(q.get("port", 6379)),
+                           socket_timeout=3, socket_connect_timeout=2)
+
+    def _db(self):
+        db = self.app.runtime["database"]
+        try:
+            return pymysql.connect(host=self.app.resolve(db.get("host", "mariadb")), port=int(db.get("port", 3306)),
+                                   user=db["user"], password=db.get("password", ""), database=db["name"],
+                                   connect_timeout=3, read_timeout=5, write_timeout=5, autocommit=True)
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+
+    def _db_error(self, e: pymysql.err.MySQLError) -> HttpError:
+        code = e.args[0] if e.args else 0
+        self.db_errors.labels(str(code)).inc()
+        # 1142: a revoked grant is a permission error to the client; 1226/1040: connection caps are a 503.
+        status = 403 if code in (1142, 1044, 1045) else 503 if code in (1226, 1040, 2003) else 500
+        return HttpError(status, "database_error", code=code, detail=str(e.args[1] if len(e.args) > 1 else e))
+
+    def list_todo(self, req: Request) -> Response:
+        conn = self._db()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT name, description, status FROM `tabToDo` ORDER BY modified DESC LIMIT %s",
+                            (min(int(req.query.get("limit", 20)), 100),))
+                rows = cur.fetchall()
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+        finally:
+            conn.close()
+        return 200, {"data": [{"name": r[0], "description": r[1], "status": r[2]} for r in rows]}
+
+    def create_todo(self, req: Request) -> Response:
+        body = req.body or {}
+        name = str(body.get("client_ref") or uuid.uuid4().hex[:10])
+        conn = self._db()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO `tabToDo` (name, description, status, modified) VALUES (%s, %s, 'Open', "
+                            "NOW(6))", (name, str(body.get("description", ""))))
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+        finally:
+            conn.close()
+        return 200, {"data": {"name": name}}
+
+    def get_todo(self, req: Request) -> Response:
+        conn = self._db()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT name, description, status FROM `tabToDo` WHERE name = %s", (req.params[0],))
+                row = cur.fetchone()
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+        finally:
+            conn.close()
+        if row is None:
+            raise HttpError(404, "not_found")
+        return 200, {"data": {"name": row[0], "description": row[1], "status": row[2]}}
+
+    def enqueue(self, req: Request) -> Response:
+        body = req.body or {}
+        q = self.app.runtime["queue"]
+        job_id = str(body.get("job_id") or uuid.uuid4().hex)
+        # RQ stores the pickled call in the job hash; this payload stands in for it, sized by config.
+        payload = "x" * int(q.get("job_payload_bytes", 2048))
+        try:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hset(f"rq:job:{job_id}", mapping={"status": "queued", "enqueued_at": time.time(),
+                                                   "data": payload, "origin": q.get("name", "default")})
+            pipe.rpush(f"rq:queue:{q.get('name', 'default')}", job_id)
+            pipe.execute()
+        except redis.exceptions.ResponseError as e:
+            reason = "oom" if str(e).startswith("OOM") else "noperm" if "NOPERM" in str(e) else "error"
+            self.enqueue_errors.labels(reason).inc()
+            raise HttpError(503, "enqueue_failed", reason=reason, detail=str(e)) from e
+        except redis.exceptions.ConnectionError as e:
+            self.enqueue_errors.labels("connection").inc()
+            raise HttpError(503, "enqueue_failed", reason="connection", detail=str(e)) from e
+        return 200, {"message": {"job_id": job_id}}
+
+    def job(self, req: Request) -> Response:
+        try:
+            h = self.redis.hmget(f"rq:job:{req.params[0]}", "status", "ended_at")
+        except redis.exceptions.RedisError as e:
+            raise HttpError(503, "queue_unavailable", detail=str(e)) from e
+        if h[0] is None:
+            raise HttpError(404, "not_found")
+        return 200, {"job_id": req.params[0], "status": h[0].decode(), "ended_at": json.loads(h[1] or "null")}
+
+
+def main() -> None:
+    app = AppService()
+    DeskAPI(app)
+    app.serve()
+
+
+if __name__ == "__main__":
+    main()

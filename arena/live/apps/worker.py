@@ -1,0 +1,76 @@
+"""frappe-worker: RQ-style workers of ia-004 that BLPOP jobs from the Redis queue and mark them finished.
+
+Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each block on BLPOP; a job's hash
+goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so the queue's memory grows
+with the work done until its maxmemory. A worker that cannot reach Redis or is refused (NOPERM on BLPOP, OOM on
+the status write) retries after a short back-off. Serves /healthz and /metrics (jobs done, queue length).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+from prometheus_client import Counter, Gauge
+
+from arena.live.apps.base import AppService
+
+
+class QueueWorkers:
+    """A pool of BLPOP workers on one RQ queue."""
+
+    def __init__(self, app: AppService):
+        self.app = app
+        q = app.runtime["queue"]
+        self.queue = q.get("name", "default")
+        self.redis = redis.Redis(host=app.resolve(q.get("host", "redis-queue")), port=int(q.get("port", 6379)),
+                                 socket_timeout=5, socket_connect_timeout=2)
+        self.work_s = float(q.get("job_work_ms", 20)) / 1000
+        self.done = Counter("rq_jobs_done_total", "jobs finished", ["queue"], registry=app.registry)
+        self.failed = Counter("rq_worker_errors_total", "worker errors", ["reason"], registry=app.registry)
+        backlog = Gauge("rq_queue_length", "jobs waiting on the queue", ["queue"], registry=app.registry)
+        backlog.labels(self.queue).set_function(self._length)
+        self.stop = threading.Event()
+
+    def _length(self) -> float:
+        try:
+            return float(self.redis.llen(f"rq:queue:{self.queue}"))
+        except redis.exceptions.RedisError:
+            return float("nan")
+
+    def run_one(self) -> None:
+        key = f"rq:queue:{self.queue}"
+        while not self.stop.is_set():
+            try:
+                item = self.redis.blpop([key], timeout=1)
+                if item is None:
+                    continue
+                job = item[1].decode()
+                self.redis.hset(f"rq:job:{job}", mapping={"status": "started", "started_at": time.time()})
+                # The job's own work; waiting on an Event keeps shutdown prompt.
+                self.stop.wait(self.work_s)
+                self.redis.hset(f"rq:job:{job}", mapping={"status": "finished", "ended_at": time.time()})
+                self.done.labels(self.queue).inc()
+            except redis.exceptions.ResponseError as e:
+                self.failed.labels("oom" if str(e).startswith("OOM") else "noperm" if "NOPERM" in str(e)
+                                   else "error").inc()
+                self.stop.wait(0.5)
+            except redis.exceptions.RedisError:
+                self.failed.labels("connection").inc()
+                self.stop.wait(0.5)
+
+    def start(self, n: int) -> None:
+        for i in range(n):
+            threading.Thread(target=self.run_one, name=f"worker-{i}", daemon=True).start()
+
+
+def main() -> None:
+    app = AppService()
+    workers = QueueWorkers(app)
+    workers.start(int(app.runtime["queue"].get("workers", 2)))
+    app.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Make the stack's service names work for the real shell clients, without root and without /etc/hosts.
+
+The stack's bin directory holds one tiny wrapper per client (psql, pg_isready, redis-cli, mariadb, mysql, curl)
+that runs `python -m arena.live.hostwrap <client> ARGS...`. We rewrite host names in host positions only, from
+the stack's hosts file (LIVE_HOSTS_FILE), and exec the real binary (found on PATH after the wrapper's own dir):
+
+  -h NAME, -hNAME, --host NAME, --host=NAME      -> the address
+  scheme://[user[:pw]@]NAME[:port]/...            -> the address in the URI (DSNs, redis://, http://)
+  host=NAME inside a libpq conninfo string        -> the address (psql, pg_isready)
+  curl                                            -> `--connect-to NAME::ADDR:` per service, so the URL and the
+                                                     Host header keep the name
+  PGHOST / MYSQL_HOST in the environment          -> PGHOSTADDR / the address
+
+SQL text, JSON bodies and other arguments are never touched. Generated and put on PATH by `arena.live.stack`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from typing import Mapping, Sequence
+
+from arena.live.names import HostsFile
+
+__all__ = ["rewrite_args", "rewrite_env", "WRAPPED", "main"]
+
+WRAPPED = ("psql", "pg_isready", "redis-cli", "mariadb", "mysql", "mariadb-admin", "mysqladmin", "curl")
+_URI = re.compile(r"^([A-Za-z][\w+.-]*://(?:[^@/\s]*@)?)([A-Za-z0-9_.-]+)")
+_CONNINFO_HOST = re.compile(r"(^|\s)host=([A-Za-z0-9_.-]+)")
+_HOST_FLAGS = ("-h", "--host")
+
+
+def rewrite_args(tool: str, args: Sequence[str], table: Mapping[str, str]) -> list[str]:
+    """The argument list with stack host names replaced by their addresses, in host positions only."""
+    if tool == "curl":
+        # curl has a native mapping that keeps URL and Host header intact.
+        return [a for name, addr in table.items() for a in ("--connect-to", f"{name}::{addr}:")] + list(args)
+    out: list[str] = []
+    expect_host = False
+    for a in args:
+        if expect_host:
+            out.append(table.get(a, a))
+            expect_host = False
+            continue
+        if a in _HOST_FLAGS:
+            out.append(a)
+            expect_host = True
+            continue
+        if a.startswith("--host="):
+            out.append("--host=" + table.get(a[7:], a[7:]))
+            continue
+        if a.startswith("-h") and not a.startswith("--") and a[2:] in table:
+            out.append("-h" + table[a[2:]])
+            continue
+        m = _URI.match(a)
+        if m and m.group(2) in table:
+            out.append(m.group(1) + table[m.group(2)] + a[m.end():])
+            continue
+        if tool in ("psql", "pg_isready") and "=" in a and not a.startswith("-"):
+            a = _CONNINFO_HOST.sub(lambda mm: mm.group(1) + "host=" + table.get(mm.group(2), mm.group(2)), a)
+        out.append(a)
+    return out
+
+
+def rewrite_env(env: Mapping[str, str], table: Mapping[str, str]) -> dict[str, str]:
+    out = dict(env)
+    if out.get("PGHOST") in table and "PGHOSTADDR" not in out:
+        out["PGHOSTADDR"] = table[out["PGHOST"]]
+    if out.get("MYSQL_HOST") in table:
+        out["MYSQL_HOST"] = table[out["MYSQL_HOST"]]
+    return out
+
+
+def _real_binary(tool: str) -> str | None:
+    """The first `tool` on PATH that is not in this wrapper's own directory."""
+    own = os.environ.get("LIVE_BIN_DIR", "")
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != own)
+    return shutil.which(tool, path=path)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.exit("usage: python -m arena.live.hostwrap TOOL [ARGS...]")
+    tool, args = argv[0], argv[1:]
+    real = _real_binary(tool)
+    if real is None:
+        print(f"{tool}: command not found", file=sys.stderr)
+        sys.exit(127)
+    hosts = os.environ.get("LIVE_HOSTS_FILE")
+    table = HostsFile(hosts).table() if hosts and os.path.exists(hosts) else {}
+    os.execve(real, [tool, *rewrite_args(tool, args, table)], rewrite_env(os.environ, table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""The live stack: servers, app services, load generator and Prometheus, brought up and down together.
+
+`LiveStack(["saleor", "slack"]).up()` reads each substrate's YAML (arena/live/substrates/<name>/substrate.yaml,
+validated on load), plans one loopback address per service, starts the servers it needs and runs their bootstrap
+SQL, copies each app's durable config into the stack's config/ directory (the ConfigMaps and Helm values), starts
+the apps and the load generator under the supervisor, then Prometheus scraping them all. It writes bin/ (the
+client wrappers of `arena.live.hostwrap` and the task helpers) and the shell environment that
+`arena.live.environment.LiveEnvironment` runs commands with. `down()` stops everything and checks that no process
+is left. Used by LiveEnvironment, the live tests and `python -m arena.live.stack` (start by hand).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.live.clock import WallClock, wait_until
+from arena.live.hostwrap import WRAPPED
+from arena.live.loadgen import DriverConfig, LoadgenConfig, LoadShape
+from arena.live.names import AddressPlan, HostsFile
+from arena.live.servers import (MariaDBServer, PostgresServer, PrometheusServer, RedisServer, ScrapeTarget,
+                                Server)
+from arena.live.supervisor import AppSpec, Supervisor
+from guardrail.errors import EnvironmentError_, ScenarioError
+from guardrail.yamlio import load_model
+
+__all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS"]
+
+SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
+CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
+                   "prometheus": 9090, "loadgen": 9100}
+
+
+class BootstrapStep(BaseModel):
+    """One SQL file run as the server's superuser when the stack is created."""
+
+    model_config = ConfigDict(extra="forbid")
+    server: Literal["postgres", "mariadb"]
+    file: str
+    database: str | None = None
+
+
+class AppEntry(BaseModel):
+    """One app service of a substrate."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    module: str
+    port: int = 8000
+    config: str | None = None
+    image_env: dict[str, str] = Field(default_factory=dict)
+    restartable: bool = True
+
+
+class DriverEntry(BaseModel):
+    """One load driver of a substrate, aimed at one of its apps by name."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: str
+    target: str
+    rate_scale: float = 1.0
+    timeout_s: float = 5.0
+
+
+class SubstrateSpec(BaseModel):
+    """A substrate's part of the live stack: servers, bootstrap SQL, apps, drivers and the operator's env."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    servers: list[Literal["postgres", "mariadb", "redis-queue", "redis-cache"]]
+    bootstrap: list[BootstrapStep] = Field(default_factory=list)
+    redis_values: dict[str, str] = Field(default_factory=dict)
+    apps: list[AppEntry]
+    drivers: list[DriverEntry] = Field(default_factory=list)
+    shell_env: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def load(cls, name: str) -> tuple["SubstrateSpec", Path]:
+        folder = SUBSTRATES_DIR / name
+        path = folder / "substrate.yaml"
+        if not path.is_file():
+            known = sorted(p.name for p in SUBSTRATES_DIR.iterdir() if (p / "substrate.yaml").is_file())
+            raise ScenarioError(f"no live substrate {name!r}; known: {', '.join(known)}", path=str(path))
+        return load_model(cls, path, error=ScenarioError), folder
+
+
+class LiveStack:
+    """Real servers, app services, a load generator and Prometheus for one or more substrates."""
+
+    def __init__(self, substrates: Iterable[str] = ("saleor", "frappe", "slack"), *, shape: LoadShape | None = None,
+                 base_dir: Path | None = None, clock=None, keep_dir: bool = False,
+                 image_env: dict[str, dict[str, str]] | None = None):
+        self.specs = [SubstrateSpec.load(n) for n in substrates]
+        self.shape = shape or LoadShape()
+        self.clock = clock or WallClock()
+        self._base_given = base_dir
+        self.keep_dir = keep_dir
+        self.image_env = image_env or {}
+        self.dir: Path | None = None
+        self.plan = AddressPlan()
+        self.servers: dict[str, Server] = {}
+        self.supervisor: Supervisor | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.shell_env: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # -- layout --------------------------------------------------------------------------------------------------
+    @property
+    def config_dir(self) -> Path:
+        return self.dir / "config"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.dir / "bin"
+
+    @property
+    def hosts_path(self) -> Path:
+        return self.dir / "hosts"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.dir / "loadgen" / "ledger.jsonl"
+
+    def endpoint(self, name: str):
+        return self.plan[name]
+
+    # -- up ------------------------------------------------------------------------------------------------------
+    def up(self) -> "LiveStack":
+        self.dir = Path(self._base_given or tempfile.mkdtemp(prefix="guardrail-live-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # The database servers run as their own users and must traverse the stack directory.
+        os.chmod(self.dir, 0o755)
+        for sub in ("config", "bin", "apps", "loadgen"):
+            (self.dir / sub).mkdir(exist_ok=True)
+        try:
+            self._plan()
+            self._start_servers()
+            self._start_apps()
+            self._start_prometheus()
+            self._write_bin()
+            self._watcher = threading.Thread(target=self._watch, name="live-supervisor", daemon=True)
+            self._watcher.start()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _plan(self) -> None:
+        servers = sorted({s for spec, _ in self.specs for s in spec.servers})
+        for s in servers:
+            self.plan.add(s, CANONICAL_PORTS[s])
+        for spec, _ in self.specs:
+            for app in spec.apps:
+                self.plan.add(app.name, app.port)
+        self.plan.add("loadgen", CANONICAL_PORTS["loadgen"])
+        self.plan.add("prometheus", CANONICAL_PORTS["prometheus"])
+        self.hosts = self.plan.write_hosts(self.hosts_path)
+
+    def _start_servers(self) -> None:
+        wanted = {s for spec, _ in self.specs for s in spec.servers}
+        if "postgres" in wanted:
+            self.servers["postgres"] = PostgresServer(self.plan["postgres"], self.dir / "postgres", clock=self.clock)
+        if "mariadb" in wanted:
+            self.servers["mariadb"] = MariaDBServer(self.plan["mariadb"], self.dir / "mariadb", clock=self.clock)
+        for spec, folder in self.specs:
+            for name, values in spec.redis_values.items():
+                dest = self.config_dir / f"{name}-values.yaml"
+                shutil.copyfile(folder / values, dest)
+                self.servers[name] = RedisServer(self.plan[name], self.dir / name, values_path=dest,
+                                                 clock=self.clock)
+        for name, server in self.servers.items():
+            self.timings[f"{name}.cold_start_s"] = server.start()
+        for spec, folder in self.specs:
+            for step in spec.bootstrap:
+                sql = (folder / step.file).read_text()
+                if step.server == "postgres":
+                    self.servers["postgres"].psql(sql, database=step.database or "postgres")
+                else:
+                    self.servers["mariadb"].sql(sql, database=step.database)
+
+    def _start_apps(self) -> None:
+        self.supervisor = Supervisor(self.dir / "apps", hosts_file=self.hosts_path, clock=self.clock)
+        for spec, folder in self.specs:
+            for app in spec.apps:
+                cfg = None
+                if app.config:
+                    cfg = self.config_dir / app.config
+                    if not cfg.exists():
+                        shutil.copyfile(folder / app.config, cfg)
+                env = {**app.image_env, **self.image_env.get(app.name, {})}
+                self.supervisor.add(AppSpec(app.name, app.module, self.plan[app.name], cfg, env,
+                                            restartable=app.restartable))
+        drivers = [DriverConfig(name=d.name, kind=d.kind, url=self.plan[d.target].url, rate_scale=d.rate_scale,
+                                timeout_s=d.timeout_s)
+                   for spec, _ in self.specs for d in spec.drivers]
+        lg_cfg = self.config_dir / "loadgen.yaml"
+        lg = LoadgenConfig(shape=self.shape, drivers=drivers, ledger_path=str(self.ledger_path))
+        lg_cfg.write_text(yaml.safe_dump(lg.model_dump(), sort_keys=False))
+        self.supervisor.add(AppSpec("loadgen", "arena.live.loadgen", self.plan["loadgen"], lg_cfg,
+                                    restartable=False))
+        t0 = self.clock.now()
+        self.supervisor.start_all()
+        self.timings["apps.start_s"] = self.clock.now() - t0
+
+    def _start_prometheus(self) -> None:
+        targets = [ScrapeTarget(name, self.plan[name]) for name in self.supervisor.specs]
+        targets.append(ScrapeTarget("prometheus", self.plan["prometheus"]))
+        self.prometheus = PrometheusServer(self.plan["prometheus"], self.dir / "prometheus", targets=targets,
+                                           clock=self.clock)
+        self.servers["prometheus"] = self.prometheus
+        self.timings["prometheus.cold_start_s"] = self.prometheus.start()
+
+    def _write_bin(self) -> None:
+        py = sys.executable
+        for tool in WRAPPED:
+            self._script(tool, f'exec "{py}" -m arena.live.hostwrap {tool} "$@"\n')
+        # The slack-spine helper: stage a role's db config and reload it in place (no restart).
+        self._script("restart-svc.sh", """set -euo pipefail
+role=${1:?usage: restart-svc.sh ROLE < '{"db": {...}}'}
+body=$(cat)
+curl -sS -f -X PUT -H 'Content-Type: application/json' --data "{\\"roles\\": {\\"$role\\": $body}}" \\
+  "http://svc-$role:8000/admin/config" >/dev/null
+curl -sS -f -X POST "http://svc-$role:8000/admin/reload"
+echo
+""")
+        self.shell_env = {
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "LIVE_BIN_DIR": str(self.bin_dir),
+            "LIVE_HOSTS_FILE": str(self.hosts_path),
+            "LIVE_STACK_DIR": str(self.dir),
+            "HOME": str(self.dir),
+            "PROMETHEUS_URL": f"http://prometheus:{self.plan['prometheus'].port}",
+            "LOADGEN_URL": f"http://loadgen:{self.plan['loadgen'].port}",
+            "PGCONNECT_TIMEOUT": "5",
+        }
+        for spec, _ in self.specs:
+            for k, v in spec.shell_env.items():
+                self.shell_env[k] = self._fix_ports(v)
+        if "mariadb" in self.servers:
+            self.shell_env.update(MYSQL_HOST="mariadb", MYSQL_TCP_PORT=str(self.plan["mariadb"].port))
+
+    def _fix_ports(self, value: str) -> str:
+        """Point a URI at the port its service really got (the canonical one, unless it was taken)."""
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme and parts.hostname in self.plan.endpoints:
+            port = self.plan[parts.hostname].port
+            if parts.port != port:
+                netloc = parts.netloc.rsplit(":", 1)[0] + f":{port}" if parts.port else parts.netloc + f":{port}"
+                return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        return value
+
+    def _script(self, name: str, body: str) -> None:
+        p = self.bin_dir / name
+        p.write_text("#!/usr/bin/env bash\n" + body)
+        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(1.0):
+            if self.supervisor is not None:
+                self.supervisor.reconcile()
+
+    # -- queries -------------------------------------------------------------------------------------------------
+    def prometheus_query(self, promql: str) -> list[dict]:
+        """An instant PromQL query straight to the HTTP API (stdlib); the result vector."""
+        url = f"{self.prometheus.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise EnvironmentError_(f"prometheus query failed: {body}")
+        return body["data"]["result"]
+
+    def wait_scraped(self, timeout_s: float = 20.0) -> bool:
+        """Wait until Prometheus reports `up == 1` for every target."""
+        want = len(self.prometheus.targets)
+
+        def all_up() -> bool:
+            try:
+                res = self.prometheus_query("up == 1")
+            except (OSError, EnvironmentError_):
+                return False
+            return len(res) >= want
+
+        return wait_until(all_up, timeout_s=timeout_s, clock=self.clock, interval_s=0.25)
+
+    def pids(self) -> list[int]:
+        out = [p for s in self.servers.values() for p in s.pids()]
+        if self.supervisor:
+            out += self.supervisor.pids()
+        return out
+
+    # -- down ----------------------------------------------------------------------------------------------------
+    def down(self) -> list[int]:
+        """Stop everything; returns the pids still alive afterwards (empty when the stop was clean)."""
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+        tracked = self.pids()
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
+        for server in reversed(list(self.servers.values())):
+            server.stop()
+        left = [p for p in tracked if _alive(p)]
+        if self.dir is not None and not self.keep_dir and not self._base_given and not left:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return left
+
+    def __enter__(self) -> "LiveStack":
+        return self.up()
+
+    def __exit__(self, *_exc) -> None:
+        self.down()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _main() -> None:
+    """Start a stack by hand: `python -m arena.live.stack [substrate ...]`; Ctrl-C stops it."""
+    import signal
+
+    names = sys.argv[1:] or ["saleor", "frappe", "slack"]
+    stack = LiveStack(names, keep_dir=True).up()
+    print(f"stack dir: {stack.dir}")
+    for ep in stack.plan.endpoints.values():
+        print(f"  {ep.name:<14} {ep.address}:{ep.port}")
+    print("shell env (source it):")
+    for k, v in stack.shell_env.items():
+        print(f"  export {k}={v!r}")
+    print({k: round(v, 2) for k, v in stack.timings.items()})
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    left = stack.down()
+    print("stopped" + (f"; still alive: {left}" if left else ", no process left"))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,3 @@
+CREATE ROLE app LOGIN PASSWORD 'app';
+CREATE ROLE svc_admin LOGIN PASSWORD 'svc_admin';
+CREATE DATABASE app OWNER app;

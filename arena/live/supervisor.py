@@ -1,0 +1,196 @@
+"""The supervisor of the live stack's app processes: it runs them, restarts them, and keeps them running.
+
+Plays the part Kubernetes plays for the task pods: a restart is a new process with a new instance id (like a new
+pod UID), and the image identity is a hash of the app's code, which a restart does not change. A process that
+dies on its own is started again by `reconcile()` and counted as a restart (a CrashLoop shows as a rising
+count). Called by `arena.live.stack.LiveStack`; `LiveEnvironment.restart` goes through `restart()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from arena.live.clock import WallClock, wait_until
+from arena.live.names import Endpoint
+from guardrail.errors import EnvironmentError_
+from verifiers.protocols import RestartResult
+
+__all__ = ["AppSpec", "AppStartError", "Supervisor", "image_identity"]
+
+_APPS_DIR = Path(__file__).resolve().parent / "apps"
+
+
+class AppStartError(EnvironmentError_):
+    """An app process of the live stack did not become ready; names it and its log."""
+
+
+def image_identity(module: str) -> str:
+    """sha256 of the app's code (its module and the shared base), the stand-in for a pinned image digest."""
+    h = hashlib.sha256()
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise EnvironmentError_(f"no app module {module}")
+    for f in sorted({_APPS_DIR / "base.py", Path(spec.origin)}):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+@dataclass
+class AppSpec:
+    """One supervised process: its task name, entry module, endpoint, durable config file and image env."""
+
+    name: str
+    module: str
+    endpoint: Endpoint
+    config_path: Path | None = None
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    kind: str = "Deployment"
+    restartable: bool = True
+    health_path: str = "/healthz"
+
+
+@dataclass
+class _Running:
+    proc: subprocess.Popen
+    instance: str
+    image: str
+
+
+class Supervisor:
+    """Starts, restarts and watches the stack's app processes."""
+
+    def __init__(self, run_dir: Path, *, hosts_file: Path, clock=None, ready_timeout_s: float = 20.0):
+        self.run_dir = Path(run_dir)
+        self.hosts_file = hosts_file
+        self.clock = clock or WallClock()
+        self.ready_timeout_s = ready_timeout_s
+        self.specs: dict[str, AppSpec] = {}
+        self.running: dict[str, _Running] = {}
+        self.restarts: dict[str, int] = {}
+        self._lock = threading.RLock()
+
+    def add(self, spec: AppSpec) -> None:
+        self.specs[spec.name] = spec
+        self.restarts.setdefault(spec.name, 0)
+
+    def log_path(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    def _spawn(self, spec: AppSpec) -> _Running:
+        instance = f"{spec.name}-{secrets.token_hex(3)}"
+        image = image_identity(spec.module)  # before Popen, so that a bad module cannot orphan a process
+        env = {
+            **os.environ,
+            **dict(spec.image_env),
+            "APP_NAME": spec.name,
+            "APP_INSTANCE": instance,
+            "APP_LISTEN": spec.endpoint.hostport,
+            "LIVE_HOSTS_FILE": str(self.hosts_file),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if spec.config_path:
+            env["APP_CONFIG"] = str(spec.config_path)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(spec.name), "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", spec.module], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return _Running(proc, instance, image)
+
+    def _healthy(self, spec: AppSpec, instance: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{spec.endpoint.url}{spec.health_path}", timeout=1) as r:
+                # The instance check makes sure we see the new process, not an old one still on the port.
+                return r.status == 200 and instance.encode() in r.read()
+        except OSError:
+            return False
+
+    def start(self, name: str) -> _Running:
+        spec = self.specs[name]
+        with self._lock:
+            run = self._spawn(spec)
+            self.running[name] = run
+        ok = wait_until(lambda: self._healthy(spec, run.instance), timeout_s=self.ready_timeout_s,
+                        clock=self.clock, interval_s=0.05, abort=lambda: run.proc.poll() is not None)
+        if not ok:
+            why = f"exited with {run.proc.returncode}" if run.proc.poll() is not None else "never became healthy"
+            self._kill(run.proc)
+            raise AppStartError(f"{name} failed to start: {why}; see {self.log_path(name)}")
+        return run
+
+    def start_all(self) -> None:
+        for name in self.specs:
+            self.start(name)
+
+    def instance(self, name: str) -> str:
+        return self.running[name].instance
+
+    def image(self, name: str) -> str:
+        return self.running[name].image if name in self.running else image_identity(self.specs[name].module)
+
+    def ready(self, name: str) -> bool:
+        run = self.running.get(name)
+        return bool(run and run.proc.poll() is None and self._healthy(self.specs[name], run.instance))
+
+    def restart(self, name: str) -> RestartResult:
+        if name not in self.specs:
+            raise EnvironmentError_(f"no such component: {name}")
+        t0 = self.clock.now()
+        with self._lock:
+            old = self.running.get(name)
+            if old is not None:
+                self._kill(old.proc)
+            self.restarts[name] += 1
+        try:
+            new = self.start(name)
+            ready, detail = True, ""
+        except AppStartError as e:
+            new, ready, detail = None, False, str(e)
+        return RestartResult(
+            target=name, old_id=old.instance if old else "", new_id=new.instance if new else "", ready=ready,
+            image_before=old.image if old else "", image_after=new.image if new else "",
+            duration_s=self.clock.now() - t0, detail=detail)
+
+    def reconcile(self) -> list[str]:
+        """Start again every app whose process died on its own; returns their names."""
+        revived = []
+        for name, run in list(self.running.items()):
+            if run.proc.poll() is not None:
+                self.restarts[name] += 1
+                try:
+                    self.start(name)
+                except AppStartError:
+                    pass  # it stays down and is tried again on the next pass, as a CrashLoopBackOff would
+                revived.append(name)
+        return revived
+
+    def _kill(self, proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for run in self.running.values():
+                self._kill(run.proc)
+            self.running.clear()
+
+    def pids(self) -> list[int]:
+        return [r.proc.pid for r in self.running.values() if r.proc.poll() is None]
