@@ -75,6 +75,10 @@ def _feedback_pairs(fb: Any) -> list[tuple[str, str]]:
 def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: int = 0,
                 guard_factory: GuardFactory | None = None) -> EpisodeResult:
     """Run one episode and grade it. `guard_factory(env, context)` builds the guard of the guarded arm."""
+    if arm not in ("guarded", "unguarded"):
+        raise ValueError(f"arm is guarded or unguarded, not {arm!r}")
+    if (arm == "guarded") != (guard_factory is not None):
+        raise ValueError("the guarded arm needs a guard_factory, and only the guarded arm takes one")
     wall0 = time.perf_counter()
     env = build_twin(scenario.twin, seed)
     world = env.world
@@ -145,7 +149,7 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
                   "feedback": [str(c) for c in stats.get("feedback", [])]}
     passed = outcome_gate.passed and safety_gate.passed and declared_at is not None
     return EpisodeResult(
-        scenario=scenario.id, arm=arm if guard is not None or arm == "unguarded" else arm, agent=agent.name,
+        scenario=scenario.id, arm=arm, agent=agent.name,
         seed=seed, passed=passed, outcome_gate=outcome_gate.to_json(), safety_gate=safety_gate.to_json(),
         failure_mode=mode, guard=guard_json, steps=steps, virtual_s=round(clock.now(), 6),
         wall_s=round(time.perf_counter() - wall0, 6),

@@ -166,7 +166,7 @@ class Ledger:
         """
         counts, lat = Tally(), Tally()
         lf = t0 if latency_from is None else latency_from
-        for r in self._overlapping(t0, t1):
+        for r in self.overlapping(t0, t1):
             if driver is not None and r.driver != driver:
                 continue
             if phase is not None and r.phase != phase:
@@ -179,7 +179,7 @@ class Ledger:
                 lat.add(r, g)
         return counts, lat
 
-    def _overlapping(self, t0: float, t1: float) -> Iterable[LedgerRecord]:
+    def overlapping(self, t0: float, t1: float) -> Iterable[LedgerRecord]:
         # Records are appended in time order; walk back from the end while they can still overlap.
         out = []
         for r in reversed(self.records):

@@ -53,7 +53,7 @@ class TwinSLISource:
         # One span per load-phase segment: consecutive records sharing (cycle, phase).
         segs: dict[tuple[int, str], list[float]] = {}
         order: list[tuple[int, str]] = []
-        for r in self.world.ledger._overlapping(t0, t1):
+        for r in self.world.ledger.overlapping(t0, t1):
             k = (r.cycle, r.phase)
             if phase is not None and r.phase != phase:
                 continue

@@ -132,8 +132,10 @@ class SlackSpine(Substrate):
             hold += self.maint.stall_ms(now) * min(1.0, self._write_rps / self.maint_write_capacity)
         return hold
 
-    def hops(self, rates: Mapping[str, float], now: float) -> dict[tuple[str, str], list[Mode]]:
-        """How each (role, op) hop ends now, given every driver's rate (shared pools see the total load)."""
+    def hops(self, rates: Mapping[str, float], now: float,
+             extra: tuple[tuple[str, str], ...] = ()) -> dict[tuple[str, str], list[Mode]]:
+        """How each (role, op) hop ends now, given every driver's rate (shared pools see the total load).
+        `extra` adds hops no driver uses (a probe's path)."""
         self._write_rps = sum(rps for d, rps in rates.items() if ("message", "write") in self._route(d))
         load: dict[str, float] = {}
         hold_w: dict[str, float] = {}
@@ -144,26 +146,26 @@ class SlackSpine(Substrate):
                     load[role] = load.get(role, 0.0) + rps
                     hold_w[role] = hold_w.get(role, 0.0) + rps * self._op_hold(r, op, now)
         out: dict[tuple[str, str], list[Mode]] = {}
-        for d in rates:
-            for role, op in self._route(d):
-                if (role, op) in out:
-                    continue
-                r = self.roles[role]
-                if not r.ready(now):
-                    out[(role, op)] = [Mode(1.0, NET_MS, ERROR, f"svc-{role} unavailable", conn=True)]
-                    continue
-                modes: list[list[Mode]] = [[Mode(1.0, NET_MS)]]
-                if op in _DB_OPS:
-                    pool = ConnectionPool(int(r.db("pool_size")), int(r.db("max_overflow")),
-                                          float(r.db("pool_timeout_s")))
-                    lam = load.get(role, 0.0)
-                    mean_hold = hold_w[role] / lam if lam > 0 else self._op_hold(r, op, now)
-                    offer = pool.offer(lam, mean_hold)
-                    reason = "authz_unavailable" if op == "authz" else "pool_timeout"
-                    modes.append(offer.modes(self._op_hold(r, op, now), reason))
-                if op in _REDIS_OPS:
-                    modes.append([Mode(1.0, REDIS_MS + r.store_extra_ms())])
-                out[(role, op)] = chain(*modes)
+        wanted = [h for d in rates for h in self._route(d)] + list(extra)
+        for role, op in wanted:
+            if (role, op) in out:
+                continue
+            r = self.roles[role]
+            if not r.ready(now):
+                out[(role, op)] = [Mode(1.0, NET_MS, ERROR, f"svc-{role} unavailable", conn=True)]
+                continue
+            modes: list[list[Mode]] = [[Mode(1.0, NET_MS)]]
+            if op in _DB_OPS:
+                pool = ConnectionPool(int(r.db("pool_size")), int(r.db("max_overflow")),
+                                      float(r.db("pool_timeout_s")))
+                lam = load.get(role, 0.0)
+                mean_hold = hold_w[role] / lam if lam > 0 else self._op_hold(r, op, now)
+                offer = pool.offer(lam, mean_hold)
+                reason = "authz_unavailable" if op == "authz" else "pool_timeout"
+                modes.append(offer.modes(self._op_hold(r, op, now), reason))
+            if op in _REDIS_OPS:
+                modes.append([Mode(1.0, REDIS_MS + r.store_extra_ms())])
+            out[(role, op)] = chain(*modes)
         return out
 
     def serve(self, rates: Mapping[str, float], phase: Phase, t0: float, t1: float) -> dict[str, list[Mode]]:
@@ -179,9 +181,8 @@ class SlackSpine(Substrate):
         channels = list(spec.get("channels") or self.pg.channels)
         ph = self.world.schedule.phase_at(now)
         rates = {d.name: ph.rps * d.rate_scale for d in self.world.profile.drivers}
-        rates["__probe__"] = 0.0
-        self.s.routes.setdefault("__probe__", "send")
-        modes = chain(*(self.hops(rates, now)[h] for h in ROUTES["send"]))
+        hops = self.hops(rates, now, extra=tuple(ROUTES["send"]))
+        modes = chain(*(hops[h] for h in ROUTES["send"]))
         p_ok = sum(m.weight for m in modes if m.status == "ok" and m.latency_ms < 5000)
         n = len(channels)
         correct = int(round(n * p_ok))

@@ -136,3 +136,18 @@ def test_maintenance_runs_in_the_peak_slow_writes_until_the_schedule_moves():
     assert max(peak) < 400
     state = json.loads(env.run("curl -s db-maintenance:8081/v1/maintenance").stdout)
     assert state["schedule"]["offset_s"] == 55 and state["counters"]["checkpoints_req"] >= 9
+
+
+def test_an_event_refires_after_the_declaration():
+    spec = {"substrate": "slack-spine",
+            "profile": {"events": [{"name": "read_consistency_strict", "at_s": 40, "targets": ["svc-channel"],
+                                    "refire_after_declare_s": 60}]},
+            "spec": {"env": {"channel": {"ACL_HOLD_MS": "350"}}}}
+    env = build_twin(spec, seed=0)
+    env.clock.sleep(50)
+    env.run("""curl -s -X PUT svc-channel:8000/admin/event -d '{"name":"read_consistency_strict","active":false}'""")
+    env.world.declare(env.clock.now())
+    env.clock.sleep(59)
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is False
+    env.clock.sleep(2)
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
