@@ -78,7 +78,8 @@ class Histogram:
         n = self.total
         if n <= 0:
             return None
-        rank = max(1, math.ceil(q / 100.0 * n - 1e-9))
+        # Windows that cut records pro rata hold fractional counts: ceil(q*N) can exceed N, so cap it at N.
+        rank = min(max(1, math.ceil(q / 100.0 * n - 1e-9)), n)
         seen = 0.0
         for b in sorted(self.counts):
             seen += self.counts[b]
