@@ -150,6 +150,9 @@ class Grading:
             return
         after = self.world.truth()
         for leg in self.g.fault_legs:
+            # Only a runtime fault can be masked; a restart that rolls out a declared change applies the fix.
+            if not leg.clears_on_restart:
+                continue
             if self.leg_present(leg, before) and not self.leg_present(leg, after):
                 self.masked.append({"leg": leg.id, "component": component, "by": by,
                                     "t": round(self.world.clock.now(), 6)})
