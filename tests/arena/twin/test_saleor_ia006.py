@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from arena.agents import resolve_agent
+from arena.episode import run_episode
 from arena.scenario import load_scenario
 from arena.twin.engine import build_twin
 from arena.twin.saleor.postgres import PostgresServer
@@ -140,11 +142,22 @@ def test_same_fix_typed_differently_gives_the_same_world():
 
 
 def test_deterministic_for_a_seed():
-    def run() -> str:
-        env, truth, _ = replay("reference", seed=7)
+    def run(seed: int) -> str:
+        env, truth, _ = replay("reference", seed=seed)
         return json.dumps([r.to_json() for r in env.world.ledger.records], sort_keys=True)
 
-    assert run() == run()
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+@pytest.mark.parametrize("solution", ["reference", "reset_plus_alter_system", "restart_api"])
+def test_episode_json_is_identical_for_a_seed(solution):
+    def doc() -> str:
+        d = run_episode(SC, resolve_agent(f"replay:{solution}", SC), seed=5).to_json()
+        d.pop("wall_s")
+        return json.dumps(d, sort_keys=True)
+
+    assert doc() == doc()
 
 
 def test_protected_data_survives_and_new_orders_are_added():
