@@ -190,8 +190,11 @@ def format_result(r: Result, *, unaligned: bool = False, tuples_only: bool = Fal
         out = []
         for n, row in enumerate(cells, start=1):
             head = f"-[ RECORD {n} ]"
-            out.append(head + "-" * max(0, w + 1) + "+" + "-" * max(0, valw + 1 - max(0, len(head) - w - 1))
-                       if len(head) <= w + 1 else head + "+" + "-" * (w + 3 + valw - len(head) - 1))
+            # psql draws the record header across both columns with a '+' above the separator.
+            if len(head) <= w + 1:
+                out.append(head + "-" * (w + 1 - len(head)) + "+" + "-" * (valw + 1))
+            else:
+                out.append(head + "-" * max(0, w + 3 + valw - len(head)))
             out.extend(f"{c.ljust(w)} | {v}" for c, v in zip(r.columns, row))
         return "\n".join(out) + "\n\n"
     numeric = [all(_is_num(row[i]) for row in r.rows if row[i] is not None) and any(

@@ -292,7 +292,8 @@ class SaleorApi(Component):
         self.pool = ApiConnectionPool(server, role=p.role, database=p.database, min_size=p.min_size,
                                       max_size=p.max_size, idle_timeout_s=p.idle_timeout_s,
                                       max_lifetime_s=p.max_lifetime_s, spill=p.spill)
-        self.pod_env = {"DATABASE_URL": f"postgres://{p.role}:<set from secret saleor-db>@postgres:5432/{p.database}",
+        password = next((r.password for r in spec.postgres.roles if r.name == p.role), "")
+        self.pod_env = {"DATABASE_URL": f"postgres://{p.role}:{password}@postgres:5432/{p.database}",
                         "DB_CONN_MAX_AGE": "None" if p.max_lifetime_s is None else str(int(p.max_lifetime_s)),
                         "DATABASE_CONNECTION_POOL_MIN": str(p.min_size),
                         "DATABASE_CONNECTION_POOL_MAX": str(p.max_size)}
@@ -302,6 +303,16 @@ class SaleorApi(Component):
 
     def next_change(self, now: float) -> float:
         return min(super().next_change(now), self.pool.next_change(now))
+
+    def exec(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int]:
+        if argv and argv[0] in ("env", "printenv"):
+            env = {"HOME": "/home/saleor", "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "saleor.settings",
+                   **self.pod_env}
+            if len(argv) > 1:
+                v = env.get(argv[1])
+                return (v + "\n", "", 0) if v is not None else ("", "", 1)
+            return "".join(f"{k}={v}\n" for k, v in sorted(env.items())), "", 0
+        return super().exec(argv, stdin, now)
 
     def http(self, method: str, path: str, body: str, now: float) -> tuple[int, str]:
         if path.startswith("/health"):
