@@ -395,9 +395,9 @@ class MariaDB(Component):
         return out
 
     def config(self) -> dict[str, Any]:
-        out = {f"mariadb.{k}": v for k, v in self.settings.effective().items()}
+        out = dict(self.settings.effective())
         for a in self.accounts():
-            out[f"mariadb.account.{a.key}.max_user_connections"] = a.max_user_connections
+            out[f"account.{a.key}.max_user_connections"] = a.max_user_connections
         return out
 
 

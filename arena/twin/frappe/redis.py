@@ -411,10 +411,11 @@ class RedisServer(Component):
         return out
 
     def config(self) -> dict[str, Any]:
-        out = {f"redis.{k}": v for k, v in self.settings.effective().items()
+        out = {k: v for k, v in self.settings.effective().items()
                if k in ("maxmemory", "maxmemory-policy", "appendonly", "appendfsync", "min-replicas-to-write",
                         "min-replicas-max-lag", "save")}
-        out["redis.user"] = {u: a.describe() for u, a in sorted(self.acl.items())}
+        for u, a in sorted(self.acl.items()):
+            out[f"user.{u}"] = a.describe()
         return out
 
     # --- the command surface ------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ attempts arrive at a constant rate, the broker (`arena.twin.frappe.redis.RedisSe
 OOM), and the worker drains the `long` queue in FIFO order at `replicas / service_s` jobs per second.
 
 Why the queue stalls "at all times" under noeviction: the worker must write (its heartbeat, the job status, the
-started registry) before it runs a job. Over the cap every such write fails with OOM; the RQ loop raises, and
-supervisord starts the worker again after `retry_s`. Memory freed by expiring results is taken at once by
-enqueues (which arrive far more often than the worker retries), so the worker finds the broker over its cap at
-almost every retry. Once the cap is raised the next retry succeeds and the backlog drains at the finite rate.
+started registry) before it runs a job. Over the cap every such write fails with OOM, the `bench worker` process
+exits, and the kubelet restarts the container with CrashLoopBackOff (10 s, doubling to 5 min, reset by a
+successful run). Memory freed by expiring results is taken at once by enqueues, which arrive far more often than
+the worker retries, so the worker finds the broker over its cap at almost every retry, and the results it
+finished earlier expire and are replaced by queued jobs: the backlog grows to fill the cap. Once the cap is
+raised the next retry succeeds and the backlog drains at the finite rate.
 An `rq_complete` job's latency is its FIFO wait behind the work ahead of it, plus its own run time.
 """
 
@@ -42,10 +44,16 @@ class Worker(Component):
         self.blocked_until = -math.inf
         self.block_reason = ""
         self.failures = 0
+        self.in_a_row = 0
 
     def reset_runtime(self) -> None:
         self.blocked_until = -math.inf
         self.block_reason = ""
+        self.in_a_row = 0
+
+    def ready(self, now: float) -> bool:
+        # A container in CrashLoopBackOff is not ready.
+        return super().ready(now) and now >= self.blocked_until - 1e-9
 
     @property
     def rate(self) -> float:
@@ -55,19 +63,22 @@ class Worker(Component):
         return self.ready(now) and now >= self.blocked_until - 1e-9
 
     def fail(self, now: float, reason: str) -> None:
-        """The RQ loop raised on a broker error: supervisord restarts it after the back-off."""
-        if reason != self.block_reason or now >= self.blocked_until:
-            self.failures += 1
-            if self.failures <= 3 or self.failures % 50 == 0:
-                self.say(now, f"redis.exceptions.ResponseError: {reason}")
-                self.say(now, f"worker {self.queue}: exited with status 1; not expected")
-        self.blocked_until = now + self.retry_s
+        """The RQ loop raised on a broker error: the container exits and restarts after CrashLoopBackOff."""
+        self.failures += 1
+        self.in_a_row += 1
+        self.restarts += 1
+        if self.in_a_row <= 3 or self.in_a_row % 10 == 0:
+            self.say(now, f"redis.exceptions.ResponseError: {reason}")
+            self.say(now, f"Worker rq:worker:{self.name}.{self.failures}: exiting (container restart {self.restarts})")
+        self.blocked_until = now + min(self.retry_s * 2 ** (self.in_a_row - 1), 300.0)
         self.block_reason = reason
 
     def recover(self, now: float) -> None:
-        if self.block_reason:
+        if self.block_reason or self.in_a_row:
+            self.say(now, f"Worker rq:worker:{self.name}.{self.failures + 1} started with PID 1, version 1.15.1")
             self.say(now, f"*** Listening on {self.queue}...")
             self.block_reason = ""
+            self.in_a_row = 0
 
     def next_change(self, now: float) -> float:
         nc = super().next_change(now)

@@ -257,6 +257,39 @@ class FrappeSubstrate(Substrate):
         step_queue(self.queue, self.worker, 0.0, t0, t1, job_db_block=0.0, db_error_reason="",
                    deadline_s=self.s.rq_deadline_s)
 
+    def fixed_traffic(self, spec: Mapping[str, Any], now: float) -> dict[str, Any]:
+        """The queue challenge's probe after the broker restart: N jobs enqueued through frappe-web.
+
+        A probe is correct when the broker accepts the enqueue and the worker can take it (its status writes and
+        its dequeue are allowed: no OOM, NOPERM or NOREPLICAS). Like Incident-Arena's redis_configuration probe
+        it checks that the broker serves the queue again, not how long the backlog takes to drain.
+        """
+        n = int(spec.get("jobs", 4))
+        res: dict[str, Any] = {"scheduled": n, "attempted": 0, "completed": 0, "correct": 0, "errors": []}
+        if not self.web.ready(now):
+            res["errors"].append("frappe-web not ready")
+            return res
+        res["attempted"] = n
+        load = self.db.threads_by_user.get(self.s.site_user, 0.0)
+        limit = self.db.user_limit(self.s.site_user) or int(self.db.var("max_connections"))
+        if not self.db.ready(now) or load + 1 > limit:
+            res["errors"].append("web request refused a DB connection")
+            return res
+        for _ in range(n):
+            why = self.queue.write_error(now, cmd="rpush")
+            if why is not None:
+                res["errors"].append(f"enqueue: {why}")
+                continue
+            self.queue.jobs.enqueue(1.0)
+            self.queue.admit_bytes(self.queue.jobs.job_bytes)
+            res["completed"] += 1
+            blocked = self.queue.write_error(now, cmd="hset") or self.queue.write_error(now, cmd="blpop")
+            if blocked is not None:
+                res["errors"].append(f"worker: {blocked}")
+                continue
+            res["correct"] += 1
+        return res
+
     def backlog(self) -> float:
         j = self.queue.jobs
         return 0.0 if j is None else j.queued + j.orphan_ids + j.stranded
