@@ -116,6 +116,58 @@ def _age(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60}m"
 
 
+def jsonpath(doc: Any, template: str) -> str:
+    """kubectl's `-o jsonpath=` for the forms operators use: {.a.b}, {.a[0]}, {.a[*].b}, {.a[?(@.k=="v")].b},
+    keys with escaped dots ({.data.app\\.yaml}), and literal text between expressions."""
+    out: list[str] = []
+    for lit, expr in re.findall(r"([^{]*)(?:\{([^}]*)\})?", template):
+        out.append(lit.replace("\\n", "\n"))
+        if not expr:
+            continue
+        vals = _jp_eval([doc], expr.strip())
+        out.append(" ".join(v if isinstance(v, str) else json.dumps(v) for v in vals))
+    return "".join(out)
+
+
+def _jp_eval(cur: list[Any], expr: str) -> list[Any]:
+    i = 0
+    if expr.startswith("$"):
+        i = 1
+    while i < len(expr):
+        if expr[i] == ".":
+            m = re.match(r"\.((?:\\.|[^.\[])+)", expr[i:])
+            if not m:
+                i += 1
+                continue
+            key = m.group(1).replace("\\.", ".")
+            cur = [c[key] for c in cur if isinstance(c, dict) and key in c]
+            i += m.end()
+        elif expr[i] == "[":
+            j = expr.index("]", i) if "?(" not in expr[i:i + 3] else expr.index(")]", i) + 1
+            sel = expr[i + 1:j]
+            if sel == "*":
+                cur = [x for c in cur for x in (c if isinstance(c, list) else c.values() if isinstance(c, dict)
+                                                else [])]
+            elif sel.startswith("?("):
+                m = re.fullmatch(r"\?\(@\.([\w.-]+)\s*==\s*['\"]?([^'\"]*)['\"]?\)", sel)
+                if m:
+                    k, v = m.group(1), m.group(2)
+                    cur = [x for c in cur if isinstance(c, list) for x in c
+                           if isinstance(x, dict) and str(x.get(k)) == v]
+                else:
+                    cur = []
+            else:
+                try:
+                    n = int(sel)
+                    cur = [c[n] for c in cur if isinstance(c, list) and -len(c) <= n < len(c)]
+                except ValueError:
+                    cur = []
+            i = j + 1
+        else:
+            i += 1
+    return cur
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
@@ -148,6 +200,8 @@ class Kubectl:
                 continue
             elif a.startswith("-o") and len(a) > 2 and a != "-o":
                 out_fmt = a[2:].lstrip("=")
+            elif a.startswith("--output="):
+                out_fmt = a.split("=", 1)[1]
             elif a == "--":
                 args += argv[i:]
                 break
@@ -187,12 +241,8 @@ class Kubectl:
                 comps = [c for c in comps if c.pod in names or c.name in names]
                 if not comps:
                     return "", f"Error from server (NotFound): pods \"{names[0]}\" not found\n", 1, 0.3
-            if out_fmt in ("json", "yaml"):
-                items = [self._pod_obj(c, now) for c in comps]
-                doc: Any = items[0] if names and len(items) == 1 else {"apiVersion": "v1", "kind": "List",
-                                                                      "items": items}
-                text = json.dumps(doc, indent=4) + "\n" if out_fmt == "json" else yaml.safe_dump(doc, sort_keys=False)
-                return text, "", 0, 0.3
+            if out_fmt.startswith(("json", "yaml")):
+                return self._render([self._pod_obj(c, now) for c in comps], bool(names), out_fmt)
             if not comps:
                 return "", f"No resources found in {ns} namespace.\n", 0, 0.3
             rows = [["NAME", "READY", "STATUS", "RESTARTS", "AGE"]]
@@ -204,8 +254,13 @@ class Kubectl:
         if kind in ("deploy", "deployment", "deployments", "sts", "statefulset", "statefulsets"):
             want = "StatefulSet" if kind.startswith("s") else "Deployment"
             comps = [c for c in comps if c.kind == want and (not names or c.name in names)]
+            if names and not comps:
+                res = "statefulsets.apps" if want == "StatefulSet" else "deployments.apps"
+                return "", f"Error from server (NotFound): {res} \"{names[0]}\" not found\n", 1, 0.3
             if not comps:
                 return "", f"No resources found in {ns} namespace.\n", 0, 0.3
+            if out_fmt.startswith(("json", "yaml")):
+                return self._render([self._workload_obj(c, now) for c in comps], bool(names), out_fmt)
             rows = [["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]] if want == "Deployment" else \
                 [["NAME", "READY", "AGE"]]
             for c in comps:
@@ -224,23 +279,50 @@ class Kubectl:
                 stores = [s for s in stores if s.name.split("/", 1)[1] in names]
                 if not stores:
                     return "", f"Error from server (NotFound): configmaps \"{names[0]}\" not found\n", 1, 0.3
-                if out_fmt in ("yaml", "json"):
-                    s = stores[0]
-                    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": s.name.split("/", 1)[1],
-                           "namespace": ns}, "data": {k: yaml.safe_dump(v, sort_keys=True) if isinstance(v, dict)
-                                                      else str(v) for k, v in s.data.items()}}
-                    return (json.dumps(doc, indent=4) + "\n" if out_fmt == "json"
-                            else yaml.safe_dump(doc, sort_keys=False)), "", 0, 0.3
+            if out_fmt.startswith(("json", "yaml")):
+                return self._render([self._cm_obj(s, ns) for s in stores], bool(names), out_fmt)
             rows = [["NAME", "DATA", "AGE"]] + [[s.name.split("/", 1)[1], str(len(s.data)), "1d"] for s in stores]
             return _table(rows), "", 0, 0.3
         if kind in ("events", "event", "ev"):
             return "No resources found in %s namespace.\n" % ns, "", 0, 0.3
         return "", f"error: the server doesn't have a resource type \"{rest[0]}\"\n", 1, 0.3
 
+    def _render(self, items: list[dict], named: bool, out_fmt: str) -> tuple[str, str, int, float]:
+        doc: Any = items[0] if named and len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}
+        if out_fmt.startswith("jsonpath"):
+            tmpl = out_fmt.split("=", 1)[1] if "=" in out_fmt else ""
+            return jsonpath(doc, tmpl.strip("'\"")), "", 0, 0.3
+        if out_fmt == "json":
+            return json.dumps(doc, indent=4) + "\n", "", 0, 0.3
+        return yaml.safe_dump(doc, sort_keys=False), "", 0, 0.3
+
+    @staticmethod
+    def _env_list(c) -> list[dict]:
+        return [{"name": k, "value": str(v)} for k, v in sorted(getattr(c, "pod_env", {}).items())]
+
+    def _workload_obj(self, c, now: float) -> dict:
+        r = int(c.ready(now))
+        return {"apiVersion": "apps/v1", "kind": c.kind,
+                "metadata": {"name": c.name, "namespace": c.namespace, "labels": {"app": c.name}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": c.name}},
+                         "template": {"metadata": {"labels": {"app": c.name}},
+                                      "spec": {"containers": [{"name": c.container, "image": c.image,
+                                                               "env": self._env_list(c)}]}}},
+                "status": {"replicas": 1, "readyReplicas": r, "availableReplicas": r, "updatedReplicas": 1}}
+
+    def _cm_obj(self, s, ns: str) -> dict:
+        if s.file_key:
+            data = {s.file_key: yaml.safe_dump(s.data, sort_keys=True)}
+        else:
+            data = {k: yaml.safe_dump(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
+                    for k, v in s.data.items()}
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": s.name.split("/", 1)[1], "namespace": ns}, "data": data}
+
     def _pod_obj(self, c, now: float) -> dict:
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": c.pod, "namespace": c.namespace, "uid": c.uid, "labels": {"app": c.name}},
-                "spec": {"containers": [{"name": c.container, "image": c.image}]},
+                "spec": {"containers": [{"name": c.container, "image": c.image, "env": self._env_list(c)}]},
                 "status": {"phase": "Running", "containerStatuses": [{
                     "name": c.container, "ready": c.ready(now), "restartCount": c.restarts, "image": c.image,
                     "imageID": c.image}]}}

@@ -92,10 +92,12 @@ class DeclaredStore:
     It survives every component restart. Paths are dotted: `roles.channel.db.pool_size`.
     """
 
-    def __init__(self, name: str, data: dict[str, Any] | None = None):
+    def __init__(self, name: str, data: dict[str, Any] | None = None, *, file_key: str | None = None):
         self.name = name
         self.data: dict[str, Any] = copy.deepcopy(data or {})
         self.writes = 0
+        # A ConfigMap that holds one file (kubectl shows `data: {file_key: <the document as YAML>}`).
+        self.file_key = file_key
 
     def get(self, path: str, default: Any = None) -> Any:
         node: Any = self.data

@@ -225,9 +225,9 @@ class World:
         c.attach(self)
         return c
 
-    def store(self, name: str, data: dict[str, Any] | None = None) -> DeclaredStore:
+    def store(self, name: str, data: dict[str, Any] | None = None, *, file_key: str | None = None) -> DeclaredStore:
         if name not in self.stores:
-            self.stores[name] = DeclaredStore(name, data)
+            self.stores[name] = DeclaredStore(name, data, file_key=file_key)
         return self.stores[name]
 
     def boot_all(self) -> None:

@@ -56,7 +56,7 @@ class SlackRole(Component):
     @property
     def cm(self):
         assert self.world is not None
-        return self.world.stores["configmap/app.yaml"]
+        return self.world.stores["configmap/app-config"]
 
     @property
     def helm(self):
@@ -76,8 +76,8 @@ class SlackRole(Component):
             self.settings.declare(f"env.{k}", v)
 
     def reset_runtime(self) -> None:
-        # The event registry is initialised from an unset env var: a new process starts with none active.
-        self.events = set()
+        # The event registry is seeded from RUNTIME_EVENTS, which is normally unset: a new process starts clean.
+        self.events = {e.strip() for e in self.pod_env.get("RUNTIME_EVENTS", "").split(",") if e.strip()}
         self.reloading_until = -1e18
 
     def _apply_file(self, now: float) -> str | None:
@@ -138,7 +138,8 @@ class SlackRole(Component):
 
     # --- operator surfaces --------------------------------------------------------------------------------
     def http(self, method: str, path: str, body: str, now: float) -> tuple[int, str]:
-        path = path.split("?", 1)[0].rstrip("/") or "/"
+        path, _, query = path.partition("?")
+        path = path.rstrip("/") or "/"
         if path in ("/healthz", "/readyz") and method == "GET":
             return 200, json.dumps({"status": "ok", "service": self.name})
         if path == "/admin/config":
@@ -161,6 +162,12 @@ class SlackRole(Component):
                           f"max_overflow={self.db('max_overflow')}; not ready for {self.reload_s:g}s")
             return 202, json.dumps({"status": "reloading", "service": self.name})
         if path == "/admin/event":
+            if method == "GET" and "name=" in query:
+                name = re.search(r"(?:^|&)name=([^&]*)", query)
+                n = name.group(1) if name else ""
+                if n not in KNOWN_EVENTS:
+                    return 404, json.dumps({"detail": f"unknown event {n!r}"})
+                return 200, json.dumps({"service": self.name, "name": n, "active": n in self.events})
             if method == "GET":
                 return 200, json.dumps({"service": self.name, "events": [
                     {"name": e, "active": e in self.events} for e in KNOWN_EVENTS]})

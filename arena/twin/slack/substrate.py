@@ -96,7 +96,7 @@ class SlackSpine(Substrate):
                 if k not in DB_KEYS:
                     raise ScenarioError(f"twin.spec.roles.{role}.db: unknown key {k!r}")
                 app["roles"][role]["db"][k] = DB_KEYS[k](v)
-        w.store("configmap/app.yaml", app)
+        w.store("configmap/app-config", app, file_key="app.yaml")
         w.store("helm/slack", {"app": {"roles": {r: {"env": dict(self.s.env.get(r, {}))} for r in ROLE_NAMES}}})
         w.store("postgresql.conf", dict(PG_DEFAULTS))
         self.roles: dict[str, SlackRole] = {}
@@ -294,6 +294,12 @@ class SlackSpine(Substrate):
             names = re.findall(r"'(\w+)'", m.group(3) or "") or sorted(self.pg.settings.effective())
             rows = [[n, str(self.pg.settings.get(n))] for n in names if self.pg.settings.get(n) is not None]
             return _table(["name", "setting"], rows, t_only, unaligned)
+        m = re.fullmatch(r"select (?:value|key, ?value|\*) from app_kv_state(?: where key ?= ?'([\w.-]+)')?", low)
+        if m:
+            rows = [[k, v] for k, v in sorted(self.kv_state().items()) if m.group(1) in (None, k)]
+            if low.startswith("select value"):
+                return _table(["value"], [[v] for _, v in rows], t_only, unaligned)
+            return _table(["key", "value"], rows, t_only, unaligned)
         if re.fullmatch(r"select .+ from pg_stat_activity.*", low):
             return self._stat_activity(t_only, unaligned)
         if low.startswith(("select", "show", "update", "delete", "insert", "alter", "create", "drop", "begin",
@@ -308,6 +314,14 @@ class SlackSpine(Substrate):
                             "this environment")
         first = s.split(" ", 1)[0]
         raise _SqlError(f'syntax error at or near "{first}"\nLINE 1: {s}\n        ^')
+
+    def kv_state(self) -> dict[str, str]:
+        """The app_kv_state rows: durable app state such as the maintenance schedule."""
+        out = {}
+        if "postgres-row/maintenance_schedule" in self.world.stores:
+            out["maintenance.schedule"] = json.dumps(self.world.stores["postgres-row/maintenance_schedule"].data,
+                                                     sort_keys=True)
+        return out
 
     def _stat_activity(self, t_only: bool, unaligned: bool) -> str:
         rows = []

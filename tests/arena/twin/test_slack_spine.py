@@ -151,3 +151,26 @@ def test_an_event_refires_after_the_declaration():
     assert env.world.truth()["svc-channel.events.read_consistency_strict"] is False
     env.clock.sleep(2)
     assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
+
+
+def test_kubectl_jsonpath_and_the_configmap_file(env):
+    r = env.run("kubectl get configmap app-config -o jsonpath='{.data.app\\.yaml}'")
+    assert "pool_size: 3" in r.stdout and r.exit_code == 0
+    # Unquoted, the shell eats the backslash, as bash does: kubectl then looks up data.app.yaml and prints nothing.
+    assert env.run("kubectl get configmap app-config -o jsonpath={.data.app\\.yaml}").stdout == ""
+    r = env.run('kubectl get deployment svc-channel -o jsonpath=\'{.spec.template.spec.containers[0]'
+                '.env[?(@.name=="ACL_HOLD_MS")].value}\'')
+    assert r.stdout == "350"
+    r = env.run("kubectl get deployment svc-nope -o json")
+    assert r.exit_code == 1 and 'deployments.apps "svc-nope" not found' in r.stderr
+    r = env.run("curl -s 'http://svc-channel:8000/admin/event?name=read_consistency_strict'")
+    assert json.loads(r.stdout) == {"service": "svc-channel", "name": "read_consistency_strict", "active": False}
+
+
+def test_runtime_events_env_seeds_the_registry_at_start():
+    spec = {"substrate": "slack-spine", "spec": {"env": {"channel": {"RUNTIME_EVENTS": "read_consistency_strict"}}}}
+    env = build_twin(spec, seed=0)
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
+    env.run("""curl -s -X PUT svc-channel:8000/admin/event -d '{"name":"read_consistency_strict","active":false}'""")
+    env.restart("svc-channel")
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
