@@ -205,7 +205,8 @@ class ShellWalker:
             return None
         own_stdin, writes, continuations = self.redirects(redirects)
         if body.type == "command":
-            out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node))
+            out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node),
+                               extra=_dropped_words(node, body, redirects))
         else:
             out = self.with_stdin(body, stdin, own_stdin)
             inv = Invocation(argv=[Word.of("{")], where=self.where, raw=_txt(node))
@@ -291,7 +292,8 @@ class ShellWalker:
     # ---- simple commands ---------------------------------------------------------------------------------------
 
     def command(self, node: Node, stdin: Stdin | None, *, own_stdin: Stdin | None = None,
-                writes: list[tuple[str, bool]] | None = None, raw: str | None = None) -> Stdin | None:
+                writes: list[tuple[str, bool]] | None = None, raw: str | None = None,
+                extra: list[Word] | None = None) -> Stdin | None:
         name_node = node.child_by_field_name("name")
         args: list[Node] = []
         redirects: list[Node] = []
@@ -317,6 +319,7 @@ class ShellWalker:
         all_writes = list(writes or []) + more_writes
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
         argv += [word_of(a) for a in args]
+        argv += extra or []
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)
         effective = in_stdin or own_stdin or stdin
@@ -337,6 +340,15 @@ class ShellWalker:
 
     def emit(self, actions: list[Action]) -> None:
         self.actions.extend(actions)
+
+
+def _dropped_words(stmt: Node, body: Node, redirects: list[Node]) -> list[Word]:
+    """Words tree-sitter-bash leaves out of the command (`kubectl apply -f - <<EOF` loses the `-`)."""
+    if not redirects or stmt.text is None:
+        return []
+    first = min(r.start_byte for r in redirects)
+    gap = stmt.text[body.end_byte - stmt.start_byte:first - stmt.start_byte].decode("utf-8", "replace").split()
+    return [Word.of(w) for w in gap if not re.fullmatch(r"[0-9]*[<>&|]+.*", w)]
 
 
 def _mentions_decoder(text: str) -> bool:

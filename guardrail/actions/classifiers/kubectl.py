@@ -311,7 +311,8 @@ class Kubectl:
         src, dst = str(rest[0]), str(rest[-1])
         if ":" in dst:
             pod, _, path = dst.partition(":")
-            pod = pod.split("/", 1)[-1]
+            if "/" in pod:
+                ns, pod = pod.split("/", 1)
             a.target = Target(kind="pod", name=pod, namespace=ns)
             a.keys = [KeyChange(key=f"file:{path}", value=None)]
             a.layer = Layer.RUNTIME

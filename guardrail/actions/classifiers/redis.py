@@ -24,7 +24,7 @@ _SPEC = OptionSpec.of(
      "--key", "--sni", "--eval", "--pattern", "--count", "--quoted-pattern", "--rdb", "--functions-rdb",
      "--pipe-timeout", "--memkeys-samples", "--intrinsic-latency", "--lru-test", "--cluster", "--cacertdir",
      "--tls-ciphers", "--tls-ciphersuites", "--keystats-samples", "--cursor", "--top"],
-    {"--pass": "-a"})
+    {"--pass": "-a"}, stop_at_positional=True)
 
 # Commands whose first argument is a sub-command (CONFIG SET, ACL SETUSER, CLIENT KILL ...).
 _CONTAINERS = frozenset({"CONFIG", "ACL", "CLIENT", "SLOWLOG", "MEMORY", "LATENCY", "CLUSTER", "MODULE", "FUNCTION",
