@@ -43,6 +43,7 @@ class PooledConnection:
     long_lived: bool
     opened_at: float
     last_used: float
+    busy: float = 0.0  # the probability it is serving a request (its carried load), for in-flight losses
 
 
 class ApiConnectionPool:
@@ -64,6 +65,7 @@ class ApiConnectionPool:
         self.conns: list[PooledConnection] = []
         self.connect_errors: list[tuple[float, str]] = []
         self.opened = 0
+        self.inflight_lost = 0.0  # expected requests lost with killed sessions, not yet booked
 
     # ------------------------------------------------------------------ lifecycle
     def close_all(self) -> None:
@@ -89,6 +91,9 @@ class ApiConnectionPool:
             expired = (self.max_lifetime_s is not None and now - c.opened_at >= self.max_lifetime_s)
             idle = (not c.long_lived) and now - c.last_used >= self.idle_timeout_s - 1e-9
             if not c.backend.alive:
+                # Killed under the pool (pg_terminate_backend, a postgres restart): the request it was serving
+                # fails with "terminating connection due to administrator command".
+                self.inflight_lost += c.busy
                 continue
             if expired or idle:
                 self.server.disconnect(c.backend.pid)
@@ -130,12 +135,17 @@ class ApiConnectionPool:
             share = prev - nxt
             prev = nxt
             out.append((c.backend, share))
+            c.busy = min(1.0, share * concurrency)
             # Used at least once per idle window: not reaped this segment.
             if share * total_rps * self.idle_timeout_s >= 1.0:
                 c.last_used = t1
         if refused or len(self.conns) >= self.max_size:
             return out, 0.0, prev
         return out, prev, 0.0
+
+    def take_inflight_lost(self) -> float:
+        lost, self.inflight_lost = self.inflight_lost, 0.0
+        return lost
 
     def next_change(self, now: float) -> float:
         """When the next overflow connection will be reaped or a long-lived one expire."""

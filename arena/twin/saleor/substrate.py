@@ -460,6 +460,10 @@ class SaleorSubstrate(Substrate):
             t = setting_ms("statement_timeout", self.server.fresh_effective(pool.role, pool.database,
                                                                            "statement_timeout")[0])
             groups[t] = groups.get(t, 0.0) + fresh
+        # Requests in flight on sessions killed since the last segment fail once; spread over this segment.
+        lost = self.api.pool.take_inflight_lost()
+        arrivals = total_rps * (t1 - t0)
+        lost_share = min(1.0, lost / arrivals) if arrivals > 0 else 0.0
         out: dict[str, list[Mode]] = {}
         cancelled_rps = 0.0
         for d, rate in rates.items():
@@ -471,6 +475,10 @@ class SaleorSubstrate(Substrate):
             for timeout_ms, share in sorted(groups.items()):
                 for m in self._request_modes(d, req, timeout_ms):
                     modes.append(Mode(m.weight * share, m.latency_ms, m.status, m.reason, m.conn))
+            if lost_share > 0:
+                modes = [Mode(m.weight * (1.0 - lost_share), m.latency_ms, m.status, m.reason, m.conn) for m in modes]
+                modes.append(Mode(lost_share, 40.0, ERROR, "OperationalError: terminating connection due to "
+                                                           "administrator command", conn=True))
             if unserved > 0:
                 # No connection could be opened (connection limits): Django raises at connect.
                 modes.append(Mode(unserved, 20.0, ERROR, "OperationalError: too many connections", conn=True))
