@@ -278,6 +278,8 @@ class RedisServer(Component):
         self.peak = 0.0
         self.rendered_flags: list[str] = []
         self._aof: dict[str, Any] | None = None
+        # Keys an operator writes by hand (SET, RPUSH on other lists, HSET): kept exactly, bytes counted.
+        self.misc: dict[str, Any] = {}
 
     @property
     def pod(self) -> str:
@@ -329,9 +331,13 @@ class RedisServer(Component):
         self._aof = None
 
     def boot(self, now: float) -> None:
-        if self.jobs is not None and self.generation > 0:
-            self._aof = self.jobs.snapshot()
-            self._aof_on_at_shutdown = self.get("appendonly") == "yes"
+        if self.generation > 0:
+            keep = self.get("appendonly") == "yes"
+            if not keep:
+                self.misc = {}
+            if self.jobs is not None:
+                self._aof = self.jobs.snapshot()
+                self._aof_on_at_shutdown = keep
         super().boot(now)
 
     def _normalise(self, key: str, value: str) -> str:
@@ -353,7 +359,10 @@ class RedisServer(Component):
 
     # --- memory and admission --------------------------------------------------------------------------
     def used_memory(self) -> float:
-        return self.base_bytes + (self.jobs.bytes() if self.jobs is not None else 0.0)
+        return self.base_bytes + (self.jobs.bytes() if self.jobs is not None else 0.0) + self._misc_bytes()
+
+    def _misc_bytes(self) -> float:
+        return sum(64 + len(k) + len(str(v)) for k, v in self.misc.items())
 
     def over_cap(self) -> bool:
         return self.maxmemory > 0 and self.used_memory() > self.maxmemory
@@ -593,7 +602,7 @@ class RedisServer(Component):
 
     def _cmd_keys(self, args: list[str], now: float, user: str) -> Any:
         self._arity(args, 1, "keys")
-        names = ["rq:workers", "rq:workers:long"]
+        names = ["rq:workers", "rq:workers:long"] + sorted(self.misc)
         if self.jobs is not None and self._queue_len():
             names.append("rq:queue:long")
         if self.jobs is not None and self.jobs.finished_count >= 0.5:
@@ -602,7 +611,58 @@ class RedisServer(Component):
             names.append("rq:failed:long")
         return [k for k in names if fnmatch.fnmatchcase(k, args[0])]
 
+    def _cmd_set(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 2, "set", exact=False)
+        self.misc[args[0]] = args[1]
+        self.admit_bytes(0)
+        return "OK"
+
+    def _cmd_get(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 1, "get")
+        v = self.misc.get(args[0])
+        if isinstance(v, (list, dict)):
+            raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
+        return v
+
+    def _cmd_exists(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 1, "exists", exact=False)
+        return sum(1 for k in args if k in self.misc or k in self._cmd_keys([k], now, user))
+
+    def _cmd_rpush(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 2, "rpush", exact=False)
+        if args[0].startswith("rq:"):
+            raise RedisError("NOPERM this twin's operator shell does not write RQ's own keys; use the app")
+        lst = self.misc.setdefault(args[0], [])
+        if not isinstance(lst, list):
+            raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
+        lst.extend(args[1:])
+        self.admit_bytes(0)
+        return len(lst)
+
+    _cmd_lpush = _cmd_rpush
+
+    def _cmd_hset(self, args: list[str], now: float, user: str) -> Any:
+        if len(args) < 3 or len(args) % 2 == 0:
+            raise RedisError("ERR wrong number of arguments for 'hset' command")
+        if args[0].startswith("rq:"):
+            raise RedisError("NOPERM this twin's operator shell does not write RQ's own keys; use the app")
+        h = self.misc.setdefault(args[0], {})
+        if not isinstance(h, dict):
+            raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
+        new = sum(1 for k in args[1::2] if k not in h)
+        h.update(dict(zip(args[1::2], args[2::2])))
+        self.admit_bytes(0)
+        return new
+
+    def _cmd_hgetall(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 1, "hgetall")
+        if args[0].startswith("rq:job:") and self.jobs is not None:
+            return ["status", "queued", "origin", "long"] if self.jobs.queued + self.jobs.stranded >= 0.5 else []
+        h = self.misc.get(args[0], {})
+        return [x for kv in h.items() for x in kv] if isinstance(h, dict) else []
+
     def _cmd_flushall(self, args: list[str], now: float, user: str) -> Any:
+        self.misc = {}
         if self.jobs is not None:
             self.jobs.flush()
         self.say(now, "DB flushed by FLUSHALL")
@@ -614,6 +674,9 @@ class RedisServer(Component):
         self._arity(args, 1, "del", exact=False)
         n = 0
         for k in args:
+            if k in self.misc:
+                del self.misc[k]
+                n += 1
             if k == "rq:queue:long" and self.jobs is not None and self._queue_len():
                 # The ids go; their hashes stay queued: every one is stranded.
                 self.jobs.stranded += self.jobs.queued

@@ -34,12 +34,13 @@ class Worker(Component):
     container = "worker"
 
     def __init__(self, name: str, *, replicas: int, service_s: float, retry_s: float, queue: str = "long",
-                 **kw: Any):
+                 backoff_max_s: float = 300.0, **kw: Any):
         kw.setdefault("boot_s", 15.0)
         super().__init__(name, **kw)
         self.replicas = int(replicas)
         self.service_s = float(service_s)
         self.retry_s = float(retry_s)
+        self.backoff_max_s = float(backoff_max_s)
         self.queue = queue
         self.blocked_until = -math.inf
         self.block_reason = ""
@@ -70,7 +71,7 @@ class Worker(Component):
         if self.in_a_row <= 3 or self.in_a_row % 10 == 0:
             self.say(now, f"redis.exceptions.ResponseError: {reason}")
             self.say(now, f"Worker rq:worker:{self.name}.{self.failures}: exiting (container restart {self.restarts})")
-        self.blocked_until = now + min(self.retry_s * 2 ** (self.in_a_row - 1), 300.0)
+        self.blocked_until = now + min(self.retry_s * 2 ** (self.in_a_row - 1), self.backoff_max_s)
         self.block_reason = reason
 
     def recover(self, now: float) -> None:

@@ -80,6 +80,7 @@ class WorkerSpec(_M):
     replicas: int = 1
     service_s: float = 0.33
     retry_s: float = 10.0
+    backoff_max_s: float = 300.0  # the kubelet's CrashLoopBackOff ceiling
     boot_s: float = 15.0
 
 
@@ -169,7 +170,7 @@ class FrappeSubstrate(Substrate):
                                    hosts=("frappe-web", "frappe-web:8000")))
         wl = spec.worker_long
         self.worker = w.add(Worker("worker-long", replicas=wl.replicas, service_s=wl.service_s, retry_s=wl.retry_s,
-                                   namespace=ns, boot_s=wl.boot_s))
+                                   backoff_max_s=wl.backoff_max_s, namespace=ns, boot_s=wl.boot_s))
         for r in (self.queue, self.cache):
             r.exec = self._redis_exec(r)  # type: ignore[method-assign]
         self.db.exec = self._mysql_exec  # type: ignore[method-assign]

@@ -1,0 +1,214 @@
+"""The Frappe twin's mechanisms, seen the way an operator sees them: through the shell and the load ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from arena.scenario import load_scenario
+from arena.twin.engine import build_twin
+from arena.twin.frappe.helm import parse_set
+from arena.twin.frappe.mariadb import erlang_b
+from arena.twin.frappe.redis import parse_memory
+
+SITE = "_aac081bc588a7088"
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario("ia-001")
+
+
+@pytest.fixture
+def env(scenario):
+    return build_twin(scenario.twin, seed=3)
+
+
+def window(env, driver, seconds=180.0, phase=None):
+    t0 = env.clock.now()
+    env.clock.sleep(seconds)
+    counts, _ = env.world.ledger.select(t0, env.clock.now(), driver=driver, phase=phase)
+    return counts
+
+
+def run(env, cmd):
+    r = env.run(cmd)
+    return r.stdout, r.stderr, r.exit_code
+
+
+# --- MariaDB ------------------------------------------------------------------------------------------------
+
+def test_erlang_b_matches_known_values():
+    assert erlang_b(1, 1.0) == pytest.approx(0.5)
+    assert erlang_b(8, 8.5) == pytest.approx(0.2637, abs=2e-3)
+    assert erlang_b(16, 8.5) < 0.01
+    assert erlang_b(151, 9.0) == 0.0
+
+
+def test_the_per_user_cap_refuses_desk_requests_at_peak_only(env):
+    peak = window(env, "desk", 180, phase="peak")
+    env2 = env
+    assert peak.error_rate() > 0.2  # ~8.5 Erlangs offered to 8 connections
+    trough = window(env2, "desk", 180, phase="trough")
+    assert trough.error_rate() < 0.02
+    out, _, _ = run(env, "kubectl logs frappe-web --tail 50")
+    assert "1226" in out and "max_user_connections" in out
+
+
+def test_set_global_lifts_the_cap_and_max_connections_does_not(env):
+    assert run(env, "mysql -e 'SET GLOBAL max_connections = 1000'")[2] == 0
+    assert window(env, "desk", 120, phase="peak").error_rate() > 0.2
+    assert run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")[2] == 0
+    assert window(env, "desk", 120).error_rate() == 0
+
+
+def test_set_global_is_runtime_and_a_restart_brings_back_my_cnf(env):
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 8'")
+    env.world.restart("mariadb", by="agent")
+    env.clock.sleep(60)
+    out, _, _ = run(env, "mysql -N -e \"SHOW GLOBAL VARIABLES LIKE 'max_user_connections'\"")
+    assert out == "max_user_connections\t0\n"
+
+
+def test_mysql_client_formats_and_errors_like_the_real_one(env):
+    out, _, code = run(env, "mysql -e \"SHOW GLOBAL VARIABLES LIKE 'max%connections'\"")
+    assert code == 0 and out.splitlines() == ["Variable_name\tValue", "max_connections\t151",
+                                              "max_user_connections\t8"]
+    out, _, _ = run(env, "mysql -t -e 'SELECT @@global.max_user_connections'")
+    assert out.startswith("+--") and "| @@global.max_user_connections |" in out
+    _, err, code = run(env, "mysql -e 'SELEC 1'")
+    assert code == 1 and err.startswith("ERROR 1064 (42000) at line 1: You have an error in your SQL syntax")
+    _, err, code = run(env, "mysql -e 'SET max_user_connections = 0'")
+    assert code == 1 and "ERROR 1238" in err
+    _, err, code = run(env, "mysql -e 'SET GLOBAL performance_schema = OFF'")
+    assert code == 1 and "read only variable" in err
+    _, err, code = run(env, "mysql -uroot -pwrong -e 'SELECT 1'")
+    assert code == 1 and err.startswith("ERROR 1045 (28000): Access denied for user 'root'")
+
+
+def test_a_revoked_privilege_fails_only_that_kind_of_desk_request(env):
+    run(env, f"mysql -e \"SET GLOBAL max_user_connections = 0; REVOKE DELETE ON {SITE}.* FROM '{SITE}'@'%'\"")
+    c = window(env, "desk", 120)
+    # Deletes are 6% of Desk traffic: exactly those fail with ERROR 1142.
+    assert 0.04 < c.error_rate() < 0.08
+    out, _, _ = run(env, f"mysql -N -e \"SHOW GRANTS FOR '{SITE}'@'%'\"")
+    assert "DELETE" not in out.split("ON `" + SITE)[1].split("\n")[0] and "SELECT" in out
+    run(env, f"mysql -e \"GRANT DELETE ON {SITE}.* TO '{SITE}'@'%'\"")
+    assert window(env, "desk", 120).error_rate() == 0
+
+
+def test_read_only_refuses_writes_with_1290(env):
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0; SET GLOBAL read_only = ON'")
+    c = window(env, "desk", 120)
+    assert 0.25 < c.error_rate() < 0.35  # creates, edits and deletes: 30%
+    assert "1290" in run(env, "kubectl logs frappe-web --tail 5")[0]
+
+
+# --- redis-queue --------------------------------------------------------------------------------------------
+
+def test_memory_units_follow_redis():
+    assert parse_memory("2mb") == 2 * 1024 * 1024
+    assert parse_memory("2m") == 2_000_000
+    assert parse_memory("64MB") == 64 * 1024 * 1024
+    assert parse_memory("1gb") == 1 << 30
+    assert parse_memory("lots") is None
+
+
+def test_the_2mb_cap_ooms_enqueues_and_stalls_the_worker(env):
+    assert window(env, "rq_enqueue", 120).error_rate() > 0.9
+    assert window(env, "rq_complete", 120).goodput() == 0
+    _, err, code = run(env, "redis-cli -h redis-queue SET probe 1")
+    assert code == 1 and err == "OOM command not allowed when used memory > 'maxmemory'.\n"
+    assert "OOM command not allowed" in run(env, "kubectl logs worker-long")[0]
+
+
+def test_config_set_works_until_the_broker_restarts(env):
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
+    assert run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")[0] == "OK\n"
+    assert run(env, "redis-cli -h redis-queue CONFIG REWRITE")[0] == "OK\n"
+    env.clock.sleep(600)
+    assert window(env, "rq_complete", 180).goodput() > 0.95
+    env.world.restart("redis-queue", by="verifier")
+    env.clock.sleep(30)
+    assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n2097152\n"
+
+
+def test_a_helm_values_change_survives_the_restart_and_keeps_the_backlog(env):
+    depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    assert depth > 50
+    out, err, code = run(env, "helm upgrade frappe /opt/charts/frappe --reuse-values --set "
+                              "'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'")
+    assert code == 0 and "has been upgraded" in out, err
+    env.clock.sleep(15)
+    # The rollout restarted the broker; its AOF kept every accepted job.
+    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) >= depth
+    env.world.restart("redis-queue", by="verifier")
+    env.clock.sleep(30)
+    assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n67108864\n"
+    vals = run(env, "helm get values frappe")[0]
+    assert "--maxmemory 64mb" in vals and "agentSurface" in vals
+
+
+def test_the_backlog_drains_at_a_finite_rate(env):
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
+    env.clock.sleep(300)  # let the stall build a backlog
+    before = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    depths = []
+    for _ in range(14):
+        env.clock.sleep(60)
+        depths.append(int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]))
+    assert before > 100
+    # The worker first sits out its CrashLoopBackOff (accepted jobs pile up), then drains ~1.7 jobs/s net.
+    assert max(depths) > before
+    top = depths.index(max(depths))
+    assert depths[-1] < 10
+    empty = next(i for i, d in enumerate(depths) if d < 10)
+    assert empty - top >= 3
+
+
+def test_an_acl_denial_stops_the_worker_with_noperm(env):
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    env.clock.sleep(400)
+    assert run(env, "redis-cli -h redis-queue ACL SETUSER default -blpop -brpop -blmove")[0] == "OK\n"
+    env.clock.sleep(120)
+    assert window(env, "rq_complete", 120).goodput() == 0
+    assert "NOPERM" in run(env, "kubectl logs worker-long --tail 6")[0]
+    out, _, _ = run(env, "redis-cli -h redis-queue ACL LIST")
+    assert out.strip() == "user default on nopass ~* &* +@all -blpop -brpop -blmove"
+
+
+def test_min_replicas_to_write_on_a_standalone_master_refuses_every_write(env):
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb min-replicas-to-write 1")
+    _, err, code = run(env, "redis-cli -h redis-queue SET k v")
+    assert code == 1 and err.startswith("NOREPLICAS")
+    assert window(env, "rq_enqueue", 60).goodput() == 0
+
+
+def test_flushall_loses_the_accepted_jobs(env):
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    assert run(env, "redis-cli -h redis-queue FLUSHALL")[0] == "OK\n"
+    assert env.world.truth()["redis-queue.jobs.lost"] > 50
+
+
+# --- helm ----------------------------------------------------------------------------------------------------
+
+def test_helm_set_grammar():
+    assert parse_set("a.b={x y,z},c=2,d=true") == {"a": {"b": ["x y", "z"]}, "c": 2, "d": True}
+    assert parse_set("a.l[1]=v") == {"a": {"l": [None, "v"]}}
+    assert parse_set(r"a\.b=c\,d") == {"a.b": "c,d"}
+    with pytest.raises(ValueError):
+        parse_set("novalue")
+
+
+def test_helm_upgrade_without_reuse_values_drops_the_task_values(env):
+    run(env, "helm upgrade frappe /opt/charts/frappe --set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb}'")
+    vals = run(env, "helm get values frappe")[0]
+    assert "agentSurface" not in vals and "--maxmemory 64mb" in vals
+    assert run(env, "helm upgrade frappe nowhere --reuse-values")[1].startswith("Error: path \"nowhere\" not found")
+
+
+def test_unknown_programs_and_redis_commands_fail_like_the_real_tools(env):
+    assert run(env, "frappe-doctor")[1:] == ("bash: frappe-doctor: command not found\n", 127)
+    _, err, code = run(env, "redis-cli -h redis-queue NOSUCH x")
+    assert code == 1 and err.startswith("ERR unknown command 'NOSUCH'")
+    assert run(env, "redis-cli -h nowhere PING")[1].startswith("Could not connect to Redis at nowhere:6379")
