@@ -9,6 +9,7 @@ Prometheus histogram), so a percentile over any window is a merge of histograms 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -32,6 +33,20 @@ def spread_kernel(ms: float) -> list[tuple[int, float]]:
     c = bucket_of(ms)
     last = len(BUCKETS_MS) - 1
     return [(min(max(c + d, 0), last), w) for d, w in _KERNEL]
+
+
+_KERNEL_W = [w for _, w in _KERNEL]
+
+
+@lru_cache(maxsize=None)
+def _kernel_buckets(c: int) -> tuple[int, ...]:
+    last = len(BUCKETS_MS) - 1
+    return tuple(min(max(c + d, 0), last) for d, _ in _KERNEL)
+
+
+@lru_cache(maxsize=8192)
+def _kernel_counts(n: int) -> tuple[int, ...]:
+    return tuple(apportion(n, _KERNEL_W))
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -61,9 +76,12 @@ class Histogram:
             self.counts[bucket] = self.counts.get(bucket, 0) + n
 
     def add_spread(self, ms: float, n: int) -> None:
-        kern = spread_kernel(ms)
-        for (b, _), k in zip(kern, apportion(n, [w for _, w in kern])):
-            self.add(b, k)
+        if n <= 0:
+            return
+        counts = self.counts
+        for b, k in zip(_kernel_buckets(bucket_of(ms)), _kernel_counts(n)):
+            if k:
+                counts[b] = counts.get(b, 0) + k
 
     def merge(self, other: "Histogram", scale: float = 1.0) -> None:
         for b, n in other.counts.items():

@@ -9,7 +9,7 @@ a cap, a drain rate.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 __all__ = ["Mode", "OK", "ERROR", "TIMEOUT", "WRONG", "DROPPED", "chain", "PoolOffer", "ConnectionPool",
@@ -53,14 +53,16 @@ def chain(*hops: Sequence[Mode]) -> list[Mode]:
 
 
 def _merge(modes: Iterable[Mode]) -> list[Mode]:
-    acc: dict[tuple, Mode] = {}
+    acc: dict[tuple, list] = {}
     for m in modes:
         k = (round(m.latency_ms, 3), m.status, m.reason, m.conn)
-        if k in acc:
-            acc[k] = replace(acc[k], weight=acc[k].weight + m.weight)
+        e = acc.get(k)
+        if e is None:
+            acc[k] = [m, m.weight, False]
         else:
-            acc[k] = m
-    return list(acc.values())
+            e[1] += m.weight
+            e[2] = True
+    return [Mode(w, m.latency_ms, m.status, m.reason, m.conn) if merged else m for m, w, merged in acc.values()]
 
 
 def finish(modes: Sequence[Mode], timeout_s: float) -> list[Mode]:

@@ -107,6 +107,15 @@ class DeclaredStore:
             node = node[part]
         return copy.deepcopy(node)
 
+    def peek(self, path: str, default: Any = None) -> Any:
+        """Like `get` without the copy, for hot read paths. The caller must not mutate what it gets."""
+        node: Any = self.data
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
     def set(self, path: str, value: Any) -> None:
         parts = path.split(".")
         node = self.data
