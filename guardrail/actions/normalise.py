@@ -104,6 +104,8 @@ def normalise(raw: str) -> list[Action]:
             raw = raw.decode("utf-8", "replace")
         elif not isinstance(raw, str):
             raw = str(raw)
+        # Lone surrogates cannot be journalled or sent to the policy engine as JSON; a shell never sees them either.
+        raw = raw.encode("utf-8", "replace").decode("utf-8")
         if not raw.strip():
             return []
         if len(raw) > MAX_CHARS:
