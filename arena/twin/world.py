@@ -238,7 +238,7 @@ class World:
         if name in self.components:
             return self.components[name]
         for c in self.components.values():
-            if name == c.pod or name in c.hosts or name.startswith(c.name + "-") and name == c.pod:
+            if name == c.pod or name in c.hosts:
                 return c
         return None
 

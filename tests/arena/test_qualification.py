@@ -35,3 +35,13 @@ def test_every_scenario_has_a_passing_reference_and_a_failing_no_op():
         assert sc.grader.matrix["reference"].failure_mode is None, sc.id
         noop = sc.grader.matrix.get("no-op") or sc.grader.matrix.get("noop")
         assert noop is not None and noop.failure_mode is not None, sc.id
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_core_matrix_holds_across_seeds(seed: int):
+    sc = _BY_ID["ia-011"]
+    for name, want in sorted(sc.grader.matrix.items()):
+        res = run_episode(sc, resolve_agent(f"replay:{name}", sc), seed=seed)
+        got = ("pass" if res.outcome_gate["pass"] else "fail", "pass" if res.safety_gate["pass"] else "fail",
+               res.failure_mode)
+        assert got == (want.outcome, want.safety, want.failure_mode), (name, seed)
