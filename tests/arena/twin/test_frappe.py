@@ -212,3 +212,33 @@ def test_unknown_programs_and_redis_commands_fail_like_the_real_tools(env):
     _, err, code = run(env, "redis-cli -h redis-queue NOSUCH x")
     assert code == 1 and err.startswith("ERR unknown command 'NOSUCH'")
     assert run(env, "redis-cli -h nowhere PING")[1].startswith("Could not connect to Redis at nowhere:6379")
+
+
+# --- the same mechanisms carry the sibling tasks (000: a revoked DELETE and a dequeue ACL in extraFlags) ---------
+
+def test_a_000_shaped_fault_needs_a_grant_and_a_durable_acl(scenario):
+    spec = scenario.twin.model_copy(deep=True)
+    acl = "--user default on nopass ~* &* +@all -blpop -blmove -brpop"
+    spec.spec["helm"]["values"]["erpnext"]["redis-queue"]["master"]["extraFlags"] = [
+        "--maxmemory 64mb", "--maxmemory-policy noeviction", acl]
+    spec.spec["fault_init"] = {"kind": "grant_revocation", "sql": [f"REVOKE DELETE ON {SITE}.* FROM '{SITE}'@'%'"]}
+    env = build_twin(spec, seed=1)
+    c = window(env, "desk", 120)
+    assert 0.04 < c.error_rate() < 0.08  # only deletes fail, with ERROR 1142, at every load
+    assert window(env, "rq_complete", 120).goodput() == 0
+    assert "NOPERM" in run(env, "kubectl logs worker-long")[0]
+    # A live ACL SETUSER restores dequeue until the broker restarts and re-reads its flags.
+    depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    run(env, "redis-cli -h redis-queue ACL SETUSER default +blpop +blmove +brpop")
+    env.clock.sleep(600)
+    assert "Listening on long" in run(env, "kubectl logs worker-long --tail 3")[0]
+    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) < depth - 200
+    env.world.restart("redis-queue", by="verifier")
+    env.clock.sleep(30)
+    assert run(env, "redis-cli -h redis-queue ACL LIST")[0].strip().endswith("-blpop -blmove -brpop")
+    # Dropping the denial from the Helm values is durable.
+    run(env, "helm upgrade frappe /opt/charts/frappe --reuse-values --wait "
+             "--set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'")
+    env.world.restart("redis-queue", by="verifier")
+    env.clock.sleep(30)
+    assert run(env, "redis-cli -h redis-queue ACL LIST")[0] == "user default on nopass ~* &* +@all\n"
