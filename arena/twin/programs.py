@@ -129,6 +129,10 @@ def jsonpath(doc: Any, template: str) -> str:
     return "".join(out)
 
 
+class JsonPathError(Exception):
+    """kubectl's 'is not found' template error."""
+
+
 def _jp_eval(cur: list[Any], expr: str) -> list[Any]:
     i = 0
     if expr.startswith("$"):
@@ -140,7 +144,10 @@ def _jp_eval(cur: list[Any], expr: str) -> list[Any]:
                 i += 1
                 continue
             key = m.group(1).replace("\\.", ".")
-            cur = [c[key] for c in cur if isinstance(c, dict) and key in c]
+            nxt = [c[key] for c in cur if isinstance(c, dict) and key in c]
+            if cur and not nxt and all(isinstance(c, dict) for c in cur):
+                raise JsonPathError(f"{key} is not found")
+            cur = nxt
             i += m.end()
         elif expr[i] == "[":
             j = expr.index("]", i) if "?(" not in expr[i:i + 3] else expr.index(")]", i) + 1
@@ -291,7 +298,11 @@ class Kubectl:
         doc: Any = items[0] if named and len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}
         if out_fmt.startswith("jsonpath"):
             tmpl = out_fmt.split("=", 1)[1] if "=" in out_fmt else ""
-            return jsonpath(doc, tmpl.strip("'\"")), "", 0, 0.3
+            try:
+                return jsonpath(doc, tmpl.strip("'\"")), "", 0, 0.3
+            except JsonPathError as e:
+                return "", (f"error: error executing jsonpath {tmpl!r}: Error executing template: {e}. Printing more "
+                            f"information for debugging the template:\n\ttemplate was:\n\t\t{tmpl}\n"), 1, 0.3
         if out_fmt == "json":
             return json.dumps(doc, indent=4) + "\n", "", 0, 0.3
         return yaml.safe_dump(doc, sort_keys=False), "", 0, 0.3

@@ -156,8 +156,9 @@ def test_an_event_refires_after_the_declaration():
 def test_kubectl_jsonpath_and_the_configmap_file(env):
     r = env.run("kubectl get configmap app-config -o jsonpath='{.data.app\\.yaml}'")
     assert "pool_size: 3" in r.stdout and r.exit_code == 0
-    # Unquoted, the shell eats the backslash, as bash does: kubectl then looks up data.app.yaml and prints nothing.
-    assert env.run("kubectl get configmap app-config -o jsonpath={.data.app\\.yaml}").stdout == ""
+    # Unquoted, the shell eats the backslash, as bash does: kubectl then looks up data.app.yaml and fails.
+    r = env.run("kubectl get configmap app-config -o jsonpath={.data.app\\.yaml}")
+    assert r.exit_code == 1 and "app is not found" in r.stderr
     r = env.run('kubectl get deployment svc-channel -o jsonpath=\'{.spec.template.spec.containers[0]'
                 '.env[?(@.name=="ACL_HOLD_MS")].value}\'')
     assert r.stdout == "350"
