@@ -143,10 +143,9 @@ class FrappeSubstrate(Substrate):
     name = "frappe"
 
     def build(self) -> None:
-        try:
-            spec = validate(FrappeSpec, dict(self.spec), path="<twin.spec>", error=ScenarioError)
-        except ScenarioError:
-            raise
+        # The scenario loader keeps twin.spec as a mapping; a bad field still names its path, as `twin.spec.<field>`.
+        spec = validate(FrappeSpec, dict(self.spec), path="<scenario twin section>", error=ScenarioError,
+                        loc_prefix=("twin", "spec"))
         self.s = spec
         w = self.world
         ns = spec.namespace

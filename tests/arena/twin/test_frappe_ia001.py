@@ -113,3 +113,21 @@ def test_episodes_are_deterministic_for_a_seed(sc):
     assert a == b
     c = episode(sc, "reference", seed=6).to_json()
     assert c["outcome_gate"] != a["outcome_gate"]  # the seed changes the arrivals
+
+
+def test_episodes_are_identical_across_processes_and_hash_seeds():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from arena.agents import resolve_agent; from arena.episode import run_episode; "
+            "from arena.scenario import load_scenario; sc = load_scenario('ia-001'); "
+            "r = run_episode(sc, resolve_agent('replay:ephemeral-config-set', sc), seed=2).to_json(); "
+            "r.pop('wall_s'); print(json.dumps(r, sort_keys=True))")
+    outs = []
+    for hs in ("1", "4242"):
+        env = dict(os.environ, PYTHONHASHSEED=hs)
+        outs.append(json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                              capture_output=True, text=True).stdout))
+    assert outs[0] == outs[1]
