@@ -170,11 +170,42 @@ class SlackSpine(Substrate):
 
     def serve(self, rates: Mapping[str, float], phase: Phase, t0: float, t1: float) -> dict[str, list[Mode]]:
         hops = self.hops(rates, t0)
+        self._seg_hops = hops
         return {d: chain(*(hops[h] for h in self._route(d))) for d in rates}
 
     def on_record(self, rec) -> None:
         if self.s.routes.get(rec.driver, "send") in _WRITE_ROUTES:
             self.pg.write(rec.correct)
+        self._log_segment(rec)
+
+    def _log_segment(self, rec) -> None:
+        """What the roles' own logs would show for this segment: pool timeouts, slow store ops, refused calls."""
+        hops = getattr(self, "_seg_hops", {})
+        upstream: str | None = None
+        for role, op in self._route(rec.driver):
+            r = self.roles[role]
+            modes = hops.get((role, op), [])
+            fail = sum(m.weight for m in modes if m.status == ERROR)
+            n = int(round(fail * rec.offered))
+            if n > 0:
+                reason = next(m.reason for m in modes if m.status == ERROR)
+                if reason.endswith("unavailable") and reason.startswith("svc-"):
+                    if upstream:
+                        self.roles[upstream].say(rec.t0, f"ERROR 503 calling {reason.split()[0]}:8000: connection "
+                                                         f"refused (x{n})")
+                else:
+                    r.say(rec.t0, f"ERROR 503 {reason}: QueuePool limit of size {int(r.db('pool_size'))} overflow "
+                                  f"{int(r.db('max_overflow'))} reached, connection timed out, timeout "
+                                  f"{float(r.db('pool_timeout_s')):.2f} (x{n}, driver={rec.driver})")
+                break
+            slow = r.store_extra_ms() if op in _REDIS_OPS else 0.0
+            if slow > 0 and rec.offered:
+                r.say(rec.t0, f"WARN store op slow: {slow + REDIS_MS:.0f}ms (store_consistency_strict) "
+                              f"x{rec.offered}")
+            if op == "authz" and r.authz_extra_ms() > 0 and rec.offered:
+                r.say(rec.t0, f"WARN authz resolve held db connection {self._op_hold(r, 'authz'):.0f}ms "
+                              f"(read_consistency_strict) x{rec.offered}")
+            upstream = role
 
     def fixed_traffic(self, spec: Mapping[str, Any], now: float) -> dict[str, Any]:
         """One write and readback per channel at the current load (the fixed-pod-restart traffic)."""
