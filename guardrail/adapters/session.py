@@ -22,7 +22,7 @@ from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Mode, PolicyEngine
 from verifiers.protocols import CommandResult, Environment
 
-__all__ = ["SerialisedEngine", "GuardSession", "GuardSessions", "load_engine", "context_from"]
+__all__ = ["SerialisedEngine", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria"]
 
 
 class SerialisedEngine:
@@ -58,6 +58,20 @@ def context_from(path: str | Path | None, *, env_spec: str | None = None) -> Inc
         if f.is_file():
             return load_context(f)  # load_context reads `public` only, never `grader`
     return IncidentContext()
+
+
+def load_criteria(path: str | Path | None) -> dict[str, Any] | None:
+    """Verifier criteria overrides from YAML/JSON, e.g. `{"convergence": {"max_wait_cycles": 2}}`."""
+    if path is None:
+        return None
+    from guardrail.yamlio import read_data
+
+    data, _, _ = read_data(path)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise InputError("criteria must be a mapping of verifier name to settings", path=str(path), line=1)
+    return data
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -117,6 +131,7 @@ class GuardSessions:
         mode: Mode = Mode.ENFORCE,
         normaliser: Callable[[str], list[Action]] | None = None,
         declaration_checks: Sequence[Any] | None = None,
+        criteria: Any = None,
         fsync: bool = True,
     ):
         self.engine = SerialisedEngine(engine)
@@ -126,6 +141,7 @@ class GuardSessions:
         self.mode = Mode(mode)
         self._normaliser = normaliser
         self._checks = declaration_checks
+        self._criteria = criteria
         self._fsync = fsync
         self._sessions: dict[str, GuardSession] = {}
         self._lock = threading.Lock()
@@ -142,11 +158,25 @@ class GuardSessions:
         path = self.journal_dir / journal_name(key) if self.journal_dir is not None else None
         journal = Journal(path, session=key, fsync=self._fsync, clock=env.clock if env is not None else None)
         # Each session gets its own copy of the context: nothing one agent does can leak into another's.
-        guard = Guard(self.engine, self.context.model_copy(deep=True), env=env, journal=journal, mode=self.mode,
-                      normaliser=self._normaliser, declaration_checks=self._checks)
+        context = self.context.model_copy(deep=True)
+        declare, step = self._suite(context)
+        guard = Guard(self.engine, context, env=env, journal=journal, mode=self.mode, normaliser=self._normaliser,
+                      declaration_checks=declare, step_checks=step, criteria=self._criteria)
         journal.append("session_start", context=self.context.id, mode=self.mode.value,
                        env=env.describe().name if env is not None else None)
         return GuardSession(key=key, guard=guard, journal=journal, env=env)
+
+    def _suite(self, context: IncidentContext) -> tuple[Sequence[Any] | None, Sequence[Any]]:
+        """The session's verifiers. The scope audit's first-step snapshot and its declaration check must be one
+        instance, so both come from one suite per session."""
+        if self._checks is not None:
+            return self._checks, ()
+        try:
+            from verifiers.suite import build_suite
+        except ImportError:
+            return None, ()
+        suite = build_suite(context.model_dump(mode="json"))
+        return suite.declare, suite.step
 
     def keys(self) -> list[str]:
         with self._lock:

@@ -24,23 +24,27 @@ __all__ = ["mcp"]
               help="A policies/ tree (default: the shipped policies).")
 @click.option("--journal-dir", type=click.Path(file_okay=False), default="guardrail-journals", show_default=True,
               help="One journal file per client session is written here.")
+@click.option("--criteria", "criteria_path", type=click.Path(dir_okay=False), default=None,
+              help="Verifier criteria overrides (YAML), e.g. convergence: {default_cycle_s: 30, max_wait_cycles: 4}.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--path", "http_path", default="/mcp", show_default=True, help="Streamable HTTP endpoint path.")
-def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, mode: str, transport: str,
+def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
+        mode: str, transport: str,
         host: str, port: int, http_path: str) -> None:
     """Serve exec / declare_repair_complete / guard_status as MCP tools, every call guarded and journalled."""
     from guardrail.adapters.mcp_server import build_server
-    from guardrail.adapters.session import GuardSessions, context_from, load_engine
+    from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
     from guardrail.envs import resolve_environment
 
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     resolve_environment(env_spec, context)
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
-                             env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode))
+                             env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
+                             criteria=load_criteria(criteria_path))
     server = build_server(sessions)
     try:
         if transport == "stdio":

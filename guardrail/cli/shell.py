@@ -31,12 +31,15 @@ __all__ = ["shell"]
               help="A policies/ tree (default: the shipped policies).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False), default=None,
               help="Journal file (default: guardrail-journals/shell-<time>-<pid>.jsonl).")
+@click.option("--criteria", "criteria_path", type=click.Path(dir_okay=False), default=None,
+              help="Verifier criteria overrides (YAML), e.g. convergence: {default_cycle_s: 30, max_wait_cycles: 4}.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
-def shell(context_path: str | None, policy: str | None, journal_path: str | None, mode: str,
+def shell(context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
+          mode: str,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
-    from guardrail.adapters.session import GuardSessions, context_from, load_engine
+    from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
     from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs.local import LocalEnvironment
@@ -47,7 +50,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     journal = Path(journal_path)
     key = journal.name[:-len(".jsonl")] if journal.name.endswith(".jsonl") else journal.name
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
-                             env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode))
+                             env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
+                             criteria=load_criteria(criteria_path))
     # The session's journal must land exactly at --journal: name the session after the file.
     session = sessions.get(key) if journal.suffix == ".jsonl" else None
     if session is None:

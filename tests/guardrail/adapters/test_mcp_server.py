@@ -25,6 +25,7 @@ from guardrail.audit import UnpersistedChangesCheck
 from guardrail.context import IncidentContext
 from guardrail.envs.local import LocalEnvironment
 from guardrail.journal import read_journal
+from verifiers.protocols import FeedbackCode
 
 
 def data(result) -> dict:
@@ -44,8 +45,12 @@ def commands_in(records):
 
 def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     jdir = tmp_path / "journals"
+    # A bare local shell has no telemetry: keep the convergence wait to two one-second cycles.
+    criteria = tmp_path / "criteria.yaml"
+    criteria.write_text("convergence: {default_cycle_s: 1, max_wait_cycles: 2}\n")
     params = StdioServerParameters(command=guardrail_cmd, cwd=str(tmp_path),
-                                   args=["mcp", "--env", "local", "--journal-dir", str(jdir)])
+                                   args=["mcp", "--env", "local", "--journal-dir", str(jdir), "--criteria",
+                                         str(criteria)])
 
     async def session():
         async with Client(stdio_client(params)) as c:
@@ -62,7 +67,11 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     assert denied["rules"] == ["SRE-DATA-001"]
     assert "FLUSHALL deletes every key" in denied["stderr"]
     assert hi["ran"] and hi["exit_code"] == 0 and hi["stdout"] == "hi\n"
-    assert set(declared) >= {"accepted", "feedback", "verdicts"} and isinstance(declared["feedback"], list)
+    # No SLI source behind a bare shell, so the repair cannot be shown converged: refused, with feedback.
+    assert declared["accepted"] is False
+    assert declared["feedback"][0]["code"] in {c.value for c in FeedbackCode}
+    assert declared["feedback"][0]["message"]
+    assert [v["status"] for v in declared["verdicts"]][-1] in ("FAIL", "ERROR")
     assert status["commands"] == 2 and status["denied"] == 1 and status["declarations"] == 1
     (records,) = journals(jdir).values()
     assert commands_in(records) == ["redis-cli FLUSHALL", "echo hi"]
