@@ -17,6 +17,7 @@ API. How the layers work here, as in the real service:
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shlex
@@ -47,7 +48,8 @@ class SlackRole(Component):
         self.role = role
         self.reload_s = reload_s
         self.events: set[str] = set()
-        self.files: dict[str, str] = {}
+        self._files: dict[str, str] | None = {}
+        self._file_src: dict[str, Any] = {}
         self.reloading_until = -1e18
         self.reloads = 0
         self.pod_env: dict[str, str] = {}
@@ -65,7 +67,9 @@ class SlackRole(Component):
 
     def load_declared(self) -> None:
         # The entrypoint renders the ConfigMap into the writable config file; the process reads the file.
-        self.files = {CONFIG_PATH: yaml.safe_dump(self.cm.data, sort_keys=True)}
+        # (Rendered to text lazily: most pods never have their file read by an operator.)
+        self._files = None
+        self._file_src = copy.deepcopy(self.cm.data)
         db = self.cm.get(f"roles.{self.role}.db", {}) or {}
         for k in DB_KEYS:
             if k in db:
@@ -92,6 +96,16 @@ class SlackRole(Component):
             # What the process now runs: the declared value, or a runtime value that differs from it.
             lay.runtime = UNSET if v == lay.declared else v
         return None
+
+    @property
+    def files(self) -> dict[str, str]:
+        if self._files is None:
+            self._files = {CONFIG_PATH: yaml.safe_dump(self._file_src, sort_keys=True)}
+        return self._files
+
+    @files.setter
+    def files(self, value: dict[str, str]) -> None:
+        self._files = value
 
     def ready(self, now: float) -> bool:
         return now >= self.ready_at and now >= self.reloading_until
