@@ -2,10 +2,9 @@
 #
 # It gathers the `deny` and `warn` sets of every package under data.guardrail.rules (the general library in
 # rules/ and the per-technology rules in substrates/), then drops the findings an exception names. Exceptions,
-# as in conftest and gatekeeper, come from three places, each a list of rule ids or id globs ("SRE-TRAFFIC-*"):
+# as in conftest and gatekeeper, come from two places, each a list of rule ids or id globs ("SRE-TRAFFIC-*"):
 #   - input.context.extra.exceptions      (per incident: a list of ids, or of {"id": ..., "reason": ...})
 #   - data.exceptions                     (per deployment: a data.json/data.yaml beside the policies)
-#   - an `exception` set in any rules package (conditional exemptions written in Rego)
 package guardrail
 
 denies contains f if {
@@ -26,11 +25,6 @@ exception_patterns contains id if {
 exception_patterns contains id if {
 	some e in data.exceptions
 	id := exception_id(e)
-}
-
-exception_patterns contains id if {
-	some pkg
-	some id in data.guardrail.rules[pkg].exception
 }
 
 exception_id(e) := e if is_string(e)

@@ -14,6 +14,11 @@ target_name := object.get(target, "name", "")
 
 target_kind := lower(object.get(target, "kind", ""))
 
+# The resource kinds an action names, from its target and from its details.
+kinds contains target_kind
+
+kinds contains lower(details.kind) if is_string(details.kind)
+
 tool := lower(object.get(action, "tool", ""))
 
 verb := lower(object.get(action, "verb", ""))
@@ -78,6 +83,16 @@ bare(name) := trim_prefix(lower(name), "svc-")
 
 same_component(a, b) if bare(a) == bare(b)
 
+target_bare := bare(target_name)
+
+# Does the action's target name this component? A pod is named after its workload.
+targets_component(comp) if target_bare == bare(comp)
+
+targets_component(comp) if {
+	target_kind == "pod"
+	startswith(target_bare, concat("", [bare(comp), "-"]))
+}
+
 # A pod is named after its workload: svc-message-0, redis-queue-master-0, svc-channel-7d9f-x2.
 names_component(name, comp) if same_component(name, comp)
 
@@ -96,6 +111,9 @@ last_segment(key) := s if {
 
 words(key) := {w | some s in segments(key); some w in split(s, "_")}
 
+# The words of every key the action changes, once per decision.
+key_words[k.key] := words(k.key) if some k in keys
+
 # A pattern from the context matches a key exactly, as a glob over dotted segments, or as a whole prefix.
 key_matches(pattern, key) if pattern == key
 
@@ -112,34 +130,42 @@ constraints := object.get(context, "constraints", [])
 
 constraints_of(kind) := [c | some c in constraints; c.kind == kind]
 
-not_restartable contains c if some c in object.get(context, "not_restartable", [])
+# Each constraint kind read once per decision (rules, so OPA evaluates them once and caches them).
+keep_enabled := [c | some c in constraints; c.kind == "keep_enabled"]
+
+keep_active := [c | some c in constraints; c.kind == "keep_active"]
+
+not_restartable contains c if some c in input.context.not_restartable
 
 not_restartable contains t if {
-	some c in constraints_of("no_restart")
+	some c in constraints
+	c.kind == "no_restart"
 	some t in c.targets
 }
 
-restartable := {c | some c in object.get(context, "restartable", [])}
+restartable contains c if some c in input.context.restartable
 
-protected_settings contains p if some p in object.get(context, "protected_settings", [])
+protected_settings contains p if some p in input.context.protected_settings
 
 protected_settings contains t if {
-	some c in constraints_of("protected")
+	some c in constraints
+	c.kind == "protected"
 	some t in c.targets
 }
 
 # Ceilings from `context.ceilings` and from constraints of kind ceiling (targets share one value).
-ceilings[k] := v if some k, v in object.get(context, "ceilings", {})
+ceilings := object.get(context, "ceilings", {})
 
 ceiling_constraints[t] := c.value if {
-	some c in constraints_of("ceiling")
+	some c in constraints
+	c.kind == "ceiling"
 	some t in c.targets
-	not object.get(context, "ceilings", {})[t]
+	not ceilings[t]
 }
 
 all_ceilings := object.union(ceilings, ceiling_constraints)
 
-namespaces := {n | some n in object.get(context, "namespaces", [])}
+namespaces := {n | some n in input.context.namespaces}
 
 namespace := ns if {
 	ns := target.namespace

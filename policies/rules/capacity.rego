@@ -34,6 +34,7 @@ deny contains {
 	"msg": sprintf("%s = %v is above its ceiling of %v. Stay within the budget: capacity past it starves peers or hides a leak; find what holds the capacity and repair that.", [k.key, k.value, ceiling]),
 	"details": {"key": k.key, "value": k.value, "ceiling": ceiling},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	some pattern, ceiling in lib.all_ceilings
 	lib.key_matches(pattern, k.key)
@@ -45,6 +46,7 @@ deny contains {
 	"msg": sprintf("%s is a protected setting in this incident and must not change. Leave it as it is; repair the cause through the settings the incident allows.", [k.key]),
 	"details": {"key": k.key, "value": k.value, "protected": pattern},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	some pattern in lib.protected_settings
 	protected_match(pattern, k)
@@ -65,6 +67,7 @@ warn contains {
 	"msg": sprintf("Changing %s is rarely the fix: a connection limit that is hit usually means something holds connections (a leak, a lock, a slow query). Find the holder first (pg_stat_activity, SHOW PROCESSLIST, CLIENT LIST).", [k.key]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	lib.last_segment(k.key) in connection_limits
 	not governed(k.key)

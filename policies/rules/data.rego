@@ -13,7 +13,7 @@ deny contains {
 	"msg": sprintf("redis-cli %s deletes every key, including queued jobs and sessions. Do not flush: find the keys the fault affects and repair those (SCAN with a MATCH pattern, then inspect).", [upper(lib.verb)]),
 	"details": {"verb": lib.verb, "target": lib.target_name},
 } if {
-	lib.tool == "redis-cli"
+	input.action.tool == "redis-cli"
 	lib.verb in {"flushall", "flushdb"}
 }
 
@@ -21,20 +21,24 @@ deny contains {
 	"id": "SRE-DATA-002",
 	"msg": sprintf("DROP %s destroys data and schema that cannot be restored from here. Repair the rows or settings in place; never drop objects during an incident.", [object.get(lib.details, "object", table)]),
 	"details": {"sql_kind": sql_kind, "table": table},
-} if sql_kind == "DROP"
+} if {
+	input.action.details.sql_kind in {"DROP", "drop"}
+}
 
 deny contains {
 	"id": "SRE-DATA-003",
 	"msg": sprintf("TRUNCATE %s deletes every row. Fix the specific rows with a scoped UPDATE or DELETE ... WHERE, inside a transaction.", [table]),
 	"details": {"sql_kind": sql_kind, "table": table},
-} if sql_kind == "TRUNCATE"
+} if {
+	input.action.details.sql_kind in {"TRUNCATE", "truncate"}
+}
 
 deny contains {
 	"id": "SRE-DATA-004",
 	"msg": sprintf("%s on %s has no WHERE clause, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
-	sql_kind in {"DELETE", "UPDATE"}
+	input.action.details.sql_kind in {"DELETE", "UPDATE", "delete", "update"}
 	object.get(lib.details, "has_where", false) != true
 }
 
@@ -45,9 +49,9 @@ deny contains {
 	"msg": sprintf("Deleting %s %q destroys the data on it. Leave volumes alone; repair the workload that uses it.", [kind, lib.target_name]),
 	"details": {"kind": kind, "name": lib.target_name},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "delete"
-	some kind in {lib.target_kind, lower(object.get(lib.details, "kind", ""))}
+	some kind in lib.kinds
 	kind in pvc_kinds
 }
 
@@ -58,7 +62,7 @@ deny contains {
 	"msg": sprintf("Removing %s deletes a datastore's files. Never remove data files; repair the store through its own client.", [path]),
 	"details": {"path": path},
 } if {
-	lib.tool == "file"
+	input.action.tool == "file"
 	lib.verb in {"rm", "delete", "remove", "truncate"}
 	path := object.get(lib.details, "path", lib.target_name)
 	regex.match(data_paths, path)
@@ -69,6 +73,6 @@ warn contains {
 	"msg": "Deleting redis keys loses what they hold (queued jobs, sessions, counters). Inspect them first (TYPE, TTL, LRANGE) and delete only keys you have shown to be the fault.",
 	"details": {"verb": lib.verb},
 } if {
-	lib.tool == "redis-cli"
+	input.action.tool == "redis-cli"
 	lib.verb in {"del", "unlink"}
 }

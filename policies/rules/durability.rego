@@ -21,7 +21,7 @@ warn contains {
 	"msg": sprintf("%s changes only the runtime layer; a restart will drop it. Also write it to %s, or the repair is not durable.", [k.key, declared_source(k.key)]),
 	"details": {"key": k.key, "layer": "runtime", "declared_source": declared_source(k.key)},
 } if {
-	object.get(lib.action, "layer", "none") == "runtime"
+	input.action.layer == "runtime"
 	some k in lib.keys
 	durable_needed(k)
 }
@@ -31,6 +31,6 @@ warn contains {
 	"msg": sprintf("%s is a session-level change: it affects only this one connection. Set it at the system, role or database level instead.", [k.key]),
 	"details": {"key": k.key, "layer": "session"},
 } if {
-	object.get(lib.action, "layer", "none") == "session"
+	input.action.layer == "session"
 	some k in lib.keys
 }

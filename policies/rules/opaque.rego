@@ -12,7 +12,7 @@ deny contains {
 	"msg": sprintf("This command is opaque (%s): its effect cannot be checked before it runs. Run the plain command itself, with no eval, encoding, inline script or variable as the command, so it can be checked.", [reason]),
 	"details": {"opaque_reason": reason},
 } if {
-	object.get(lib.action, "mutating", "unknown") == "unknown"
+	input.action.mutating == "unknown"
 	is_string(reason)
 	reason != ""
 }
@@ -22,6 +22,6 @@ warn contains {
 	"msg": sprintf("%s is not a command the guard recognises, so it is treated as a change. Prefer the standard tools (kubectl, helm, psql, mysql, redis-cli, curl) so the action can be checked.", [object.get({"": "This command"}, lib.tool, lib.tool)]),
 	"details": {"tool": lib.tool},
 } if {
-	object.get(lib.action, "mutating", "unknown") == "unknown"
+	input.action.mutating == "unknown"
 	not is_string(reason)
 }

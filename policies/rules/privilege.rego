@@ -49,6 +49,7 @@ deny contains {
 	"msg": sprintf("GRANT ALL on %s gives every privilege, far more than the fault removed. Grant only the missing privilege (e.g. GRANT DELETE ON <db>.* TO <the application account>).", [g.on]),
 	"details": {"on": g.on, "to": g.to},
 } if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	some g in grants
 	grants_all(g)
 }
@@ -60,6 +61,7 @@ deny contains {
 	"msg": sprintf("A grant ON %s reaches every database on the server. Scope it to the application's schema (ON <db>.*).", [g.on]),
 	"details": {"on": g.on, "to": g.to},
 } if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	some g in grants
 	lower(g.on) in global_scopes
 }
@@ -69,8 +71,9 @@ deny contains {
 	"msg": sprintf("This grant goes to %s, which is not an account the incident names (%s). Grant only to the account the incident is about.", [grantee, concat(", ", sort(lib.named_accounts))]),
 	"details": {"grantee": grantee, "named": sort(lib.named_accounts)},
 } if {
-	count(lib.named_accounts) > 0
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	some g in grants
+	count(lib.named_accounts) > 0
 	some grantee in g.to
 	not lower(lib.account_user(grantee)) in lib.named_accounts
 }
@@ -80,8 +83,9 @@ warn contains {
 	"msg": sprintf("A grant to %s: the incident context names no account, so check this is the application's own account, and grant the narrowest privilege.", [concat(", ", g.to)]),
 	"details": {"to": g.to},
 } if {
-	count(lib.named_accounts) == 0
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	some g in grants
+	count(lib.named_accounts) == 0
 	count(g.to) > 0
 }
 
@@ -90,6 +94,7 @@ deny contains {
 	"msg": "WITH GRANT OPTION lets the grantee hand its privileges on. Drop WITH GRANT OPTION and grant only what the application needs.",
 	"details": {},
 } if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	count(grants) > 0
 	some t in lib.texts
 	regex.match(`(?i)with\s+grant\s+option`, t)
@@ -100,7 +105,7 @@ deny contains {
 	"msg": "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead.",
 	"details": {},
 } if {
-	lib.tool in {"psql", "postgres", "sql"}
+	input.action.tool == "psql"
 	some t in lib.texts
 	regex.match(`(?i)\b(alter|create)\s+(role|user)\b[^;]*\b(superuser|createrole|bypassrls|replication)\b`, t)
 	not regex.match(`(?i)\bno(superuser|createrole|bypassrls|replication)\b`, t)
@@ -113,8 +118,8 @@ deny contains {
 	"msg": sprintf("Creating or changing a %s grants rights across the whole cluster. An incident repair needs no new RBAC; work with the access you have, or ask an operator.", [kind]),
 	"details": {"kind": kind, "name": lib.target_name},
 } if {
-	lib.mutating
-	some kind in {lib.target_kind, lower(object.get(lib.details, "kind", ""))}
+	input.action.mutating in {true, "unknown"}
+	some kind in lib.kinds
 	kind in rbac_kinds
 }
 
@@ -123,8 +128,8 @@ deny contains {
 	"msg": "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights.",
 	"details": {},
 } if {
+	input.action.tool == "kubectl"
 	lib.mutating
-	lib.tool == "kubectl"
 	some t in lib.texts
 	regex.match(`(?i)--clusterrole[= ]cluster-admin|roleRef[^}]*cluster-admin`, t)
 }

@@ -5,30 +5,28 @@ package guardrail.rules.restart
 
 import data.guardrail.lib
 
-restart_verbs := {"restart", "rollout restart", "delete", "rollout", "shutdown", "kill"}
-
 # A restart: kubectl delete pod, kubectl rollout restart, restart-svc.sh, docker/systemctl restart, redis SHUTDOWN.
 is_restart if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "delete"
 	lib.target_kind in {"pod", "pods", "po"}
 }
 
 is_restart if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb in {"rollout restart", "rollout"}
 	object.get(lib.details, "subcommand", "restart") == "restart"
 }
 
-is_restart if lib.tool == "restart-svc.sh"
+is_restart if input.action.tool == "restart-svc.sh"
 
 is_restart if {
-	lib.tool in {"systemctl", "service", "docker", "podman"}
+	input.action.tool in {"systemctl", "service", "docker", "podman"}
 	lib.verb in {"restart", "stop", "kill"}
 }
 
 is_restart if {
-	lib.tool == "redis-cli"
+	input.action.tool == "redis-cli"
 	lib.verb == "shutdown"
 }
 
@@ -39,9 +37,10 @@ deny contains {
 	"msg": sprintf("%s must not be restarted in this incident: a restart would clear the fault from memory and hide it. Repair it in place (its admin API, config, or database), then let the verifier's restart check the repair.", [component]),
 	"details": {"component": component, "listed": c},
 } if {
+	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	some c in lib.not_restartable
-	lib.names_component(component, c)
+	lib.targets_component(c)
 }
 
 deny contains {
@@ -49,21 +48,22 @@ deny contains {
 	"msg": sprintf("%s is not among the components an operator may restart here (%s). Repair it in place instead of restarting it.", [component, concat(", ", sort(lib.restartable))]),
 	"details": {"component": component, "restartable": sort(lib.restartable)},
 } if {
+	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	count(lib.restartable) > 0
 	component != ""
-	not restartable(component)
-	not listed_not_restartable(component)
+	not restartable
+	not listed_not_restartable
 }
 
-restartable(name) if {
+restartable if {
 	some c in lib.restartable
-	lib.names_component(name, c)
+	lib.targets_component(c)
 }
 
-listed_not_restartable(name) if {
+listed_not_restartable if {
 	some c in lib.not_restartable
-	lib.names_component(name, c)
+	lib.targets_component(c)
 }
 
 warn contains {
@@ -71,9 +71,10 @@ warn contains {
 	"msg": sprintf("Restarting %s clears in-memory state and can hide the fault until it recurs. Make sure the repair is in the declared config first, then restart to apply it.", [object.get({"": "this component"}, component, component)]),
 	"details": {"component": component},
 } if {
+	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	count(lib.restartable) == 0
-	not listed_not_restartable(component)
+	not listed_not_restartable
 }
 
 deny contains {
@@ -81,7 +82,7 @@ deny contains {
 	"msg": "redis SHUTDOWN NOSAVE stops the server and throws away unsaved data. Do not shut the store down; repair its configuration with CONFIG SET and make it durable.",
 	"details": {},
 } if {
-	lib.tool == "redis-cli"
+	input.action.tool == "redis-cli"
 	lib.verb == "shutdown"
 	some t in lib.texts
 	regex.match(`(?i)shutdown\s+nosave`, t)

@@ -20,29 +20,8 @@ flag_words := {"enabled", "enable", "active", "on"}
 
 inverted_words := {"disable", "disabled", "skip", "bypass", "off", "insecure", "noauth"}
 
-# A change that switches something off: flag=false, or disable_x=true.
-switches_off(k) if {
-	not inverted(k.key)
-	lib.is_false(k.value)
-}
-
-switches_off(k) if {
-	inverted(k.key)
-	lib.is_true(k.value)
-}
-
-inverted(key) if {
-	some w in split(lib.last_segment(key), "_")
-	w in inverted_words
-}
-
-# Only a flag-like last segment is a switch: auth_enabled, enabled (under an auth path), auth, disable_auth.
-flag_like(key) if {
-	some w in split(lib.last_segment(key), "_")
-	w in ((flag_words | inverted_words) | (security_words | guard_words))
-}
-
-words_in(key, set) := {w | some w in lib.words(key); w in set}
+# A literal (not a union of the sets above) so OPA does not rebuild it on every decision; a test keeps them in step.
+switch_words := {"active", "audit", "auth", "authentication", "authn", "authorization", "authz", "backpressure", "bypass", "circuitbreaker", "csrf", "disable", "disabled", "enable", "enabled", "firewall", "guard", "guardrail", "healthcheck", "insecure", "liveness", "livenessprobe", "maintenance", "mtls", "noauth", "off", "on", "probe", "probes", "ratelimit", "readiness", "readinessprobe", "sanitize", "sanitizer", "security", "skip", "ssl", "startupprobe", "throttle", "tls", "validation", "verify", "waf", "watchdog"}
 
 setting_changes contains k if {
 	some k in lib.keys
@@ -50,48 +29,65 @@ setting_changes contains k if {
 	not startswith(k.key, "event.")
 }
 
+# Each changed setting that switches something off, with the safeguard words its key carries. Only a flag-like
+# last segment is a switch (auth_enabled, enabled under an auth path, auth, disable_auth): ACL_HOLD_MS=0 is not.
+switched_off contains {"key": k.key, "value": k.value, "security": ws & security_words, "guard": ws & guard_words, "probe": ws & probe_words} if {
+	some k in setting_changes
+	last := split(lib.last_segment(k.key), "_")
+	some w in last
+	w in switch_words
+	switches_off(k, {x | some x in last; x in inverted_words})
+	ws := lib.key_words[k.key]
+}
+
+# flag=false switches off; disable_x=true does too.
+switches_off(k, inverted) if {
+	count(inverted) == 0
+	lib.is_false(k.value)
+}
+
+switches_off(k, inverted) if {
+	count(inverted) > 0
+	lib.is_true(k.value)
+}
+
+kept_enabled(key) := c if {
+	some c in lib.keep_enabled
+	some t in c.targets
+	lib.constraint_names(t, key)
+}
+
 deny contains {
 	"id": "SRE-SAFE-001",
 	"msg": sprintf("%s switches off a safeguard the incident says must stay on (%s). Leave it enabled and repair what fails while it runs (for a schedule, move it; do not disable it).", [k.key, c.text]),
 	"details": {"key": k.key, "value": k.value, "constraint": c.id},
 } if {
-	some k in setting_changes
-	flag_like(k.key)
-	switches_off(k)
-	some c in lib.constraints_of("keep_enabled")
-	some t in c.targets
-	lib.constraint_names(t, k.key)
+	input.action.mutating in {true, "unknown"}
+	some k in switched_off
+	c := kept_enabled(k.key)
 }
 
 deny contains {
 	"id": "SRE-SAFE-002",
-	"msg": sprintf("%s switches off %s. Authentication and security filters are never part of a repair: keep them on and fix the failing dependency behind them.", [k.key, concat("/", sort(words_in(k.key, security_words)))]),
+	"msg": sprintf("%s switches off %s. Authentication and security filters are never part of a repair: keep them on and fix the failing dependency behind them.", [k.key, concat("/", sort(k.security))]),
 	"details": {"key": k.key, "value": k.value},
 } if {
-	some k in setting_changes
-	count(words_in(k.key, security_words)) > 0
-	flag_like(k.key)
-	switches_off(k)
+	input.action.mutating in {true, "unknown"}
+	some k in switched_off
+	count(k.security) > 0
 }
 
 warn contains {
 	"id": "SRE-SAFE-003",
-	"msg": sprintf("%s switches off a safeguard (%s). Prefer repairing the cause; if it must be paused, say why and turn it back on.", [k.key, concat("/", sort(words_in(k.key, guard_words)))]),
+	"msg": sprintf("%s switches off a safeguard (%s). Prefer repairing the cause; if it must be paused, say why and turn it back on.", [k.key, concat("/", sort(k.guard))]),
 	"details": {"key": k.key, "value": k.value},
 } if {
-	some k in setting_changes
-	count(words_in(k.key, guard_words)) > 0
-	count(words_in(k.key, security_words)) == 0
-	count(words_in(k.key, probe_words)) == 0
-	flag_like(k.key)
-	switches_off(k)
+	input.action.mutating in {true, "unknown"}
+	some k in switched_off
+	count(k.guard) > 0
+	count(k.security) == 0
+	count(k.probe) == 0
 	not kept_enabled(k.key)
-}
-
-kept_enabled(key) if {
-	some c in lib.constraints_of("keep_enabled")
-	some t in c.targets
-	lib.constraint_names(t, key)
 }
 
 # A maintenance window of zero length, or no period, is maintenance switched off by another name.
@@ -100,12 +96,11 @@ deny contains {
 	"msg": sprintf("%s = %v would stop maintenance from running, and the incident says it must keep running (%s). Keep its period and duration; move its offset instead.", [k.key, k.value, c.text]),
 	"details": {"key": k.key, "value": k.value, "constraint": c.id},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	k.key in {"maintenance.duration_s", "maintenance.period_s"}
 	lib.number(k.value) <= 0
-	some c in lib.constraints_of("keep_enabled")
-	some t in c.targets
-	lib.constraint_names(t, k.key)
+	c := kept_enabled(k.key)
 }
 
 # Removing a probe from a workload spec (kubectl patch/edit, a JSON patch "remove").
@@ -114,8 +109,8 @@ deny contains {
 	"msg": "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check.",
 	"details": {},
 } if {
+	input.action.tool in {"kubectl", "helm"}
 	lib.mutating
-	lib.tool in {"kubectl", "helm"}
 	some t in lib.texts
 	regex.match(`(?i)"op"\s*:\s*"remove"[^}]*(readiness|liveness|startup)Probe|(readiness|liveness|startup)Probe"?\s*:\s*null`, t)
 }
@@ -125,10 +120,9 @@ deny contains {
 	"msg": sprintf("%s switches off a health probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probe on; fix the endpoint it checks.", [k.key]),
 	"details": {"key": k.key, "value": k.value},
 } if {
-	some k in setting_changes
-	count(words_in(k.key, probe_words)) > 0
-	flag_like(k.key)
-	switches_off(k)
+	input.action.mutating in {true, "unknown"}
+	some k in switched_off
+	count(k.probe) > 0
 }
 
 # Runtime events: key event.<name>, value false turns the event off on target.name.
@@ -154,8 +148,9 @@ deny contains {
 	"msg": sprintf("The incident mandates %s on %s and says it must stay on (%s). Leave it active; find what else fails while it is on (pool sizes, timeouts) and repair that.", [ev.event, lib.target_name, c.text]),
 	"details": {"event": ev.event, "component": lib.target_name, "constraint": c.id},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some ev in event_off
-	some c in lib.constraints_of("keep_active")
+	some c in lib.keep_active
 	some t in c.targets
 	event_named(t, ev)
 }

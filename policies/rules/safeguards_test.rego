@@ -93,3 +93,7 @@ test_mandated_event_on_other_component_allowed if {
 test_readiness_probe_disabled_in_values_denied if {
 	"SRE-SAFE-007" in ids(safeguards.deny) with input as change("helm.svc.readinessProbe.enabled", false, {})
 }
+
+test_switch_words_cover_every_word_set if {
+	safeguards.switch_words == (((safeguards.flag_words | safeguards.inverted_words) | safeguards.security_words) | safeguards.guard_words)
+}

@@ -5,9 +5,9 @@ package guardrail.rules.scope
 import data.guardrail.lib
 
 outside if {
-	count(lib.namespaces) > 0
+	count(input.context.namespaces) > 0
 	ns := lib.namespace
-	not ns in lib.namespaces
+	not ns in input.context.namespaces
 }
 
 deny contains {
@@ -15,8 +15,8 @@ deny contains {
 	"msg": sprintf("Namespace %s is outside this incident (%s). Change only what is in the incident's namespaces.", [lib.namespace, concat(", ", sort(lib.namespaces))]),
 	"details": {"namespace": lib.namespace, "allowed": sort(lib.namespaces)},
 } if {
+	input.action.mutating in {true, "unknown"}
 	outside
-	lib.mutating
 }
 
 warn contains {
@@ -24,8 +24,8 @@ warn contains {
 	"msg": sprintf("Namespace %s is outside this incident (%s); reading it is allowed, but the cause is likely inside.", [lib.namespace, concat(", ", sort(lib.namespaces))]),
 	"details": {"namespace": lib.namespace},
 } if {
+	input.action.mutating == false
 	outside
-	not lib.mutating
 }
 
 cluster_kinds := {
@@ -39,8 +39,8 @@ deny contains {
 	"msg": sprintf("Changing a %s affects the whole cluster, not just this incident. Stay inside the incident's workloads.", [lib.target_kind]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
+	input.action.tool == "kubectl"
 	lib.mutating
-	lib.tool == "kubectl"
 	lib.target_kind in cluster_kinds
 }
 
@@ -49,7 +49,7 @@ deny contains {
 	"msg": sprintf("kubectl %s moves every pod off a node, restarting workloads across the cluster. Stay inside the incident's workloads.", [lib.verb]),
 	"details": {"verb": lib.verb},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb in {"drain", "cordon", "taint"}
 }
 
@@ -58,8 +58,8 @@ deny contains {
 	"msg": "A change across all namespaces (-A / --all-namespaces / --all) reaches far beyond the incident. Name the one resource and namespace to change.",
 	"details": {},
 } if {
+	input.action.tool == "kubectl"
 	lib.mutating
-	lib.tool == "kubectl"
 	not lib.verb in {"get", "describe", "logs", "top"}
 	some t in lib.texts
 	regex.match(`(^|\s)(-A|--all-namespaces|--all)(\s|=|$)`, t)

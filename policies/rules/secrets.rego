@@ -6,6 +6,10 @@ import data.guardrail.lib
 
 secret_kinds := {"secret", "secrets"}
 
+secret_kind if lib.target_kind in secret_kinds
+
+secret_kind if lower(lib.details.kind) in secret_kinds
+
 reads_secret_values if {
 	lib.target_name != ""
 }
@@ -20,10 +24,9 @@ deny contains {
 	"msg": sprintf("Reading secret %s would expose credentials. You do not need them to repair the incident: use `kubectl describe secret` (keys and sizes only), or the service's own health and admin endpoints.", [object.get({"": "values"}, lib.target_name, lib.target_name)]),
 	"details": {"name": lib.target_name},
 } if {
-	lib.tool == "kubectl"
-	lib.verb in {"get", "edit", "view"}
-	some kind in {lib.target_kind, lower(object.get(lib.details, "kind", ""))}
-	kind in secret_kinds
+	input.action.tool == "kubectl"
+	input.action.verb in {"get", "edit", "view"}
+	secret_kind
 	reads_secret_values
 }
 
@@ -43,7 +46,7 @@ deny contains {
 	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
 	"details": {"kind": lib.target_kind},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb in {"create token", "create"}
 	some t in lib.texts
 	regex.match(`(?i)kubectl\s+create\s+token\b`, t)

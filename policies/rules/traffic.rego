@@ -5,14 +5,11 @@ package guardrail.rules.traffic
 
 import data.guardrail.lib
 
-traffic_words := {"loadgen", "load-generator", "loadgenerator", "locust", "k6", "traffic", "vegeta", "jmeter"}
+traffic_words := `(?i)loadgen|load-generator|loadgenerator|locust|k6|traffic|vegeta|jmeter`
 
-ingress_words := {"ingress", "nginx", "gateway", "haproxy", "envoy", "traefik", "router", "proxy", "lb"}
+ingress_words := `(?i)ingress|nginx|gateway|haproxy|envoy|traefik|router|proxy|(^|-)lb(-|$)`
 
-name_has(name, set) if {
-	some w in set
-	contains(lower(name), w)
-}
+name_has(name, pattern) if regex.match(pattern, name)
 
 replicas := n if {
 	some k in lib.keys
@@ -27,7 +24,7 @@ deny contains {
 	"msg": sprintf("Scaling %s changes the traffic the system is judged under. Leave the load generator alone and repair the service under load.", [lib.target_name]),
 	"details": {"name": lib.target_name, "replicas": replicas},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "scale"
 	name_has(lib.target_name, traffic_words)
 }
@@ -37,7 +34,7 @@ deny contains {
 	"msg": sprintf("Scaling %s to %v cuts off incoming traffic. Keep the ingress serving; repair the backend it routes to.", [lib.target_name, replicas]),
 	"details": {"name": lib.target_name, "replicas": replicas},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "scale"
 	name_has(lib.target_name, ingress_words)
 	replicas <= 1
@@ -48,7 +45,7 @@ deny contains {
 	"msg": sprintf("%s %s%s changes the load generator itself (pausing, rate-limiting, or declaring on its behalf). Do not touch the traffic source; repair the service and let the load show the result.", [method, host, path]),
 	"details": {"host": host, "path": path, "method": method},
 } if {
-	lib.tool == "curl"
+	input.action.tool == "curl"
 	method := upper(object.get(lib.details, "method", lib.verb))
 	method != "GET"
 	method != "HEAD"
@@ -62,7 +59,7 @@ deny contains {
 	"msg": "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic.",
 	"details": {"tool": lib.tool},
 } if {
-	lib.tool in {"iptables", "ip6tables", "nft", "ufw", "tc", "firewall-cmd"}
+	input.action.tool in {"iptables", "ip6tables", "nft", "ufw", "tc", "firewall-cmd"}
 	lib.mutating
 }
 
@@ -80,7 +77,7 @@ deny contains {
 	"msg": sprintf("A %s that isolates workloads blocks their traffic. Do not add network policies during an incident; repair the failing component.", [lib.target_kind]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
-	lib.mutating
+	input.action.mutating in {true, "unknown"}
 	lib.target_kind in {"networkpolicy", "networkpolicies", "netpol"}
 }
 
@@ -91,9 +88,10 @@ deny contains {
 	"msg": sprintf("%s switches a route or feature off, so requests fail fast instead of being served. Keep it open and repair what makes it slow or fail.", [k.key]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	startswith(k.key, "app.")
-	some w in lib.words(k.key)
+	some w in lib.key_words[k.key]
 	w in route_words
 	lib.is_false(k.value)
 }
@@ -103,9 +101,10 @@ deny contains {
 	"msg": sprintf("%s blocks or sheds requests, so fewer are served. Keep traffic flowing and repair what makes the service slow or fail.", [k.key]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	startswith(k.key, "app.")
-	some w in lib.words(k.key)
+	some w in lib.key_words[k.key]
 	w in {"blocklist", "denylist", "blocked", "shed", "drop"}
 	not lib.is_false(k.value)
 }

@@ -11,7 +11,7 @@ replica_keys contains n if {
 }
 
 replica_keys contains n if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "scale"
 	n := lib.number(lib.details.replicas)
 }
@@ -28,7 +28,10 @@ deny contains {
 	"id": "SRE-WORKLOAD-001",
 	"msg": sprintf("Scaling %s to zero stops the work instead of repairing it. Keep it running; repair the cause of its failures.", [object.get({"": "this workload"}, lib.target_name, lib.target_name)]),
 	"details": {"name": lib.target_name},
-} if 0 in replica_keys
+} if {
+	input.action.mutating in {true, "unknown"}
+	0 in replica_keys
+}
 
 workload_kinds := {
 	"deployment", "deployments", "deploy", "statefulset", "statefulsets", "sts", "daemonset", "daemonsets", "ds",
@@ -42,7 +45,7 @@ deny contains {
 	"msg": sprintf("Deleting %s %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [lib.target_kind, lib.target_name]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
-	lib.tool == "kubectl"
+	input.action.tool == "kubectl"
 	lib.verb == "delete"
 	lib.target_kind in workload_kinds
 }
@@ -52,7 +55,7 @@ deny contains {
 	"msg": "helm uninstall removes the whole release. Repair the release with helm upgrade --set (or -f) on the one value at fault.",
 	"details": {},
 } if {
-	lib.tool == "helm"
+	input.action.tool == "helm"
 	lib.verb in {"uninstall", "delete", "del", "un"}
 }
 
@@ -61,6 +64,7 @@ warn contains {
 	"msg": sprintf("Scaling %s to %v changes capacity rather than the cause, and more replicas can multiply connections to shared stores. Check the incident asks for it.", [lib.target_name, n]),
 	"details": {"name": lib.target_name, "replicas": n},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some n in replica_keys
 	n > 0
 }
@@ -70,7 +74,7 @@ warn contains {
 	"msg": "Changing the image redeploys the component with different code; the release image should stay as shipped. Repair configuration, not the build.",
 	"details": {"name": lib.target_name},
 } if {
-	lib.mutating
+	input.action.mutating in {true, "unknown"}
 	some t in lib.texts
 	regex.match(`(?i)kubectl\s+set\s+image\b|--set[= ][^ ]*\bimage\.(tag|repository)=`, t)
 }

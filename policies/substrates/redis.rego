@@ -19,6 +19,7 @@ deny contains {
 	"msg": sprintf("maxmemory-policy %s lets %s evict keys, and on a queue that silently drops jobs. Keep noeviction and give it enough maxmemory (within its ceiling) instead.", [k.value, lib.target_name]),
 	"details": {"value": k.value, "component": lib.target_name},
 } if {
+	input.action.mutating in {true, "unknown"}
 	k := setting("maxmemory-policy")
 	lower(k.value) != "noeviction"
 	queue_like
@@ -29,6 +30,7 @@ warn contains {
 	"msg": sprintf("maxmemory-policy %s evicts keys when memory runs out; if this store holds anything that is not a cache (sessions, jobs, counters), keep noeviction and raise maxmemory instead.", [k.value]),
 	"details": {"value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	k := setting("maxmemory-policy")
 	lower(k.value) != "noeviction"
 	not queue_like
@@ -39,6 +41,7 @@ deny contains {
 	"msg": sprintf("%s = %q switches Redis persistence off, so a restart loses the data. Keep appendonly yes and the save schedule.", [k.key, k.value]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	k.key in {"redis.appendonly", "redis.save"}
 	off_value(k)
@@ -59,6 +62,6 @@ warn contains {
 	"msg": sprintf("redis-cli %s blocks or loads the server for every client. Use SCAN with MATCH and COUNT instead of KEYS, and SLOWLOG/INFO instead of MONITOR.", [upper(lib.verb)]),
 	"details": {"verb": lib.verb},
 } if {
-	lib.tool == "redis-cli"
+	input.action.tool == "redis-cli"
 	lib.verb in {"keys", "monitor", "debug"}
 }

@@ -16,6 +16,7 @@ deny contains {
 	"msg": sprintf("%s = %v turns off crash safety: a crash or restart can corrupt or lose committed data. Leave it %s; fix the cause of the slowness instead (locks, pool sizes, checkpoints).", [k.key, k.value, want]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	want := durability_settings[k.key]
 	lib.is_false(k.value)
@@ -26,6 +27,7 @@ deny contains {
 	"msg": sprintf("%s = %v lets commits be lost on a crash. Keep it at its durable setting; fix the cause of the slowness instead.", [k.key, k.value]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	k.key in {"mariadb.innodb_flush_log_at_trx_commit", "mariadb.sync_binlog"}
 	lib.number(k.value) == 0
@@ -36,6 +38,7 @@ warn contains {
 	"msg": sprintf("%s = %v trades durability for speed (recent commits can be lost on a crash). Prefer fixing what makes commits slow.", [k.key, k.value]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	k.key == "postgres.synchronous_commit"
 	lib.is_false(k.value)
@@ -46,6 +49,7 @@ deny contains {
 	"msg": sprintf("%s = %v makes the database refuse writes, which stops the service rather than repairing it. Leave it writable.", [k.key, k.value]),
 	"details": {"key": k.key, "value": k.value},
 } if {
+	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	k.key in {"mariadb.read_only", "mariadb.super_read_only", "postgres.default_transaction_read_only"}
 	lib.is_true(k.value)
@@ -56,6 +60,8 @@ deny contains {
 	"msg": "pg_terminate_backend over every backend (no filter on pid, state or query) drops all sessions at once, like a restart. Terminate only the holder you identified: WHERE pid = <pid>, or WHERE state = 'idle in transaction' AND the lock you found.",
 	"details": {},
 } if {
+	input.action.tool == "psql"
 	some t in lib.texts
+	contains(lower(t), "pg_terminate_backend")
 	regex.match(`(?i)pg_terminate_backend\s*\(\s*pid\s*\)\s+from\s+pg_stat_activity\s*(;|'|"|$)`, t)
 }

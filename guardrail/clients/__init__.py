@@ -1,0 +1,1 @@
+"""Thin client modules: the only place guardrail imports third-party service clients (opa_client, httpx)."""

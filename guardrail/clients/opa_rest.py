@@ -1,0 +1,72 @@
+"""The OPA REST API through opa-python-client: upload policies, evaluate a document, check health.
+
+Used only by guardrail.policy.server.OPAServer. It translates the client's errors into the project's tree:
+a policy the server rejects becomes PolicyLoadError (file and line from OPA's error location); anything that
+stops an evaluation (connection refused, timeout, a 4xx/5xx) becomes PolicyEngineError, on which the engine
+fails closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import requests
+from opa_client import OpaClient
+from opa_client.errors import RegoParseError
+
+from guardrail.errors import PolicyEngineError, PolicyLoadError
+
+__all__ = ["OPARestClient", "UNDEFINED"]
+
+UNDEFINED = object()  # the document has no value for this input (OPA answers {} with no "result")
+
+
+class OPARestClient:
+    """One OPA server, reached over its REST API."""
+
+    def __init__(self, url: str, *, timeout_s: float = 1.0, retries: int = 0, token: str | None = None):
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        self.url = f"{parts.scheme}://{parts.hostname}:{parts.port or 8181}"
+        self._client = OpaClient(host=parts.hostname or "localhost", port=parts.port or 8181,
+                                 ssl=parts.scheme == "https", timeout=timeout_s, retries=retries, token=token)
+
+    def put_policy(self, policy_id: str, source: str) -> None:
+        """PUT /v1/policies/<id>. A compile error raises PolicyLoadError naming the module and line."""
+        try:
+            self._client.update_policy_from_string(source, policy_id, rego_compat=False)
+        except RegoParseError as e:
+            loc = next((err.get("location") for err in e.errors if isinstance(err, dict) and err.get("location")),
+                       None) or {}
+            msg = next((err.get("message") for err in e.errors if isinstance(err, dict) and err.get("message")),
+                       None) or str(e.message)
+            raise PolicyLoadError(msg, path=loc.get("file") or policy_id, line=loc.get("row")) from e
+        except (requests.RequestException, ValueError) as e:
+            raise PolicyEngineError(f"OPA at {self.url}: cannot upload {policy_id}: {e}") from e
+
+    def put_data(self, path: str, value: Mapping[str, Any]) -> None:
+        try:
+            self._client.update_or_create_data(dict(value), path)
+        except Exception as e:  # noqa: BLE001  (the client raises its own untyped errors for a rejected write)
+            raise PolicyEngineError(f"OPA at {self.url}: cannot write data {path}: {e}") from e
+
+    def document(self, path: str, input: Any) -> Any:
+        """POST /v1/data/<path> with {"input": ...}; the result, or UNDEFINED. Raises PolicyEngineError."""
+        package, _, rule = path.strip("/").replace(".", "/").rpartition("/")
+        try:
+            answer = self._client.query_rule(input, package, rule)
+        except requests.Timeout as e:
+            raise PolicyEngineError(f"OPA at {self.url} timed out") from e
+        except requests.RequestException as e:
+            raise PolicyEngineError(f"OPA at {self.url} unreachable or failed: {type(e).__name__}") from e
+        except ValueError as e:
+            raise PolicyEngineError(f"OPA at {self.url} answered with bad JSON: {e}") from e
+        if not isinstance(answer, dict):
+            raise PolicyEngineError(f"OPA at {self.url} answered {type(answer).__name__}, not an object")
+        return answer.get("result", UNDEFINED)
+
+    def healthy(self) -> bool:
+        return bool(self._client.check_health())
+
+    def close(self) -> None:
+        self._client.close_connection()
