@@ -12,6 +12,7 @@ Prometheus scrapes, which the guard reads:
   loadgen_requests_total{driver,phase,outcome}   outcome: ok | incorrect | error | timeout | dropped
   loadgen_request_duration_seconds{driver,phase} histogram of completed requests (ok or not)
   loadgen_phase{phase}                           1 for the current phase (warmup | peak | trough), else 0
+  loadgen_conn_errors_total{driver}              connection refused / reset and 503 pool_timeout answers
   loadgen_cycle                                  the current cycle number (0 during warmup)
   loadgen_cycles_total                           cycles completed
   loadgen_inflight                               requests outstanding
@@ -221,12 +222,18 @@ class LoadGenerator:
         self.phase_gauge = Gauge("loadgen_phase", "1 for the current load phase", ["phase"], registry=registry)
         self.cycle_gauge = Gauge("loadgen_cycle", "current load cycle (0 in warmup)", registry=registry)
         self.cycles_done = Counter("loadgen_cycles_total", "load cycles completed", registry=registry)
+        self.conn_errors = Counter("loadgen_conn_errors_total", "connection errors and pool timeouts", ["driver"],
+                                   registry=registry)
         self.inflight_gauge = Gauge("loadgen_inflight", "requests outstanding", registry=registry)
-        for phase in ("warmup", "peak", "trough"):
-            self.phase_gauge.labels(phase).set(0)
-            for d in config.drivers:
+        # Series exist from the first scrape, so that increase() sees every count from zero.
+        for d in config.drivers:
+            self.conn_errors.labels(d.name)
+            for phase in ("warmup", "peak", "trough"):
+                self.latency.labels(d.name, phase)
                 for outcome in ("ok", "incorrect", "error", "timeout", "dropped"):
                     self.requests.labels(d.name, phase, outcome)
+        for phase in ("warmup", "peak", "trough"):
+            self.phase_gauge.labels(phase).set(0)
         self.inflight = 0
         self.stop = asyncio.Event()
         self._ledger = open(config.ledger_path, "a", buffering=1)
@@ -274,6 +281,8 @@ class LoadGenerator:
                 rec["latency_ms"] = round((self.now() - sent) * 1000, 2)
                 self.latency.labels(d.name, span.phase).observe(rec["latency_ms"] / 1000)
         self.requests.labels(d.name, span.phase, outcome).inc()
+        if rec["detail"].startswith("connect:") or "pool_timeout" in rec["detail"]:
+            self.conn_errors.labels(d.name).inc()
         self._ledger.write(json.dumps(rec) + "\n")
 
     async def run(self) -> None:

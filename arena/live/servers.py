@@ -11,6 +11,7 @@ PostgreSQL and MariaDB refuse to run as root: when we are root they run as the `
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -168,6 +169,21 @@ class Server:
     def alive(self) -> bool:
         return any(_pid_alive(p) for p in self.pids())
 
+    def instance_id(self) -> str:
+        """Like a pod name plus UID: the service name and the server's current main pid."""
+        pids = self.pids()
+        return f"{self.endpoint.name}-{pids[0]}" if pids else ""
+
+    binary: str = ""
+
+    def image(self) -> str:
+        """The identity of the installed server binary (path, size, mtime): unchanged by a restart."""
+        try:
+            st = os.stat(self.binary)
+        except OSError:
+            return ""
+        return hashlib.sha256(f"{self.binary}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:24]
+
     def _popen(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> subprocess.Popen:
         log = open(self.log_path, "ab")
         try:
@@ -210,6 +226,7 @@ class PostgresServer(Server):
     """PostgreSQL 15 through initdb and pg_ctl, as the postgres user, socket directory inside its base dir."""
 
     name = "postgresql"
+    binary = str(PG_BIN / "postgres")
 
     def __init__(self, endpoint: Endpoint, base: Path, *, superuser_password: str = "postgres",
                  settings: Mapping[str, Any] | None = None, **kw):
@@ -303,6 +320,7 @@ class RedisServer(Server):
     """
 
     name = "redis"
+    binary = REDIS_SERVER
 
     def __init__(self, endpoint: Endpoint, base: Path, *, values_path: Path, **kw):
         super().__init__(endpoint, base, **kw)
@@ -358,6 +376,7 @@ class MariaDBServer(Server):
     """MariaDB 10.11 with --defaults-file and user=mysql; my.cnf is its declared configuration layer."""
 
     name = "mariadb"
+    binary = MARIADBD
 
     def __init__(self, endpoint: Endpoint, base: Path, *, max_user_connections: int = 1000,
                  settings: Mapping[str, Any] | None = None, **kw):
@@ -428,6 +447,7 @@ class PrometheusServer(Server):
     """Prometheus 2.42 scraping the stack's services every second; its config is rendered on each start."""
 
     name = "prometheus"
+    binary = PROMETHEUS
 
     def __init__(self, endpoint: Endpoint, base: Path, *, targets: Sequence[ScrapeTarget],
                  scrape_interval_s: float = 1.0, **kw):

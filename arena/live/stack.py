@@ -3,7 +3,8 @@
 `LiveStack(["saleor", "slack"]).up()` reads each substrate's YAML (arena/live/substrates/<name>/substrate.yaml,
 validated on load), plans one loopback address per service, starts the servers it needs and runs their bootstrap
 SQL, copies each app's durable config into the stack's config/ directory (the ConfigMaps and Helm values), starts
-the apps and the load generator under the supervisor, then Prometheus scraping them all. It writes bin/ (the
+the apps and the load generator under the supervisor, a kube-state-metrics stand-in (`arena.live.kubestate`),
+then Prometheus scraping them all. It writes bin/ (the
 client wrappers of `arena.live.hostwrap` and the task helpers) and the shell environment that
 `arena.live.environment.LiveEnvironment` runs commands with. `down()` stops everything and checks that no process
 is left. Used by LiveEnvironment, the live tests and `python -m arena.live.stack` (start by hand).
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arena.live.clock import WallClock, wait_until
 from arena.live.hostwrap import WRAPPED
+from arena.live.kubestate import KubeStateExporter
 from arena.live.loadgen import DriverConfig, LoadgenConfig, LoadShape
 from arena.live.names import AddressPlan, HostsFile
 from arena.live.servers import (MariaDBServer, PostgresServer, PrometheusServer, RedisServer, ScrapeTarget,
@@ -35,12 +37,13 @@ from arena.live.servers import (MariaDBServer, PostgresServer, PrometheusServer,
 from arena.live.supervisor import AppSpec, Supervisor
 from guardrail.errors import EnvironmentError_, ScenarioError
 from guardrail.yamlio import load_model
+from verifiers.protocols import RestartResult
 
 __all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS"]
 
 SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
 CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
-                   "prometheus": 9090, "loadgen": 9100}
+                   "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080}
 
 
 class BootstrapStep(BaseModel):
@@ -114,8 +117,10 @@ class LiveStack:
         self.servers: dict[str, Server] = {}
         self.supervisor: Supervisor | None = None
         self.prometheus: PrometheusServer | None = None
+        self.kubestate: KubeStateExporter | None = None
         self.shell_env: dict[str, str] = {}
         self.timings: dict[str, float] = {}
+        self.server_restarts: dict[str, int] = {}
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -150,8 +155,12 @@ class LiveStack:
         try:
             self._plan()
             self._start_servers()
-            self._start_apps()
+            self._define_apps()
+            # Prometheus first: its target discovery takes a few seconds, which then overlap the apps' start.
             self._start_prometheus()
+            t0 = self.clock.now()
+            self.supervisor.start_all()
+            self.timings["apps.start_s"] = self.clock.now() - t0
             self._write_bin()
             self._watcher = threading.Thread(target=self._watch, name="live-supervisor", daemon=True)
             self._watcher.start()
@@ -168,6 +177,7 @@ class LiveStack:
             for app in spec.apps:
                 self.plan.add(app.name, app.port)
         self.plan.add("loadgen", CANONICAL_PORTS["loadgen"])
+        self.plan.add("kube-state-metrics", CANONICAL_PORTS["kube-state-metrics"])
         self.plan.add("prometheus", CANONICAL_PORTS["prometheus"])
         self.hosts = self.plan.write_hosts(self.hosts_path)
 
@@ -193,7 +203,7 @@ class LiveStack:
                 else:
                     self.servers["mariadb"].sql(sql, database=step.database)
 
-    def _start_apps(self) -> None:
+    def _define_apps(self) -> None:
         self.supervisor = Supervisor(self.dir / "apps", hosts_file=self.hosts_path, clock=self.clock)
         for spec, folder in self.specs:
             for app in spec.apps:
@@ -213,12 +223,12 @@ class LiveStack:
         lg_cfg.write_text(yaml.safe_dump(lg.model_dump(), sort_keys=False))
         self.supervisor.add(AppSpec("loadgen", "arena.live.loadgen", self.plan["loadgen"], lg_cfg,
                                     restartable=False))
-        t0 = self.clock.now()
-        self.supervisor.start_all()
-        self.timings["apps.start_s"] = self.clock.now() - t0
 
     def _start_prometheus(self) -> None:
+        self.kubestate = KubeStateExporter(self, self.plan["kube-state-metrics"])
+        self.kubestate.start()
         targets = [ScrapeTarget(name, self.plan[name]) for name in self.supervisor.specs]
+        targets.append(ScrapeTarget("kube-state-metrics", self.plan["kube-state-metrics"]))
         targets.append(ScrapeTarget("prometheus", self.plan["prometheus"]))
         self.prometheus = PrometheusServer(self.plan["prometheus"], self.dir / "prometheus", targets=targets,
                                            clock=self.clock)
@@ -274,6 +284,28 @@ echo
             if self.supervisor is not None:
                 self.supervisor.reconcile()
 
+    # -- restarts -----------------------------------------------------------------------------------------------
+    def restart(self, name: str) -> RestartResult:
+        """Restart an app (a new process, as a pod recreation) or a server (stop, then start from its declared
+        config: Redis re-renders redis.conf from its values; PostgreSQL and MariaDB keep their data directory)."""
+        if self.supervisor is not None and name in self.supervisor.specs:
+            return self.supervisor.restart(name)
+        server = self.servers.get(name)
+        if server is None:
+            raise EnvironmentError_(f"no such component: {name}")
+        t0 = self.clock.now()
+        old_id, image_before = server.instance_id(), server.image()
+        server.stop()
+        self.server_restarts[name] = self.server_restarts.get(name, 0) + 1
+        try:
+            server.start()
+            ready, detail = True, ""
+        except EnvironmentError_ as e:
+            ready, detail = False, str(e)
+        return RestartResult(target=name, old_id=old_id, new_id=server.instance_id(), ready=ready,
+                             image_before=image_before, image_after=server.image(),
+                             duration_s=self.clock.now() - t0, detail=detail)
+
     # -- queries -------------------------------------------------------------------------------------------------
     def prometheus_query(self, promql: str) -> list[dict]:
         """An instant PromQL query straight to the HTTP API (stdlib); the result vector."""
@@ -310,6 +342,8 @@ echo
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         tracked = self.pids()
+        if self.kubestate is not None:
+            self.kubestate.stop()
         if self.supervisor is not None:
             self.supervisor.stop_all()
         for server in reversed(list(self.servers.values())):

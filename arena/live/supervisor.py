@@ -65,6 +65,7 @@ class _Running:
     proc: subprocess.Popen
     instance: str
     image: str
+    started_at: float = 0.0
 
 
 class Supervisor:
@@ -105,7 +106,7 @@ class Supervisor:
         with open(self.log_path(spec.name), "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", spec.module], env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        return _Running(proc, instance, image)
+        return _Running(proc, instance, image, self.clock.now())
 
     def _healthy(self, spec: AppSpec, instance: str) -> bool:
         try:

@@ -3,7 +3,7 @@
 Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each block on BLPOP; a job's hash
 goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so the queue's memory grows
 with the work done until its maxmemory. A worker that cannot reach Redis or is refused (NOPERM on BLPOP, OOM on
-the status write) retries after a short back-off. Serves /healthz and /metrics (jobs done, queue length).
+the status write) retries after a short back-off. Serves /healthz and /metrics (jobs done, `backlog{queue}`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class QueueWorkers:
         self.work_s = float(q.get("job_work_ms", 20)) / 1000
         self.done = Counter("rq_jobs_done_total", "jobs finished", ["queue"], registry=app.registry)
         self.failed = Counter("rq_worker_errors_total", "worker errors", ["reason"], registry=app.registry)
-        backlog = Gauge("rq_queue_length", "jobs waiting on the queue", ["queue"], registry=app.registry)
+        backlog = Gauge("backlog", "jobs waiting on the queue", ["queue"], registry=app.registry)
         backlog.labels(self.queue).set_function(self._length)
         self.stop = threading.Event()
 

@@ -1,0 +1,146 @@
+"""Smoke test of the whole live stack: real servers, apps, load, Prometheus, the Environment seam, clean stop.
+
+Starts PostgreSQL, MariaDB, Redis and Prometheus with the three substrates' apps, runs a healthy load for two
+cycles, checks Prometheus scrapes every target (`up == 1`) and that the SLIs are clean, runs the real clients
+through the environment's shell, restarts one app and one server, and stops everything. About a minute here.
+Skips, with the reason, when a server package or the `live` extra is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+from arena.live.servers import MARIADBD, PG_BIN, PROMETHEUS, REDIS_SERVER
+
+_MISSING = [p for p in (str(PG_BIN / "postgres"), REDIS_SERVER, MARIADBD, PROMETHEUS) if not os.access(p, os.X_OK)]
+_MISSING += [c for c in ("psql", "redis-cli", "mariadb", "curl", "mariadb-install-db") if shutil.which(c) is None]
+_NO_EXTRA = [m for m in ("psycopg", "psycopg_pool", "redis", "pymysql", "prometheus_client")
+             if importlib.util.find_spec(m) is None]
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(bool(_MISSING), reason=f"server packages missing: {', '.join(_MISSING)} (.ci/run installs)"),
+    pytest.mark.skipif(bool(_NO_EXTRA), reason=f"the 'live' extra is not installed ({', '.join(_NO_EXTRA)}): "
+                                               "pip install -e '.[test,live]'"),
+]
+
+
+@pytest.fixture(scope="module")
+def env():
+    from arena.live.environment import LiveEnvironment
+    from arena.live.loadgen import LoadShape
+    from arena.live.stack import LiveStack
+
+    stack = LiveStack(("saleor", "frappe", "slack"),
+                      shape=LoadShape(seed=7, warmup_s=2, warmup_rps=3, cycles=[[4, 10, 4, 3]]))
+    stack.up()
+    try:
+        yield LiveEnvironment(stack)
+    finally:
+        tracked = stack.pids()
+        stack_dir = str(stack.dir)
+        left = stack.down()
+        assert tracked and left == [], f"processes left behind: {left}"
+        assert _processes_mentioning(stack_dir) == [], "a process of the stack is still running"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Live (non-zombie) processes whose command line or environment names `text` (the stack's directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            blob = open(f"/proc/{pid}/cmdline", "rb").read() + open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            continue
+        if text.encode() in blob and int(pid) != os.getpid():
+            argv0 = blob.split(b"\0")[0].decode(errors="replace")
+            found.append(f"{pid}: {argv0}")
+    return found
+
+
+def _cycles_done(env) -> float:
+    res = env.stack.prometheus_query("loadgen_cycles_total")
+    return float(res[0]["value"][1]) if res else 0.0
+
+
+def _wait_cycles(env, n: int) -> float:
+    """Wait (on the environment's clock) until the load generator reports `n` more completed cycles."""
+    deadline = env.clock.now() + (n + 1) * env.describe().cycle_s + 20
+    target = _cycles_done(env) + n
+    while env.clock.now() < deadline and _cycles_done(env) < target:
+        env.clock.sleep(0.5)
+    return _cycles_done(env) - target + n
+
+
+def test_the_stack_runs_healthy_load_and_prometheus_sees_it(env):
+    assert env.stack.wait_scraped(timeout_s=30), "Prometheus never saw up == 1 for every target"
+    up = {r["metric"]["job"] for r in env.stack.prometheus_query("up == 1")}
+    assert {"saleor-api", "frappe-web", "worker-long", "svc-message", "loadgen", "prometheus"} <= up
+    scraped_at = env.clock.now()
+    assert _wait_cycles(env, 2) >= 2
+    print("cold starts:", {k: round(v, 2) for k, v in env.stack.timings.items()},
+          "sli source:", env.describe().extra["sli_source"])
+
+    window = env.clock.now() - scraped_at  # two full cycles, plus parts of the ones at either end
+    err = [s for s in env.sli("error_ratio", window) if s.t_end - s.t_start >= 1.0]
+    assert {"peak", "trough"} <= {s.labels["phase"] for s in err}, err
+    for s in err:
+        assert s.count > 0 and s.value is not None and s.value <= 0.05, s
+    for driver in ("browse", "checkout_readback", "desk_api", "rq_enqueue", "rq_complete", "write_readback"):
+        good = env.sli("goodput", window, labels={"driver": driver}, step=window)
+        assert good[0].count > 0 and good[0].value >= 0.9, (driver, good)
+    p95 = env.sli("latency_p95_ms", window, labels={"driver": "checkout_readback"}, step=window)[0].value
+    assert p95 is not None and p95 >= 250  # the pricing statement really runs its 250 ms on the server
+    ok = env.stack.prometheus_query('sum(loadgen_requests_total{outcome="ok"})')
+    assert float(ok[0]["value"][1]) > 0
+    assert env.stack.prometheus_query("loadgen_phase == 1")
+
+
+def test_the_shell_has_the_real_clients_and_the_service_names(env):
+    r = env.run('psql -X -At "postgresql://postgres:postgres@postgres:5432/app" -c "select count(*) from messages"')
+    assert r.ok and int(r.stdout) >= 160, r
+    assert env.run("redis-cli -h redis-queue ping").stdout.strip() == "PONG"
+    r = env.run('mysql -u root -N -e "select count(*) from site1.tabToDo"')
+    assert r.ok and int(r.stdout) >= 200, r
+    r = env.run("curl -sf http://svc-message:8000/healthz")
+    assert r.ok and '"status": "ok"' in r.stdout, r
+    r = env.run("psql -X -At -h nowhere-such-host -c 'select 1'")
+    assert not r.ok and "nowhere-such-host" in r.stderr
+    assert env.run("no-such-command").exit_code == 127
+
+
+def test_restart_gives_a_new_instance_with_the_same_image(env):
+    before = env.run("curl -s http://svc-message:8000/healthz").stdout
+    res = env.restart("svc-message")
+    assert res.ready and res.old_id != res.new_id and res.image_unchanged, res
+    assert res.old_id in before
+    after = env.run("curl -s http://svc-message:8000/healthz").stdout
+    assert res.new_id in after
+    desc = env.describe()
+    assert desc.component("svc-message").restarts == 1 and desc.name == "live"
+    deadline = env.clock.now() + 10
+    seen = None
+    while env.clock.now() < deadline:  # the restart reaches the SLI source within a scrape or two
+        samples = env.sli("restarts", 30, labels={"component": "svc-message"})
+        seen = samples[-1].value if samples else None
+        if seen == 1:
+            break
+        env.clock.sleep(0.5)
+    assert seen == 1, (env.describe().extra["sli_source"], samples)
+
+
+def test_a_redis_runtime_change_is_lost_on_restart(env):
+    assert env.run("redis-cli -h redis-queue config set maxmemory 3mb && redis-cli -h redis-queue config rewrite").ok
+    res = env.restart("redis-queue")
+    assert res.ready and res.old_id != res.new_id
+    out = env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()
+    assert out[-1] == str(64 * 1024 * 1024)  # back to the Helm values' 64mb
