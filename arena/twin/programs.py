@@ -77,7 +77,7 @@ def _printf(args: list[str]) -> str:
 def _date(env: "TwinEnvironment", argv: list[str]) -> str:
     from arena.twin.world import _ts
 
-    return _ts(env.clock.now()) + "\n" if "-u" in argv or len(argv) == 1 else _ts(env.clock.now()) + "\n"
+    return _ts(env.clock.now()) + "\n"  # always UTC, ISO 8601, whatever the flags
 
 
 def _headtail(inv: Invocation, head: bool) -> tuple[str, str, int, float]:

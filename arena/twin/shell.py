@@ -143,10 +143,8 @@ class Shell:
                                          2, total)
                 continue
             if skip:
+                # A skipped command leaves $? as it was; a skipped pipeline is skipped as a whole.
                 skip = False
-                if op not in ("|",):
-                    # A skipped command's status does not change $?.
-                    pass
                 if op == "|":
                     skip = True
                     continue

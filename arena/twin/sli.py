@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from arena.twin.ledger import Ledger  # noqa: F401
 from arena.twin.world import World
 from verifiers.protocols import SLI_NAMES, Sample
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
 from arena.twin.clock import VirtualClock
 from arena.twin.ledger import Ledger, LedgerRecord, apportion
 from arena.twin.load import DriverSpec, EventSpec, LoadProfile, LoadSchedule, Phase
-from arena.twin.mech import DROPPED, ERROR, OK, TIMEOUT, WRONG, Mode, finish
+from arena.twin.mech import DROPPED, ERROR, OK, TIMEOUT, Mode, finish
 from arena.twin.state import DeclaredStore, SettingTable
 
 __all__ = ["Component", "Substrate", "World", "GaugePoint", "register_substrate", "SUBSTRATES", "RestartRecord"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
