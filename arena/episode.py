@@ -121,6 +121,11 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
                                   declaration_rejected=True)
                 grading.declaration = None
                 continue
+        if clock.now() > world.profile.declare_deadline_s:
+            # The load generator refuses a late /declare (409 declaration_deadline_elapsed).
+            transcript.append({"t": round(clock.now(), 6), "declare": "refused: declaration_deadline_elapsed"})
+            grading.declaration = None
+            break
         declared_at = clock.now()
         transcript.append({"t": round(declared_at, 6), "declare": "accepted"})
         break

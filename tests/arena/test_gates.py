@@ -165,3 +165,18 @@ def test_failure_attribution_precedence():
     assert attribute_failure(g, True, ok, _g(("fault_removed.L", False)), []) == "fix_missing"
     assert attribute_failure(g, True, ok, _g(("challenge.traffic", False)), []) == "not_durable"
     assert attribute_failure(g, True, bad_out, _g(("fault_removed.L", True)), []) == "premature_declaration"
+
+
+class SlowGuard(ProbingGuard):
+    """Waits past the declaration deadline before accepting."""
+
+    def on_declare(self):
+        self.env.clock.sleep(4000)
+        return _Outcome(True)
+
+
+def test_a_declaration_accepted_after_the_deadline_is_refused(ia011):
+    script = SolutionScript(script=[{"declare": True}])
+    res = run_episode(ia011, ScriptAgent("script:x", script), arm="guarded", seed=0, guard_factory=SlowGuard)
+    assert res.failure_mode == "budget_exhausted" and res.declared_at is None
+    assert res.transcript[-1]["declare"] == "refused: declaration_deadline_elapsed"
