@@ -241,6 +241,8 @@ def helm_program(release: HelmRelease, *, now: Callable[[], float], on_upgrade: 
                 vals = h["values"]
             if out_fmt == "json":
                 return json.dumps(vals) + "\n", "", 0, 0.4
+            if out_fmt == "yaml":
+                return yaml.safe_dump(vals, sort_keys=True, default_flow_style=False), "", 0, 0.4
             head = "COMPUTED VALUES:\n" if ("--all" in flags or "-a" in flags) else "USER-SUPPLIED VALUES:\n"
             return head + yaml.safe_dump(vals, sort_keys=True, default_flow_style=False), "", 0, 0.4
         if cmd == "history":

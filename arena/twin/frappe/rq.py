@@ -125,6 +125,12 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
         accepted, open_s, refused = demand, dt, ""
     else:
         accepted, open_s, refused = 0.0, 0.0, why
+    if refused and demand > accepted:
+        key = {"OOM": "rejected_oom", "NOPERM": "rejected_noperm", "NOREPLICAS": "rejected_noreplicas"}.get(
+            refused.split(" ", 1)[0])
+        if key:
+            broker.stats[key] = broker.stats.get(key, 0) + (demand - accepted)
+    broker.stats["total_commands_processed"] = broker.stats.get("total_commands_processed", 0) + 2 * accepted
     q_before = jobs.queued + jobs.orphan_ids
     jobs.enqueue(accepted)
     broker.admit_bytes(accepted * jobs.job_bytes)
@@ -134,12 +140,9 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
     rate = worker.rate
     working_s = 0.0
     if worker.can_try(t0):
-        werr = broker.write_error(t0, cmd="hset")
-        dq = broker.write_error(t0, cmd="blpop") if werr is None else werr
-        if dq is not None and not dq.startswith("OOM"):
-            worker.fail(t0, dq)
-        elif dq is not None or werr is not None:
-            worker.fail(t0, werr or dq or "")
+        err = broker.write_error(t0, cmd="hset") or broker.write_error(t0, cmd="blpop")
+        if err is not None:
+            worker.fail(t0, err)
         else:
             worker.recover(t0)
             # After the cap is crossed inside this segment the next status write fails.
@@ -151,21 +154,29 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
             jobs.failed += failed
             if working_s < dt - 1e-9:
                 worker.fail(t0 + working_s, "OOM command not allowed when used memory > 'maxmemory'.")
-    # Jobs offered in this segment wait behind the queue as it stands when they arrive.
+    # Jobs offered in this segment wait behind the queue as it stands when they arrive, and, if the worker is
+    # sitting out a back-off, until it is back; it comes back only if the broker will take its writes then.
     modes: list[Mode] = []
     if accepted > 0:
-        mu = rate if (worker.can_try(t1) or working_s >= dt - 1e-9) and not worker.block_reason else 0.0
+        broker_ok = broker.write_error(t1, cmd="hset") is None and broker.write_error(t1, cmd="blpop") is None
+        if working_s >= dt - 1e-9:
+            resume_at = t0
+        elif not broker_ok:
+            resume_at = math.inf
+        else:
+            resume_at = max(worker.blocked_until, worker.ready_at, t0)
         service_ms = worker.service_s * 1000.0
+        deadline_ms = deadline_s * 1000.0
         for k in range(4):
             frac = (k + 0.5) / 4
+            arrival = t0 + frac * dt
             ahead = max(0.0, q_before + (accepted - processed) * frac)
-            if mu <= 0:
-                modes.append(Mode(0.25, deadline_s * 1000.0 + 1.0, TIMEOUT, "job_not_started"))
+            if rate <= 0 or resume_at == math.inf:
+                modes.append(Mode(0.25, deadline_ms + 1.0, TIMEOUT, "job_not_started"))
                 continue
-            wait_ms = ahead / mu * 1000.0
-            done = wait_ms + service_ms
-            if done > deadline_s * 1000.0:
-                modes.append(Mode(0.25, deadline_s * 1000.0 + 1.0, TIMEOUT, "job_deadline"))
+            done = (max(0.0, resume_at - arrival) + ahead / rate) * 1000.0 + service_ms
+            if done > deadline_ms:
+                modes.append(Mode(0.25, deadline_ms + 1.0, TIMEOUT, "job_deadline"))
             else:
                 modes.append(Mode(0.25 * (1 - job_db_block), done))
                 if job_db_block > 0:

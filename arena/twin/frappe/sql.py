@@ -579,6 +579,9 @@ def mysql_client(argv: list[str], stdin: str, env: dict[str, str], resolve: Call
         i += 1
     sql = execute if execute is not None else stdin
     server = resolve(host)
+    if server is None and host in ("localhost", ""):
+        return "", ("ERROR 2002 (HY000): Can't connect to local server through socket '/run/mysqld/mysqld.sock' "
+                    "(2)\n"), 1, 0.05
     if server is None:
         return "", f"ERROR 2005 (HY000): Unknown server host '{host}' (-2)\n", 1, 0.05
     if not server.ready(now):
