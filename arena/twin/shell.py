@@ -199,13 +199,31 @@ class Shell:
         if not argv:
             return "", "", 0, 0.0
         rest: list[str] = []
-        for a in argv:
+        drop_out = drop_err = err_to_out = False
+        i = 0
+        while i < len(argv):
+            a = argv[i]
+            i += 1
             m = re.fullmatch(r"__HEREDOC_(\d+)__", a)
             if m:
                 stdin = bodies[int(m.group(1))]
-            elif a.startswith(">") or a.startswith("<") or a in ("2>&1",):
-                if a in ("2>&1", ">/dev/null", "2>/dev/null"):
-                    continue
+                continue
+            target = None
+            op = re.fullmatch(r"(1|2|&)?>>?(/dev/null)?", a)
+            if op and op.group(2) is None and i < len(argv):
+                target = argv[i]
+                i += 1
+            elif op:
+                target = op.group(2)
+            if op:
+                if target != "/dev/null":
+                    return "", f"bash: redirection is not available in this shell: {a} {target or ''}\n", 1, 0.0
+                fd = op.group(1) or "1"
+                drop_out = drop_out or fd in ("1", "&")
+                drop_err = drop_err or fd in ("2", "&")
+            elif a == "2>&1":
+                err_to_out = True
+            elif a.startswith((">", "<", "2>", "1>", "&>")):
                 return "", f"bash: redirection is not available in this shell: {a}\n", 1, 0.0
             else:
                 rest.append(a)
@@ -214,11 +232,15 @@ class Shell:
             return "", "", 0, 0.0
         h = self.handlers.get(argv[0]) or self.handlers.get(argv[0].rsplit("/", 1)[-1])
         if h is None:
-            return "", f"bash: {argv[0]}: command not found\n", 127, 0.0
-        try:
-            return h(Invocation(argv, stdin, env))
-        except _Exit as e:
-            return e.out, e.err, e.code, e.dur
+            o, e, code, dur = "", f"bash: {argv[0]}: command not found\n", 127, 0.0
+        else:
+            try:
+                o, e, code, dur = h(Invocation(argv, stdin, env))
+            except _Exit as x:
+                o, e, code, dur = x.out, x.err, x.code, x.dur
+        if err_to_out and not drop_out:
+            o, e = o + e, ""
+        return ("" if drop_out else o), ("" if drop_err or (err_to_out and drop_out) else e), code, dur
 
 
 class _Exit(Exception):
