@@ -95,3 +95,15 @@ def test_run_exit_codes_and_episode_json(runner, tmp_path: Path):
     script.write_text("script:\n  - run: kubectl get pods\n  - declare: yes please\n")
     r = runner.invoke(cli, ["run", "ia-011", "--agent", f"script:{script}"])
     assert r.exit_code == 2 and f"{script}:3" in r.output
+
+
+def test_guarded_run_goes_through_the_real_guard(runner, tmp_path: Path):
+    pytest.importorskip("guardrail.policy.embedded")
+    out = tmp_path / "g.json"
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:overbroad-pool", "--arm", "guarded", "--json", str(out)])
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(out.read_text())
+    assert doc["arm"] == "guarded"
+    # The overbroad pool change (40/20 against a public ceiling of 20/10) is what a scope policy exists to stop.
+    assert doc["guard"]["denied"] >= 1 and "SCOPE_DENIED" in doc["guard"]["feedback"]
+    assert any(t.get("exit_code") == 126 for t in doc["transcript"])
