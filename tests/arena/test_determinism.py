@@ -36,3 +36,22 @@ def test_the_ledger_is_identical_for_a_seed_and_differs_across_seeds():
     # The noise is seeded, not absent: offered counts vary around the profile's rates.
     peaks = {r["offered"] for r in a if r["phase"] == "peak" and r["driver"] == "write_readback" and r["t0"] > 0}
     assert len(peaks) > 1
+
+
+def test_identical_across_processes_with_different_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    docs = []
+    for hs in ("1", "2"):
+        out = tmp_path / f"ep{hs}.json"
+        code = ("import sys; from guardrail.cli import main; "
+                f"main(['run', 'ia-011', '--agent', 'replay:reference', '--seed', '5', '--json', {str(out)!r}])")
+        r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hs},
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(out.read_text())
+        doc.pop("wall_s")
+        docs.append(doc)
+    assert docs[0] == docs[1]
