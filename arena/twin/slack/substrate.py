@@ -6,7 +6,9 @@ driver to a request path. Runtime events arrive from the load profile (`admin_ev
 
 Request paths (each hop costs a little network time; DB hops queue on the role's pool):
   send   auth session check (1 Redis op) -> channel authz resolve (channel pool; + ACL_HOLD_MS while
-         read_consistency_strict) -> message write (message pool) -> search index -> search readback
+         read_consistency_strict) -> message write (message pool) -> notification fan-out (1 Redis op: the
+         unread counters) -> search index -> search readback. So a send pays the store hold twice when both
+         auth and notification run store_consistency_strict (task 009).
   login  auth DB lookup (auth pool) + 1 Redis op (+ STORE_HOLD_MS while store_consistency_strict on auth)
   unread notification: 1 Redis op (+ its STORE_HOLD_MS)
   post   send without the search legs (session_post)
@@ -38,14 +40,14 @@ REDIS_MS = 0.8
 # route -> [(role, op)]; ops: session (Redis), login (DB + Redis), authz (DB, ACL hold), write/index/read (DB),
 # unread (Redis)
 ROUTES: dict[str, list[tuple[str, str]]] = {
-    "send": [("auth", "session"), ("channel", "authz"), ("message", "write"), ("search", "index"),
-             ("search", "read")],
-    "post": [("auth", "session"), ("channel", "authz"), ("message", "write")],
+    "send": [("auth", "session"), ("channel", "authz"), ("message", "write"), ("notification", "fanout"),
+             ("search", "index"), ("search", "read")],
+    "post": [("auth", "session"), ("channel", "authz"), ("message", "write"), ("notification", "fanout")],
     "login": [("auth", "login")],
     "unread": [("notification", "unread")],
 }
 _DB_OPS = {"login", "authz", "write", "index", "read"}
-_REDIS_OPS = {"session", "login", "unread"}
+_REDIS_OPS = {"session", "login", "unread", "fanout"}
 _WRITE_ROUTES = {"send", "post"}
 
 
