@@ -163,12 +163,49 @@ class JobStore:
         self.tail_seq = 0.0
         self.finished: deque[list[float]] = deque()  # [expire_at, count] of finished results kept for the TTL
         self.failed = 0.0
-        self.stranded = 0.0  # job hash says queued but the id is no longer in the list
+        # Jobs whose hash says queued but whose id is no longer in the list (a worker popped the id and died
+        # before its status write): by sequence number, so an operator can find and re-deliver them.
+        self.stranded_ids: list[int] = []
         self.orphan_ids = 0.0  # ids in the list whose hash was evicted (the job is lost)
         self.lost = 0.0
         self.completed_total = 0.0
         self.enqueued_total = 0.0
         self.flushed = 0.0
+
+    @property
+    def stranded(self) -> float:
+        return float(len(self.stranded_ids))
+
+    def strand_head(self) -> None:
+        """A worker popped the head id, then its status write failed: the job is stranded."""
+        if self.queued >= 1.0:
+            self.stranded_ids.append(int(self.head_seq))
+            self.queued -= 1.0
+            self.head_seq += 1.0
+
+    def strand_all(self) -> None:
+        """The list itself is gone (DEL): every queued job's hash stays behind, stranded."""
+        self.stranded_ids += list(range(int(self.head_seq), int(self.head_seq) + int(round(self.queued))))
+        self.queued = self.orphan_ids = 0.0
+        self.head_seq = self.tail_seq
+
+    def redeliver(self, job: str) -> bool:
+        """RPUSH of a stranded job's id back onto the queue. False when the id is not a stranded job."""
+        for i, seq in enumerate(self.stranded_ids):
+            if job_id(seq) == job:
+                del self.stranded_ids[i]
+                self.queued += 1.0
+                self.tail_seq += 1.0
+                return True
+        return False
+
+    def status_of(self, job: str) -> str | None:
+        if any(job_id(s) == job for s in self.stranded_ids):
+            return "queued"
+        head = int(self.head_seq)
+        if any(job_id(head + i) == job for i in range(int(round(self.queued)))):
+            return "queued"
+        return None
 
     @property
     def finished_count(self) -> float:
@@ -240,19 +277,21 @@ class JobStore:
     def flush(self) -> None:
         self.flushed += self.queued + self.stranded
         self.lost += self.queued + self.stranded
-        self.queued = self.failed = self.stranded = self.orphan_ids = 0.0
+        self.queued = self.failed = self.orphan_ids = 0.0
+        self.stranded_ids = []
         self.finished.clear()
         self.head_seq = self.tail_seq
 
     def snapshot(self) -> dict[str, Any]:
         return {"queued": self.queued, "head_seq": self.head_seq, "tail_seq": self.tail_seq,
-                "finished": [list(x) for x in self.finished], "failed": self.failed, "stranded": self.stranded,
+                "finished": [list(x) for x in self.finished], "failed": self.failed, "stranded": list(self.stranded_ids),
                 "orphan_ids": self.orphan_ids}
 
     def restore(self, snap: dict[str, Any], now: float) -> None:
         self.queued, self.head_seq, self.tail_seq = snap["queued"], snap["head_seq"], snap["tail_seq"]
         self.finished = deque([list(x) for x in snap["finished"]])
-        self.failed, self.stranded, self.orphan_ids = snap["failed"], snap["stranded"], snap["orphan_ids"]
+        self.failed, self.orphan_ids = snap["failed"], snap["orphan_ids"]
+        self.stranded_ids = list(snap["stranded"])
         self.expire(now)
 
 
@@ -630,8 +669,13 @@ class RedisServer(Component):
 
     def _cmd_rpush(self, args: list[str], now: float, user: str) -> Any:
         self._arity(args, 2, "rpush", exact=False)
-        if args[0].startswith("rq:"):
-            raise RedisError("NOPERM this twin's operator shell does not write RQ's own keys; use the app")
+        if args[0] == "rq:queue:long" and self.jobs is not None:
+            for j in args[1:]:
+                if not self.jobs.redeliver(j):
+                    # An id with no job hash behind it: the worker will pop it and find nothing.
+                    self.jobs.orphan_ids += 1.0
+                    self.jobs.tail_seq += 1.0
+            return self._queue_len()
         lst = self.misc.setdefault(args[0], [])
         if not isinstance(lst, list):
             raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -644,8 +688,6 @@ class RedisServer(Component):
     def _cmd_hset(self, args: list[str], now: float, user: str) -> Any:
         if len(args) < 3 or len(args) % 2 == 0:
             raise RedisError("ERR wrong number of arguments for 'hset' command")
-        if args[0].startswith("rq:"):
-            raise RedisError("NOPERM this twin's operator shell does not write RQ's own keys; use the app")
         h = self.misc.setdefault(args[0], {})
         if not isinstance(h, dict):
             raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -657,9 +699,18 @@ class RedisServer(Component):
     def _cmd_hgetall(self, args: list[str], now: float, user: str) -> Any:
         self._arity(args, 1, "hgetall")
         if args[0].startswith("rq:job:") and self.jobs is not None:
-            return ["status", "queued", "origin", "long"] if self.jobs.queued + self.jobs.stranded >= 0.5 else []
+            st = self.jobs.status_of(args[0][len("rq:job:"):])
+            return ["status", st, "origin", "long"] if st else []
         h = self.misc.get(args[0], {})
         return [x for kv in h.items() for x in kv] if isinstance(h, dict) else []
+
+    def _cmd_hget(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 2, "hget")
+        if args[0].startswith("rq:job:") and self.jobs is not None:
+            st = self.jobs.status_of(args[0][len("rq:job:"):])
+            return (st if args[1] == "status" else "long" if args[1] == "origin" else None) if st else None
+        h = self.misc.get(args[0], {})
+        return h.get(args[1]) if isinstance(h, dict) else None
 
     def _cmd_flushall(self, args: list[str], now: float, user: str) -> Any:
         self.misc = {}
@@ -679,10 +730,7 @@ class RedisServer(Component):
                 n += 1
             if k == "rq:queue:long" and self.jobs is not None and self._queue_len():
                 # The ids go; their hashes stay queued: every one is stranded.
-                self.jobs.stranded += self.jobs.queued
-                self.jobs.queued = 0.0
-                self.jobs.orphan_ids = 0.0
-                self.jobs.head_seq = self.jobs.tail_seq
+                self.jobs.strand_all()
                 n += 1
         return n
 

@@ -113,6 +113,10 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
     dt = t1 - t0
     jobs.expire(t0)
     demand = attempts_rps * dt
+    # The worker's first writes of the segment happen at its start, before this segment's enqueues land.
+    worker_err = None
+    if worker.can_try(t0):
+        worker_err = broker.write_error(t0, cmd="hset") or broker.write_error(t0, cmd="blpop")
     why = broker.write_error(t0, cmd="rpush")
     if why is None and broker.maxmemory > 0 and broker.policy == "noeviction":
         headroom = broker.maxmemory - broker.used_memory()
@@ -140,9 +144,8 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
     rate = worker.rate
     working_s = 0.0
     if worker.can_try(t0):
-        err = broker.write_error(t0, cmd="hset") or broker.write_error(t0, cmd="blpop")
-        if err is not None:
-            worker.fail(t0, err)
+        if worker_err is not None:
+            worker.fail(t0, worker_err)
         else:
             worker.recover(t0)
             # After the cap is crossed inside this segment the next status write fails.
@@ -153,6 +156,8 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
             jobs.finish(processed, t1)
             jobs.failed += failed
             if working_s < dt - 1e-9:
+                # BLPOP is not refused over the cap, the status write after it is: that job is stranded.
+                jobs.strand_head()
                 worker.fail(t0 + working_s, "OOM command not allowed when used memory > 'maxmemory'.")
     # Jobs offered in this segment wait behind the queue as it stands when they arrive, and, if the worker is
     # sitting out a back-off, until it is back; it comes back only if the broker will take its writes then.

@@ -150,11 +150,10 @@ def test_a_helm_values_change_survives_the_restart_and_keeps_the_backlog(env):
 
 def test_the_backlog_drains_at_a_finite_rate(env):
     run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
-    env.clock.sleep(300)  # let the stall build a backlog
     before = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
     run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
     depths = []
-    for _ in range(14):
+    for _ in range(16):
         env.clock.sleep(60)
         depths.append(int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]))
     assert before > 100
@@ -242,3 +241,27 @@ def test_a_000_shaped_fault_needs_a_grant_and_a_durable_acl(scenario):
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(30)
     assert run(env, "redis-cli -h redis-queue ACL LIST")[0] == "user default on nopass ~* &* +@all\n"
+
+
+def test_a_worker_that_dies_between_pop_and_status_write_strands_a_job(env):
+    from arena.twin.frappe.redis import job_id
+
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    q = env.world.components["redis-queue"]
+    while "Listening on long" not in run(env, "kubectl logs worker-long --tail 1")[0]:
+        env.clock.sleep(5)  # wait for the worker to come back from its back-off and start draining
+    assert q.jobs.queued > 20
+    stranded_before = list(q.jobs.stranded_ids)
+    # Tighten the cap to just above what is used: the next enqueues cross it while the worker is mid-run.
+    run(env, f"redis-cli -h redis-queue CONFIG SET maxmemory {int(q.used_memory()) + 20_000}")
+    env.clock.sleep(60)
+    assert len(q.jobs.stranded_ids) > len(stranded_before)
+    jid = job_id(q.jobs.stranded_ids[-1])
+    assert run(env, f"redis-cli -h redis-queue HGET rq:job:{jid} status")[0] == "queued\n"
+    assert jid not in run(env, "redis-cli -h redis-queue LRANGE rq:queue:long 0 -1")[0]
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    n = len(q.jobs.stranded_ids)
+    depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    assert int(run(env, f"redis-cli -h redis-queue RPUSH rq:queue:long {jid}")[0]) == depth + 1
+    assert len(q.jobs.stranded_ids) == n - 1
