@@ -17,7 +17,8 @@ from verifiers.catalogue import Catalogue, CatalogueEntry, Missing, load_catalog
 from verifiers.context import PublicContext
 from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
 
-__all__ = ["ChangedKey", "KeyReading", "changed_keys", "PersistenceReader", "evaluate", "PersistenceCheck"]
+__all__ = ["ChangedKey", "KeyReading", "changed_keys", "prior_values", "capture_prior", "PersistenceReader", "evaluate",
+           "PersistenceCheck"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class KeyReading:
     """What the reads of one changed key showed."""
 
     key: ChangedKey
-    status: str  # durable | not_durable | in_container | no_entry | unreadable | error
+    # durable | not_durable | diverged (declared differs, but is not the value the agent replaced) | in_container |
+    # no_entry | unreadable | error
+    status: str
     entry_id: str | None = None
     effective: Any = None
     declared: Any = None
@@ -66,6 +69,18 @@ class KeyReading:
                 "declared": self.declared, "effective_source": self.effective_source,
                 "declared_source": self.declared_source, "durable_way": self.durable_way,
                 "message": self.message, "commands": list(self.commands), "seq": self.key.seq}
+
+
+def prior_values(journal: Any) -> dict[tuple, Any]:
+    """The value each key had before the agent first changed it, from the journal's `snapshot` records
+    ({key, scope, before[, target]}) that the guard writes before running a command (see `capture_prior`)."""
+    out: dict[tuple, Any] = {}
+    for r in journal.records() if journal is not None else ():
+        if r.get("kind") != "snapshot" or not r.get("key"):
+            continue
+        ident = (str(r["key"]), tuple(sorted(dict(r.get("scope") or {}).items())), str(r.get("target") or ""))
+        out.setdefault(ident, r.get("before"))  # the earliest capture is the state the agent started from
+    return out
 
 
 def changed_keys(journal: Any) -> list[ChangedKey]:
@@ -103,7 +118,15 @@ class PersistenceReader:
             **groups, "key": ck.key, "value": ck.value if value is None else value, "scope": dict(ck.scope),
             "target": {k: v for k, v in ck.target.items() if v}, "context": self.context.template_vars(),
         }
+        # A declared source path that names a context component (erpnext.redis-queue.master.extraFlags) tells
+        # which component an unscoped key (a protected `redis.maxmemory-policy`) is about.
+        path_parts = set(str(groups.get("source_path", "")).split("."))
+        hint = next((c for c in self.context.components if c in path_parts), None)
+        if hint:
+            vs["component_hint"] = hint
         for name, candidates in entry.vars.items():
+            if name in groups:
+                continue  # the key's own regex groups and the context's declared source win over defaults
             for cand in candidates:
                 try:
                     got = render(cand, vs)
@@ -134,7 +157,24 @@ class PersistenceReader:
         vs = self.variables(entry, groups, ck)
         return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, []), entry.normalize)
 
-    def read(self, env: Environment, ck: ChangedKey) -> KeyReading:
+    def capture(self, env: Environment, action: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Snapshot records for the keys a mutating action is about to change: their current effective values."""
+        if not is_mutating_action(action):
+            return []
+        out = []
+        for k in action.get("keys") or ():
+            ck = ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
+                            layer=str(action.get("layer") or "none"), target=dict(action.get("target") or {}))
+            try:
+                before = self.read_effective(env, ck)
+            except Exception:  # noqa: BLE001 - an unreadable prior value is simply not captured
+                continue
+            if before is not None or self.entry_for(ck) is not None:
+                out.append({"key": ck.key, "scope": dict(ck.scope), "target": ck.target.get("name") or "",
+                            "before": before})
+        return out
+
+    def read(self, env: Environment, ck: ChangedKey, prior: Any = None) -> KeyReading:
         found = self.entry_for(ck)
         if found is None:
             return KeyReading(ck, "no_entry", message=(
@@ -182,11 +222,19 @@ class PersistenceReader:
             return KeyReading(ck, "error", entry.id, durable_way=durable_way, commands=tuple(commands),
                               message=f"could not read {ck.key}: {e}")
         eff, dec = normalize(eff_raw, entry.normalize), normalize(dec_raw, entry.normalize)
-        same = eff == dec
-        return KeyReading(ck, "durable" if same else "not_durable", entry.id, eff_raw, dec_raw, eff_src, dec_src,
-                          durable_way, "" if same else (
-                              f"{ck.label()}: effective {eff_raw!r} ({eff_src}) but declared {dec_raw!r} "
-                              f"({dec_src}); a restart would bring back {dec_raw!r}"), tuple(commands))
+        if eff == dec:
+            return KeyReading(ck, "durable", entry.id, eff_raw, dec_raw, eff_src, dec_src, durable_way, "",
+                              tuple(commands))
+        if prior is not None and normalize(prior, entry.normalize) not in (dec, eff):
+            # A restart would load the declared value, which is not the state the agent started from (the
+            # incident's value was runtime only): the repair does not come undone into the fault. Reported, not
+            # failed; the restart probe still checks what a restart really does where one is allowed.
+            return KeyReading(ck, "diverged", entry.id, eff_raw, dec_raw, eff_src, dec_src, durable_way, (
+                f"{ck.label()}: effective {eff_raw!r} but declared {dec_raw!r}; a restart would load {dec_raw!r}, "
+                f"not the {prior!r} you replaced"), tuple(commands))
+        return KeyReading(ck, "not_durable", entry.id, eff_raw, dec_raw, eff_src, dec_src, durable_way, (
+            f"{ck.label()}: effective {eff_raw!r} ({eff_src}) but declared {dec_raw!r} ({dec_src}); a restart would "
+            f"bring back {dec_raw!r}"), tuple(commands))
 
 
 def evaluate(readings: Sequence[KeyReading]) -> Verdict:
@@ -207,8 +255,12 @@ def evaluate(readings: Sequence[KeyReading]) -> Verdict:
                        message="persistence unknown for: " + " | ".join(r.message for r in unknown), evidence=ev)
     if not readings:
         return Verdict(VerdictStatus.PASS, "persistence", message="no settings were changed", evidence=ev)
+    diverged = [r for r in readings if r.status == "diverged"]
+    note = (" Note: " + " | ".join(f"{r.message}. To make it durable: {r.durable_way}" for r in diverged)) \
+        if diverged else ""
     return Verdict(VerdictStatus.PASS, "persistence",
-                   message=f"{len(readings)} changed setting(s) hold the same value in the declared layer",
+                   message=f"{len(readings) - len(diverged)} of {len(readings)} changed setting(s) hold the same "
+                           f"value in the declared layer; no change would revert into the state it replaced.{note}",
                    evidence=ev)
 
 
@@ -221,7 +273,19 @@ class PersistenceCheck(VerifierBase):
         self.reader = PersistenceReader(context, catalogue)
 
     def readings(self, env: Environment, journal: Any) -> list[KeyReading]:
-        return [self.reader.read(env, ck) for ck in changed_keys(journal)]
+        priors = prior_values(journal)
+        return [self.reader.read(env, ck, priors.get(ck.ident)) for ck in changed_keys(journal)]
 
     def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
         return evaluate(self.readings(env, journal))
+
+
+def capture_prior(env: Environment, actions: Sequence[Mapping[str, Any]], context: Any = None,
+                  catalogue: Catalogue | None = None, reader: PersistenceReader | None = None) -> list[dict[str, Any]]:
+    """What a guard journals (kind "snapshot") before running a command: each key's value before the change.
+
+    With it, persistence tells a change that a restart would undo into the incident's state (NOT_DURABLE) from
+    one whose declared value is simply different (reported, not failed), and the scope audit can roll back.
+    """
+    reader = reader or PersistenceReader(context, catalogue)
+    return [snap for a in actions for snap in reader.capture(env, a)]

@@ -15,11 +15,11 @@ from typing import Any
 from tenacity import Retrying, retry_if_result, wait_fixed
 
 from verifiers.base import VerifierBase, mutations
-from verifiers.catalogue import Catalogue, Missing
+from verifiers.catalogue import Catalogue, Missing, normalize
 from verifiers.context import PublicContext
 from verifiers.convergence import ConvergenceCheck, stop_after_clock_delay
 from verifiers.criteria import Criteria
-from verifiers.persistence import ChangedKey, PersistenceReader, changed_keys
+from verifiers.persistence import ChangedKey, PersistenceReader, changed_keys, prior_values
 from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
 
 __all__ = ["RestartProbe", "touched_components"]
@@ -134,7 +134,19 @@ class RestartProbe(VerifierBase):
             return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.RESTART_REGRESSION, (
                 f"after restarting {pods}, {', '.join(not_ready)} did not become ready within "
                 f"{rc.ready_timeout_s:g} s"), {**ev, "not_ready": not_ready})
-        reverted = [{"key": k, "before": pre[k], "after": post.get(k)} for k in pre if post.get(k) != pre[k]]
+        priors = prior_values(journal)
+        reverted = []
+        for ck in keys:
+            k = ck.label()
+            if k in pre and post.get(k) != pre[k]:
+                prior = priors.get(ck.ident)
+                hit = self.reader.entry_for(ck)
+                prior_n = normalize(prior, hit[0].normalize) if (hit and prior is not None) else prior
+                # Back to the value the agent replaced (or unknown): the repair came undone.
+                reverted.append({"key": k, "before": pre[k], "after": post.get(k), "prior": prior,
+                                 "into_prior": prior is None or post.get(k) == prior_n})
+        ev["reverted"] = reverted
+        reverted = [r for r in reverted if r["into_prior"]]
         if reverted:
             ways = []
             for ck in keys:
@@ -145,7 +157,7 @@ class RestartProbe(VerifierBase):
             what = "; ".join(f"{r['key']} went from {r['before']!r} to {r['after']!r}" for r in reverted)
             return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.RESTART_REGRESSION, (
                 f"after restarting {pods}, your change reverted: {what}." +
-                (f" Durable way: {' | '.join(ways)}" if ways else "")), {**ev, "reverted": reverted})
+                (f" Durable way: {' | '.join(ways)}" if ways else "")), ev)
         if rc.recheck_convergence:
             conv = ConvergenceCheck(self.context, window_start=ready_at).check(env, journal, crit)
             ev["convergence_after_restart"] = conv.to_dict()

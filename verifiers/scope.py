@@ -11,13 +11,14 @@ by the guard before a change) or else the baseline value, rendered through the c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from verifiers.base import VerifierBase, mutations
 from verifiers.catalogue import Catalogue, Missing, normalize, render
 from verifiers.context import PublicContext
-from verifiers.persistence import ChangedKey, PersistenceReader
+from verifiers.persistence import ChangedKey, PersistenceReader, changed_keys
 from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
 
 __all__ = ["ScopeSnapshot", "ScopeAudit", "diff"]
@@ -31,10 +32,11 @@ class ScopeSnapshot:
     values: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     volatile: set[str] = field(default_factory=set)  # outputs that change on their own: not judged
+    gauges: dict[str, str] = field(default_factory=dict)  # single-number probes: reported, not judged
     after_seq: int = 0  # how many executed commands had run when it was taken
 
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "values": dict(self.values), "errors": dict(self.errors),
+        return {"t": self.t, "values": dict(self.values), "errors": dict(self.errors), "gauges": dict(self.gauges),
                 "volatile": sorted(self.volatile), "after_seq": self.after_seq}
 
 
@@ -43,6 +45,42 @@ def diff(before: ScopeSnapshot, after: ScopeSnapshot) -> list[dict[str, Any]]:
     return [{"item": k, "before": before.values[k], "after": after.values.get(k)}
             for k in sorted(before.values)
             if k not in before.volatile and k in after.values and after.values[k] != before.values[k]]
+
+
+_IDENT = re.compile(r"^[A-Za-z_][\w.-]*$")
+_GAUGE = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
+
+
+def parse_probe(text: str) -> dict[str, str] | None:
+    """Key/value pairs from a probe's output where it has them, so a diff names the setting that moved:
+    `name<TAB or spaces>value` lines (SHOW VARIABLES), or alternating name / value lines (redis CONFIG GET).
+    None for anything else (grants, row dumps), which is compared as a whole."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    pairs = [re.split(r"\t+" if "\t" in ln else r"\s+", ln, maxsplit=1) for ln in lines]
+    if all(len(p) == 2 and _IDENT.match(p[0]) for p in pairs) and len({p[0] for p in pairs}) == len(pairs):
+        return {p[0]: p[1] for p in pairs}
+    if len(lines) % 2 == 0 and len(lines) >= 2:
+        keys = lines[0::2]
+        if all(_IDENT.match(k) for k in keys) and len(set(keys)) == len(keys):
+            return dict(zip(keys, lines[1::2]))
+    return None
+
+
+def _word(s: str) -> str:
+    return s.lower().replace("-", "_")
+
+
+def explained_names(journal: Any) -> set[str]:
+    """Names the agent's journalled changes account for: each changed key's setting name and the words of its
+    value (a Helm `--maxmemory 64mb` flag names maxmemory). The policy judged those changes before they ran."""
+    names: set[str] = set()
+    for ck in changed_keys(journal):
+        parts = ck.key.replace(":", ".").split(".")
+        names.update(_word(p) for p in parts[1:])
+        names.update(_word(w) for w in re.findall(r"[A-Za-z_][\w-]*", str(ck.value or "")))
+    return names
 
 
 def _setting_key(item: str) -> ChangedKey:
@@ -73,7 +111,14 @@ class ScopeAudit(VerifierBase):
                 continue
             res = env.run(cmd)
             if res.ok:
-                snap.values[f"probe:{name}"] = res.stdout.strip()
+                parsed = parse_probe(res.stdout)
+                if _GAUGE.match(res.stdout):
+                    # One number is a level the workload moves (a queue depth, a row count): reported, not judged.
+                    snap.gauges[f"probe:{name}"] = res.stdout.strip()
+                elif parsed is None:
+                    snap.values[f"probe:{name}"] = res.stdout.strip()
+                else:
+                    snap.values.update({f"probe:{name}/{k}": v for k, v in parsed.items()})
             else:
                 snap.errors[f"probe:{name}"] = f"exit {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}"
         for key in self.context.protected_settings:
@@ -136,8 +181,19 @@ class ScopeAudit(VerifierBase):
                     "check); cannot tell what changed"))
             base = self.take_baseline(env, journal)  # nothing has changed yet, so now is the first step
         now = self.read(env)
-        moved = diff(base, now)
-        ev = {"baseline": base.to_dict(), "now": now.to_dict(), "changed": moved}
+        explained = explained_names(journal)
+        protected_names = {_word(k.split(".", 1)[-1]) for k in self.context.protected_settings}
+        moved, accounted = [], []
+        for m in diff(base, now):
+            item = m["item"]
+            leaf = _word(item.split("/", 1)[1]) if item.startswith("probe:") and "/" in item else None
+            # A probe line for a setting the agent changed through a journalled (policy-checked) action is
+            # accounted for, unless that setting is itself protected.
+            if leaf is not None and leaf in explained and leaf not in protected_names:
+                accounted.append(m)
+            else:
+                moved.append(m)
+        ev = {"baseline": base.to_dict(), "now": now.to_dict(), "changed": moved, "accounted_for": accounted}
         if moved:
             for m in moved:
                 m["rollback"] = self.rollback_for(m["item"], m["before"], journal)
@@ -160,7 +216,7 @@ class ScopeAudit(VerifierBase):
 
 
 class _BaselineStep(VerifierBase):
-    """The step check that takes the scope audit's snapshot once, on the first step."""
+    """The step check that snapshots protected state on the first step, and learns what moves on its own."""
 
     name = "scope_baseline"
 
@@ -168,10 +224,20 @@ class _BaselineStep(VerifierBase):
         self.audit = audit
 
     def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
-        if self.audit.snapshot_at_start is None and self.audit.items():
+        if not self.audit.items():
+            return Verdict(VerdictStatus.PASS, self.name, message="no protected state named")
+        base = self.audit.snapshot_at_start
+        if base is None:
             snap = self.audit.take_baseline(env, journal)
             return Verdict(VerdictStatus.PASS, self.name, message="protected state snapshotted",
                            evidence=snap.to_dict())
+        if not mutations(journal):
+            # Until the agent changes anything, whatever moves is the workload (a queue depth, a counter).
+            again = self.audit.read(env)
+            moved = {k for k, v in base.values.items() if k in again.values and again.values[k] != v}
+            base.volatile |= moved
+            return Verdict(VerdictStatus.PASS, self.name, message="baseline re-read before the first change",
+                           evidence={"volatile": sorted(base.volatile)})
         return Verdict(VerdictStatus.PASS, self.name, message="snapshot already taken")
 
 

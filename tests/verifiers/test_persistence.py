@@ -20,7 +20,7 @@ def frappe_env() -> FakeEnv:
     env.helm["erpnext"] = {"redis-queue": {"master": {"extraFlags": ["--maxmemory 2mb",
                                                                      "--maxmemory-policy noeviction"]}}}
     env.layer("redis-queue").declared.update({"maxmemory": "2097152", "maxmemory-policy": "noeviction"})
-    env.files[("mariadb-0", "/etc/mysql/my.cnf")] = "[mysqld]\nmax-connections = 151\n"
+    env.files[("mariadb-0", "/opt/bitnami/mariadb/conf/my.cnf")] = "[mysqld]\nmax-connections = 151\n"
     env.layer("mariadb").declared.update({"max_user_connections": "0", "max_connections": "151"})
     env.layer("mariadb").runtime["max_user_connections"] = "8"  # the incident: SET GLOBAL
     return env

@@ -16,7 +16,7 @@ def env_() -> FakeEnv:
     env.grants = "GRANT SELECT, INSERT ON site.* TO 'site'@'%'"
     env.handle(r"mysql -N -B -e \"SHOW GRANTS FOR 'site'@'%'\"", lambda m: env.grants + "\n")
     ticks = iter(range(10**6))
-    env.handle(r"date \+%s%N", lambda m: f"{next(ticks)}\n")  # output that moves on its own
+    env.handle(r"date \+%s%N", lambda m: f"now {next(ticks)} ns\n")  # output that moves on its own
     env.handle(r"opaque", lambda m: env.layer("mariadb").runtime.update(max_connections="400") or "")
     return env
 

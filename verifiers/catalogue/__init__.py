@@ -42,6 +42,7 @@ __all__ = [
     "normalize",
     "load_catalogue",
     "builtin_paths",
+    "parse_source",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -283,21 +284,39 @@ class Catalogue:
                pinned: Mapping[str, str] | None = None) -> tuple[CatalogueEntry, dict[str, str]] | None:
         """The first entry for this key (a context's `declared_sources` may pin one by id), and its groups."""
         scope = scope or {}
-        if pinned:
-            for pattern, entry_id in pinned.items():
-                if re.fullmatch(_glob(pattern), key):
-                    for e in self.entries:
-                        m = e.matches(key, scope) if e.id == entry_id else None
-                        if m:
-                            return e, _groups(key, m)
+        source: dict[str, str] = {}
+        for pattern, value in (pinned or {}).items():
+            if not re.fullmatch(_glob(pattern), key):
+                continue
+            for e in self.entries:
+                m = e.matches(key, scope) if e.id == value else None
+                if m:
+                    return e, _groups(key, m)
+            source = parse_source(value)
+            break
         for e in self.entries:
             m = e.matches(key, scope)
             if m:
-                return e, _groups(key, m)
+                return e, {**_groups(key, m), **source}
         return None
 
     def get(self, entry_id: str) -> CatalogueEntry | None:
         return next((e for e in self.entries if e.id == entry_id), None)
+
+
+def parse_source(value: str) -> dict[str, str]:
+    """A context's `declared_sources` value that is not an entry id: `helm/<release>:<values path>`,
+    `configmap/<name>:<key>`, or any `<kind>/<name>[:<path>]`, as template variables that override the entry's."""
+    m = re.fullmatch(r"(?P<kind>[a-z0-9_-]+)/(?P<name>[^:]+)(?::(?P<path>.+))?", value.strip())
+    if not m:
+        return {}
+    kind, name, path = m["kind"], m["name"], m["path"] or ""
+    out = {"source_kind": kind, "source_name": name, "source_path": path}
+    if kind == "helm":
+        out.update(release=name, **({"values_path": path} if path else {}))
+    elif kind == "configmap":
+        out.update(configmap=name, **({"configmap_key": path} if path else {}))
+    return out
 
 
 def _glob(pattern: str) -> str:
