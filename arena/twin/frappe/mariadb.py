@@ -157,6 +157,8 @@ class MariaDB(Component):
         self.tables: dict[str, dict[str, Any]] = {k: dict(v) for k, v in tables.items()}
         self.status: dict[str, float] = {}
         self.threads_by_user: dict[str, float] = {}
+        self._cat_version = -1
+        self._cat_cache: dict[str, Any] = {}
         self._expand_all()
 
     def _expand_all(self) -> None:
@@ -239,6 +241,13 @@ class MariaDB(Component):
         return str(v)
 
     # --- the privilege catalog ----------------------------------------------------------------------------
+    def _catalog(self) -> dict[str, Any]:
+        """The accounts as stored, read-only; cached per catalog write (a deep copy per request is too slow)."""
+        if self._cat_version != self.catalog.writes:
+            self._cat_cache = self.catalog.get("accounts", {}) or {}
+            self._cat_version = self.catalog.writes
+        return self._cat_cache
+
     def accounts(self) -> list[Account]:
         acc = self.catalog.get("accounts", {}) or {}
         return [Account(self.catalog, k) for k in sorted(acc)]
@@ -303,7 +312,7 @@ class MariaDB(Component):
         self.catalog.set("accounts", accs)
 
     def account_key(self, user: str) -> str | None:
-        for k in sorted(self.catalog.get("accounts", {}) or {}):
+        for k in sorted(self._catalog()):
             if k.split("@", 1)[0] == user:
                 return k
         return None
@@ -312,7 +321,7 @@ class MariaDB(Component):
         key = self.account_key(user)
         if key is None:
             return False
-        g = self._grants(key)
+        g = self._catalog()[key].get("grants") or {}
         for obj in ("*.*", f"`{db}`.*"):
             if priv in g.get(obj, []) or "ALL PRIVILEGES" in g.get(obj, []):
                 return True
@@ -320,7 +329,7 @@ class MariaDB(Component):
 
     def is_super(self, user: str) -> bool:
         key = self.account_key(user)
-        return key is not None and "SUPER" in self._grants(key).get("*.*", [])
+        return key is not None and "SUPER" in (self._catalog()[key].get("grants") or {}).get("*.*", [])
 
     def privilege_error(self, user: str, priv: str, table: str) -> SqlError | None:
         """Why a statement of class `priv` on the site schema fails for `user`, or None."""
@@ -336,7 +345,7 @@ class MariaDB(Component):
     def user_limit(self, user: str) -> int:
         """The connection limit that applies to `user` (0 = none): its own, else the global one."""
         key = self.account_key(user)
-        own = Account(self.catalog, key).max_user_connections if key else 0
+        own = int(self._catalog()[key].get("max_user_connections", 0) or 0) if key else 0
         return own or int(self.var("max_user_connections") or 0)
 
     def admission(self, user: str, erlangs: float) -> tuple[float, int, str]:
