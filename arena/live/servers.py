@@ -297,7 +297,10 @@ class PostgresServer(Server):
             capture_output=True, text=True)
         if r.returncode != 0 and _pid_alive(pid):
             os.kill(pid, signal.SIGQUIT)
-            wait_until(lambda: not _pid_alive(pid), timeout_s=5, clock=self.clock)
+        # pg_ctl returns once postmaster.pid is gone, a moment before the postmaster itself has exited.
+        if not wait_until(lambda: not _pid_alive(pid), timeout_s=timeout_s, clock=self.clock, interval_s=0.05):
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not _pid_alive(pid), timeout_s=5, clock=self.clock, interval_s=0.05)
 
     def psql(self, sql: str, *, database: str = "postgres", user: str = "postgres") -> str:
         """Run SQL as the superuser over the unix socket (bootstrap only; agents use the TCP DSN)."""

@@ -348,6 +348,8 @@ echo
             self.supervisor.stop_all()
         for server in reversed(list(self.servers.values())):
             server.stop()
+        # An exited process can linger a moment before its parent (or init) reaps it.
+        wait_until(lambda: not any(_alive(p) for p in tracked), timeout_s=5, clock=self.clock, interval_s=0.05)
         left = [p for p in tracked if _alive(p)]
         if self.dir is not None and not self.keep_dir and not self._base_given and not left:
             shutil.rmtree(self.dir, ignore_errors=True)
