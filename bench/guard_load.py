@@ -6,7 +6,8 @@ For each transport a guard server runs in its own process (this script with --se
 per simulated agent with the real normaliser, the embedded OPA engine over the shipped policies/ and fsync'd
 journals. The load generator paces `rate` decisions per second in total across the sessions, open loop (each
 request has a scheduled send time; latency is measured from that time, so a stall is not hidden by the client
-waiting). Allowed commands are reported back with `after` (socket) as a shim does; over MCP, `exec` runs in a
+waiting; a request whose time comes after the run's end is not sent, so a saturated server shows as
+sent < scheduled). The service time (send to reply) is reported beside it. Allowed commands are reported back with `after` (socket) as a shim does; over MCP, `exec` runs in a
 no-op environment so the figures measure the guard and the transport, not bash. Afterwards every session's
 journal is read back: each request carries a unique marker, which must appear exactly once (no drops, no
 duplicates), and each journal's seq must run 1..N without gaps. The server's RSS is sampled once a second.
@@ -77,7 +78,7 @@ def serve(args: argparse.Namespace) -> None:
     from guardrail.adapters.session import GuardSessions, load_engine
     from guardrail.context import IncidentContext
 
-    sessions = GuardSessions(load_engine(), IncidentContext(id="bench"), journal_dir=Path(args.dir) / "journals",
+    sessions = GuardSessions([load_engine() for _ in range(args.engines)], IncidentContext(id="bench"), journal_dir=Path(args.dir) / "journals",
                              env_factory=lambda ctx: NoopEnvironment())
     if args.serve == "socket":
         from guardrail.adapters.shell import GuardDaemon
@@ -131,9 +132,9 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-def start_server(kind: str, workdir: Path, sessions: int, port: int) -> subprocess.Popen:
+def start_server(kind: str, workdir: Path, sessions: int, port: int, engines: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--dir", str(workdir), "--sessions",
-                             str(sessions), "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             str(sessions), "--port", str(port), "--engines", str(engines)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     if kind == "socket":
         line = proc.stdout.readline()
@@ -163,14 +164,15 @@ def stop_server(proc: subprocess.Popen) -> None:
 def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_end: float, out: dict) -> None:
     from guardrail.adapters.shell.protocol import DaemonClient
 
-    lat, markers, errors, late = [], [], 0, 0
+    lat, service, markers, errors, late, scheduled = [], [], [], 0, 0, 0
     with DaemonClient(path) as c:
         i = 0
         while True:
             due = t0 + idx * interval / n + i * interval
-            if due >= t_end:
-                break
             now = time.perf_counter()
+            if due >= t_end or now >= t_end:
+                scheduled = int((t_end - t0 - idx * interval / n) // interval) + 1
+                break
             if due > now:
                 time.sleep(due - now)
             elif now - due > interval:
@@ -178,19 +180,23 @@ def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_en
             m = f"s{idx}-{i}"
             cmd = COMMANDS[i % len(COMMANDS)].format(m=m)
             try:
+                sent = time.perf_counter()
                 r = c.request({"op": "before", "argv": shlex.split(cmd), "cwd": "/"})
-                lat.append(time.perf_counter() - due)
+                done = time.perf_counter()
+                lat.append(done - due)
+                service.append(done - sent)
                 markers.append(m)
                 if r.get("runs"):
                     c.request({"op": "after", "id": r["id"], "exit_code": 0, "duration_s": 0.0})
             except (OSError, ValueError, ConnectionError):
                 errors += 1
             i += 1
-    out[idx] = {"latencies": lat, "markers": markers, "errors": errors, "late": late}
+    out[idx] = {"latencies": lat, "service": service, "markers": markers, "errors": errors, "late": late,
+                "scheduled": scheduled}
 
 
 def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    proc = start_server("socket", workdir, args.sessions, 0)
+    proc = start_server("socket", workdir, args.sessions, 0, args.engines)
     sampler = RssSampler(proc.pid)
     sampler.start()
     interval = args.sessions / args.rate
@@ -215,7 +221,7 @@ def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     port = _free_port()
-    proc = start_server("http", workdir, args.sessions, port)
+    proc = start_server("http", workdir, args.sessions, port, args.engines)
     sampler = RssSampler(proc.pid)
     sampler.start()
     interval = args.sessions / args.rate
@@ -223,30 +229,35 @@ def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     out: dict[int, Any] = {}
 
     async def session(idx: int, t0: float, t_end: float) -> None:
-        lat, markers, errors, late = [], [], 0, 0
+        lat, service, markers, errors, late, scheduled = [], [], [], 0, 0, 0
         async with Client(streamable_http_client(url), mode="legacy") as c:
             i = 0
             while True:
                 due = t0 + idx * interval / args.sessions + i * interval
-                if due >= t_end:
-                    break
                 now = time.perf_counter()
+                if due >= t_end or now >= t_end:
+                    scheduled = int((t_end - t0 - idx * interval / args.sessions) // interval) + 1
+                    break
                 if due > now:
                     await anyio.sleep(due - now)
                 elif now - due > interval:
                     late += 1
                 m = f"h{idx}-{i}"
                 try:
+                    sent = time.perf_counter()
                     r = await c.call_tool("exec", {"command": COMMANDS[i % len(COMMANDS)].format(m=m)})
                     if r.is_error:
                         errors += 1
                     else:
-                        lat.append(time.perf_counter() - due)
+                        done = time.perf_counter()
+                        lat.append(done - due)
+                        service.append(done - sent)
                         markers.append(m)
                 except Exception:  # noqa: BLE001 - count it, keep loading
                     errors += 1
                 i += 1
-        out[idx] = {"latencies": lat, "markers": markers, "errors": errors, "late": late}
+        out[idx] = {"latencies": lat, "service": service, "markers": markers, "errors": errors, "late": late,
+                    "scheduled": scheduled}
 
     async def main() -> float:
         t0 = time.perf_counter() + 2.0  # the sessions connect first
@@ -312,6 +323,7 @@ def pct(xs: list[float], p: float) -> float:
 
 def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path) -> dict[str, Any]:
     lat = [x for o in out.values() for x in o["latencies"]]
+    svc = [x for o in out.values() for x in o["service"]]
     markers = [m for o in out.values() for m in o["markers"]]
     kb = [k for _, k in rss]
     head = kb[: max(1, min(5, len(kb) // 4))]
@@ -319,6 +331,7 @@ def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path
     return {
         "transport": name,
         "sessions": len(out),
+        "scheduled": sum(o["scheduled"] for o in out.values()),
         "decisions": len(lat),
         "errors": sum(o["errors"] for o in out.values()),
         "late_sends": sum(o["late"] for o in out.values()),
@@ -328,6 +341,9 @@ def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path
         "p99_ms": round(pct(lat, 99) * 1000, 3),
         "max_ms": round(max(lat) * 1000, 3) if lat else None,
         "mean_ms": round(statistics.fmean(lat) * 1000, 3) if lat else None,
+        # From the actual send, not the schedule: the server's own time per request, queueing excluded.
+        "service_p50_ms": round(pct(svc, 50) * 1000, 3),
+        "service_p99_ms": round(pct(svc, 99) * 1000, 3),
         "rss_mb": {"first": round(kb[0] / 1024, 1) if kb else None, "last": round(kb[-1] / 1024, 1) if kb else None,
                    "max": round(max(kb) / 1024, 1) if kb else None,
                    "early_mean": round(statistics.fmean(head) / 1024, 1) if kb else None,
@@ -342,16 +358,17 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
     from rich.table import Table
 
     t = Table(title=f"guard load: {args.sessions} sessions, {args.rate}/s total, {args.duration}s")
-    cols = ["transport", "decisions", "rate/s", "errors", "p50 ms", "p99 ms", "max ms", "dropped", "dup",
-            "seq gaps", "RSS MB early→late (max)"]
+    cols = ["transport", "sent/scheduled", "rate/s", "err", "p50 ms", "p99 ms", "svc p50/p99 ms", "dropped",
+            "dup", "seq gaps", "RSS MB early→late (max)"]
     for c in cols:
         t.add_column(c, justify="right")
     for r in results:
         j, m = r["journal"], r["rss_mb"]
-        t.add_row(r["transport"], str(r["decisions"]), str(r["achieved_rate"]), str(r["errors"]), str(r["p50_ms"]),
-                  str(r["p99_ms"]), str(r["max_ms"]), str(j["dropped"]), str(j["duplicated"]),
+        t.add_row(r["transport"], f"{r['decisions']}/{r['scheduled']}", str(r["achieved_rate"]), str(r["errors"]),
+                  str(r["p50_ms"]), str(r["p99_ms"]), f"{r['service_p50_ms']}/{r['service_p99_ms']}",
+                  str(j["dropped"]), str(j["duplicated"]),
                   str(j["sessions_with_seq_gaps"]), f"{m['early_mean']}→{m['late_mean']} ({m['max']})")
-    Console().print(t)
+    Console(width=160).print(t)
 
 
 def main() -> None:
@@ -360,6 +377,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0, help="decisions per second, all sessions together")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load per transport")
     ap.add_argument("--transports", default="socket,http")
+    ap.add_argument("--engines", type=int, default=2, help="embedded OPA engines in the server's pool")
     ap.add_argument("--out", default=str(HERE / "results" / "guard_load.json"))
     ap.add_argument("--serve", choices=["socket", "http"], help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -377,7 +395,9 @@ def main() -> None:
     target = next((r for r in results if r["transport"] == "socket"), None)
     doc = {
         "bench": "guard_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "params": {"sessions": args.sessions, "rate": args.rate, "duration_s": args.duration},
+        "params": {"sessions": args.sessions, "rate": args.rate, "duration_s": args.duration,
+                   "engines": args.engines},
+        "load_average_at_end": os.getloadavg(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "target": {"socket_p99_ms_max": 5.0, "met": bool(target and target["p99_ms"] <= 5.0)},
         "results": results,

@@ -1,13 +1,14 @@
 """Guard sessions: one Guard, journal and environment per client session, sharing one policy engine.
 
 Used by the MCP server (one session per MCP client session) and the shell daemon (one session per wrapped
-agent). The engine is compiled once and shared; calls into it are serialised because nothing promises that an
-engine is thread-safe, and a decision costs well under a millisecond. A session's own calls are serialised
+agent). Engines are compiled once and shared through a pool; each engine decides one input at a time, because
+nothing promises that an engine is thread-safe. A session's own calls are serialised
 too, so its journal's seq order is the order the guard decided in.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
 from dataclasses import dataclass, field
@@ -22,19 +23,29 @@ from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Mode, PolicyEngine
 from verifiers.protocols import CommandResult, Environment
 
-__all__ = ["SerialisedEngine", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria"]
+__all__ = ["EnginePool", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria"]
 
 
-class SerialisedEngine:
-    """A PolicyEngine shared by many sessions, one decision at a time."""
+class EnginePool:
+    """PolicyEngines shared by many sessions; each engine decides one input at a time."""
 
-    def __init__(self, engine: PolicyEngine):
-        self.inner = engine
-        self._lock = threading.Lock()
+    def __init__(self, engines: PolicyEngine | Sequence[PolicyEngine]):
+        engines = list(engines) if isinstance(engines, (list, tuple)) else [engines]
+        if not engines:
+            raise ValueError("an engine pool needs at least one engine")
+        self.engines = engines
+        # Idle engines. The embedded engine's native calls release the GIL, so with two or more engines
+        # decisions of different sessions evaluate in parallel.
+        self._idle: queue.SimpleQueue[PolicyEngine] = queue.SimpleQueue()
+        for e in engines:
+            self._idle.put(e)
 
     def decide(self, input: Mapping[str, Any]) -> Decision:
-        with self._lock:
-            return self.inner.decide(input)
+        engine = self._idle.get()
+        try:
+            return engine.decide(input)
+        finally:
+            self._idle.put(engine)
 
 
 def load_engine(policy: str | Path | None = None) -> PolicyEngine:
@@ -123,7 +134,7 @@ class GuardSessions:
 
     def __init__(
         self,
-        engine: PolicyEngine,
+        engine: PolicyEngine | Sequence[PolicyEngine],
         context: IncidentContext,
         *,
         journal_dir: str | Path | None = None,
@@ -134,7 +145,7 @@ class GuardSessions:
         criteria: Any = None,
         fsync: bool = True,
     ):
-        self.engine = SerialisedEngine(engine)
+        self.engine = EnginePool(engine)
         self.context = context
         self.journal_dir = Path(journal_dir) if journal_dir is not None else None
         self._env_factory = env_factory
