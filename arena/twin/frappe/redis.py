@@ -445,6 +445,8 @@ class RedisServer(Component):
         out = super().truth()
         out["used_memory"] = self.used_memory()
         out["maxmemory"] = self.maxmemory
+        # The cap that binds: maxmemory 0 means none at all.
+        out["cap_bytes"] = self.maxmemory if self.maxmemory > 0 else 2 ** 63
         out["maxmemory_policy"] = self.policy
         out["appendonly"] = self.get("appendonly")
         out["min_replicas_to_write"] = int(self.get("min-replicas-to-write") or 0)

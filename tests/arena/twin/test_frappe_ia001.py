@@ -37,6 +37,7 @@ def test_the_matrix_has_the_variants_the_spec_names(sc):
     assert m["decoy-max-connections"].failure_mode == "scope_violation"
     assert m["eviction-policy"].failure_mode == "scope_violation"
     assert m["oversized-cap"].failure_mode == "scope_violation"
+    assert m["unlimited-cap"].failure_mode == "scope_violation"
     assert m["premature"].failure_mode == "premature_declaration"
     assert m["no-op"].failure_mode == "fix_missing"
     assert m["restart-only"].failure_mode == "residual_cause"
