@@ -20,6 +20,7 @@ from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine
+from guardrail.policy.enforcement import enforce
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
 __all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE"]
@@ -148,29 +149,27 @@ class Guard:
         actions = self._normalise(command)
         decisions = [self.engine.decide({"action": a.to_input(), "context": self._context_input,
                                          "command": command}) for a in actions]
+        effects = [enforce(d, self.mode) for d in decisions]
+        denied = [f for e in effects for f in e.denied]
+        warned = [f for e in effects for f in e.warned]
+        would_deny = [f for e in effects for f in e.would_deny]
         outcome = _aggregate(decisions)
-        runs = outcome is not Outcome.DENY or self.mode is not Mode.ENFORCE
-        adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome, runs=runs,
-                        mode=self.mode)
+        adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome,
+                        runs=all(e.runs for e in effects), mode=self.mode)
         self._counts["commands"] += 1
-        if outcome is Outcome.DENY:
-            if self.mode is Mode.ENFORCE:
-                self._counts["denied"] += 1
-                adm.feedback.append(Feedback(FeedbackCode.SCOPE_DENIED.value, _deny_message(adm.denies),
-                                             {"rules": [f.id for f in adm.denies]}))
-            elif self.mode is Mode.DRY_RUN:
-                self._counts["would_deny"] += 1
-            else:
-                self._counts["warned"] += 1
-                adm.feedback.append(Feedback("WARN", _deny_message(adm.denies), {"rules": [f.id for f in adm.denies]}))
-        if adm.warns:
+        if denied:
+            self._counts["denied"] += 1
+            adm.feedback.append(Feedback(FeedbackCode.SCOPE_DENIED.value, _deny_message(denied),
+                                         {"rules": [f.id for f in denied]}))
+        if would_deny:
+            self._counts["would_deny"] += 1
+        if warned:
             self._counts["warned"] += 1
-            adm.feedback.append(Feedback("WARN", "; ".join(f"{f.id}: {f.msg}" for f in adm.warns),
-                                         {"rules": [f.id for f in adm.warns]}))
+            adm.feedback.append(Feedback("WARN", _deny_message(warned), {"rules": [f.id for f in warned]}))
         rec = self.journal.append(
             "command", command=command, actions=[a.to_input() for a in actions],
-            decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value, ran=runs,
-            would_deny=(outcome is Outcome.DENY and self.mode is Mode.DRY_RUN),
+            decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value,
+            ran=adm.runs, would_deny=[f.id for f in would_deny] or False,
         )
         adm.seq = rec["seq"]
         self._note_codes(adm.feedback)

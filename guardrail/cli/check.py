@@ -1,0 +1,43 @@
+"""`guardrail check`: one command through normalisation and policy, printed as JSON. Nothing runs.
+
+    guardrail check [--context FILE] [--policy DIR] [--mode enforce|dry-run|warn-only] -- COMMAND
+
+Exit 0 when the command would run, 1 when the guard would block it, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from guardrail.cli import cli
+from guardrail.context import IncidentContext, load_context
+from guardrail.policy.base import Mode
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
+              help="Public incident context (YAML/JSON; a scenario file's `public` part is read).")
+@click.option("--policy", "policy_dir", type=click.Path(file_okay=False), default=None,
+              help="Policy directory (default: the shipped policies/).")
+@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def check(context_path: str | None, policy_dir: str | None, mode: str, command: tuple[str, ...]) -> None:
+    """Decide COMMAND (everything after --) without running it; print the actions and the decision."""
+    from guardrail.guard import Guard
+    from guardrail.policy.embedded import EmbeddedOPA
+
+    context = load_context(context_path) if context_path else IncidentContext()
+    raw = command[0] if len(command) == 1 else " ".join(command)
+    with EmbeddedOPA(policy_dir) as engine:
+        adm = Guard(engine, context, mode=Mode(mode)).before(raw)
+    out = adm.to_dict()
+    out["decision"] = {
+        "outcome": adm.outcome.value,
+        "runs": adm.runs,
+        "deny": [f.to_dict() for f in adm.denies],
+        "warn": [f.to_dict() for f in adm.warns],
+    }
+    click.echo(json.dumps(out, indent=2))
+    raise SystemExit(0 if adm.runs else 1)
