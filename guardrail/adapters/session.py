@@ -1,4 +1,4 @@
-"""Guard sessions: one Guard, journal and environment per client session, sharing one policy engine.
+"""Guard sessions: one Guard, journal and environment per client session, sharing a pool of policy engines.
 
 Used by the MCP server (one session per MCP client session) and the shell daemon (one session per wrapped
 agent). Engines are compiled once and shared through a pool; each engine decides one input at a time, because
