@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from arena.twin.saleor.postgres import Backend, ConnectError, PostgresServer
+from arena.twin.pg.postgres import Backend, ConnectError, PostgresServer
 
 __all__ = ["PooledConnection", "ApiConnectionPool", "erlang_b"]
 

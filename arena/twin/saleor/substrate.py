@@ -30,9 +30,9 @@ from arena.twin.ledger import bucket_of
 from arena.twin.load import Phase
 from arena.twin.mech import ERROR, OK, Mode, chain
 from arena.twin.saleor.pool import ApiConnectionPool
-from arena.twin.saleor.postgres import PostgresServer, Table, setting_ms
-from arena.twin.saleor.psql import run_psql
-from arena.twin.saleor.sql import SqlSession
+from arena.twin.pg.postgres import PostgresServer, Table, setting_ms
+from arena.twin.pg.psql import run_psql
+from arena.twin.pg.sql import SqlSession
 from arena.twin.shell import Invocation
 from arena.twin.world import Component, Substrate, register_substrate
 
