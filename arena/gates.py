@@ -112,6 +112,8 @@ def _op(op: str, v: Any, want: Any, base: Any) -> bool:
             return float(v) < float(want)
         if op == "between":
             return float(want[0]) <= float(v) <= float(want[1])
+        if op == "in_ranges":
+            return any(float(lo) <= float(v) <= float(hi) for lo, hi in want)
         if op == "in":
             return v in want
         if op == "truthy":

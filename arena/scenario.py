@@ -39,8 +39,9 @@ class Check(_M):
 
     id: str = ""
     path: str
-    op: Literal["equals", "not_equals", "gte", "lte", "gt", "lt", "between", "in", "truthy", "falsy", "unchanged",
-                "absent"]
+    # in_ranges: value is a list of [lo, hi] (inclusive); the state must fall in one of them (e.g. either trough)
+    op: Literal["equals", "not_equals", "gte", "lte", "gt", "lt", "between", "in_ranges", "in", "truthy", "falsy",
+                "unchanged", "absent"]
     value: Any = None
     when: list[Phase] = Field(default_factory=lambda: list(ALL_PHASES))
     why: str = ""

@@ -32,6 +32,7 @@ class MaintenanceController(Component):
         self.epoch = 0.0
         self.runs_completed = 0
         self.checkpoints_req = 0
+        self.last_completed_at = -math.inf
         self._counted_until = -math.inf
 
     @property
@@ -80,6 +81,7 @@ class MaintenanceController(Component):
             if w[1] > self._counted_until + 1e-9 and w[1] > t0 - 1e-9:
                 self.runs_completed += 1
                 self.checkpoints_req += 1
+                self.last_completed_at = w[1]
                 self._counted_until = w[1]
             w = self._window(w[1] + 1e-6)
 
@@ -89,6 +91,13 @@ class MaintenanceController(Component):
             out[f"schedule.{k}"] = v
         out["counters.runs_completed"] = self.runs_completed
         out["counters.checkpoints_req"] = self.checkpoints_req
+        # The database_checkpoint challenge polls until checkpoints_req moves: how long since a run last completed
+        # (a disabled or stalled schedule makes this grow without bound), and whether a run is in progress.
+        assert self.world is not None
+        now = self.world.clock.now()
+        out["counters.s_since_checkpoint"] = round(now - self.last_completed_at, 6) \
+            if self.last_completed_at > -math.inf else math.inf
+        out["active"] = self.active(now)
         return out
 
     def config(self) -> dict[str, Any]:
