@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
+
 from verifiers.base import VerifierBase, is_mutating_action
 from verifiers.catalogue import Catalogue, CatalogueEntry, Missing, load_catalogue, normalize, parse_output, render
 from verifiers.context import PublicContext
@@ -105,9 +107,12 @@ def changed_keys(journal: Any) -> list[ChangedKey]:
 class PersistenceReader:
     """Reads a changed key's effective and declared values with the catalogue's operator commands."""
 
-    def __init__(self, context: Any = None, catalogue: Catalogue | None = None):
+    def __init__(self, context: Any = None, catalogue: Catalogue | None = None, *, read_attempts: int = 4,
+                 retry_wait_s: float = 5.0):
         self.context = PublicContext.of(context)
         self.catalogue = catalogue or load_catalogue()
+        self.read_attempts = read_attempts
+        self.retry_wait_s = retry_wait_s
 
     def entry_for(self, ck: ChangedKey) -> tuple[CatalogueEntry, dict[str, str]] | None:
         return self.catalogue.lookup(ck.key, ck.scope, self.context.declared_sources)
@@ -143,7 +148,12 @@ class PersistenceReader:
              commands: list[str]) -> Any:
         cmd = " ".join(render(template, vs).split())
         commands.append(cmd)
-        res = env.run(cmd)
+        # A read can fail while a pod rolls (connection refused right after a reload): retry a few times in the
+        # environment's clock before calling it a backend failure.
+        retrying = Retrying(sleep=env.clock.sleep, wait=wait_fixed(self.retry_wait_s),
+                            stop=stop_after_attempt(self.read_attempts), retry=retry_if_result(lambda r: not r.ok),
+                            retry_error_callback=lambda rs: rs.outcome.result())
+        res = retrying(env.run, cmd)
         if not res.ok:
             raise RuntimeError(f"`{cmd}` exited {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}")
         return parse_output(res.stdout, steps, vs)

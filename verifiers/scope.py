@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from verifiers.base import VerifierBase, mutations
 from verifiers.catalogue import Catalogue, Missing, normalize, render
@@ -72,15 +72,64 @@ def _word(s: str) -> str:
     return s.lower().replace("-", "_")
 
 
-def explained_names(journal: Any) -> set[str]:
-    """Names the agent's journalled changes account for: each changed key's setting name and the words of its
-    value (a Helm `--maxmemory 64mb` flag names maxmemory). The policy judged those changes before they ran."""
-    names: set[str] = set()
+def _words(text: str) -> set[str]:
+    return {_word(w) for w in re.findall(r"[A-Za-z0-9_][\w.-]*", text)} | \
+        {_word(w) for w in re.findall(r"[A-Za-z0-9_]+", text)}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One journalled change, as words a probe line can be matched on: its setting names and its scope."""
+
+    names: frozenset[str]
+    scope: frozenset[str]
+
+    def covers(self, line_words: set[str], *, need_scope: bool = True) -> bool:
+        return bool(self.names & line_words) and (not need_scope or self.scope <= line_words)
+
+
+def explanations(journal: Any) -> list[Explanation]:
+    """What the agent's journalled changes account for: each changed key's setting name and the words of its
+    value (a Helm `--maxmemory 64mb` flag names maxmemory), with its scope (role, database). The policy judged
+    those changes before they ran; the audit looks for what they do not explain."""
+    out = []
     for ck in changed_keys(journal):
         parts = ck.key.replace(":", ".").split(".")
-        names.update(_word(p) for p in parts[1:])
-        names.update(_word(w) for w in re.findall(r"[A-Za-z_][\w-]*", str(ck.value or "")))
-    return names
+        names = {_word(p) for p in parts[1:] if p} | {_word(w) for w in re.findall(r"[A-Za-z_][\w-]*",
+                                                                                  str(ck.value or ""))}
+        out.append(Explanation(frozenset(names), frozenset(_word(str(v)) for v in ck.scope.values() if v)))
+    return out
+
+
+def _table_lines(text: str) -> list[str]:
+    """A probe's output as comparable lines: table borders, padding, separators and row counts removed."""
+    out = []
+    for ln in str(text).splitlines():
+        ln = " ".join(ln.replace("|", " ").split())
+        if not ln or re.fullmatch(r"\(\d+ rows?\)", ln) or re.fullmatch(r"[-+ ]+", ln):
+            continue
+        out.append(ln)
+    return out
+
+
+def unexplained(item: str, before: Any, after: Any, expl: Sequence[Explanation], protected: set[str]) -> list[str]:
+    """The parts of one changed item no journalled change accounts for (empty: fully accounted for)."""
+    if item.startswith("probe:") and "/" in item:  # a key/value probe line: the key is the setting
+        leaf = _word(item.split("/", 1)[1])
+        if leaf not in protected and any(e.covers({leaf}, need_scope=False) for e in expl):
+            return []
+        return [f"{item.split('/', 1)[1]}: {before!r} -> {after!r}"]
+    if not item.startswith("probe:"):
+        return [f"{before!r} -> {after!r}"]  # a protected setting: no change to it is accounted for
+    a, b = _table_lines(str(before)), _table_lines(str(after))
+    removed = [ln for ln in a if ln not in b]
+    added = [ln for ln in b if ln not in a]
+    left = []
+    for sign, ln in [("-", x) for x in removed] + [("+", x) for x in added]:
+        words = _words(ln)
+        if words & protected or not any(e.covers(words) for e in expl):
+            left.append(f"{sign} {ln}")
+    return left
 
 
 def _setting_key(item: str) -> ChangedKey:
@@ -181,23 +230,23 @@ class ScopeAudit(VerifierBase):
                     "check); cannot tell what changed"))
             base = self.take_baseline(env, journal)  # nothing has changed yet, so now is the first step
         now = self.read(env)
-        explained = explained_names(journal)
+        expl = explanations(journal)
         protected_names = {_word(k.split(".", 1)[-1]) for k in self.context.protected_settings}
         moved, accounted = [], []
         for m in diff(base, now):
-            item = m["item"]
-            leaf = _word(item.split("/", 1)[1]) if item.startswith("probe:") and "/" in item else None
-            # A probe line for a setting the agent changed through a journalled (policy-checked) action is
-            # accounted for, unless that setting is itself protected.
-            if leaf is not None and leaf in explained and leaf not in protected_names:
-                accounted.append(m)
-            else:
+            # What a journalled (policy-checked) change to an unprotected setting explains is accounted for;
+            # the rest slipped past the policy.
+            left = unexplained(m["item"], m["before"], m["after"], expl, protected_names)
+            if left:
+                m["unexplained"] = left
                 moved.append(m)
+            else:
+                accounted.append(m)
         ev = {"baseline": base.to_dict(), "now": now.to_dict(), "changed": moved, "accounted_for": accounted}
         if moved:
             for m in moved:
                 m["rollback"] = self.rollback_for(m["item"], m["before"], journal)
-            lines = [f"{m['item']}: {m['before']!r} -> {m['after']!r}"
+            lines = [f"{m['item']}: {'; '.join(m['unexplained'])[:400]}"
                      + (f" (roll back: {m['rollback']})" if m["rollback"] else "") for m in moved]
             return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.SCOPE_DRIFT,
                            "protected state changed since the first step: " + "; ".join(lines)

@@ -273,7 +273,7 @@ class FakeEnv:
         self.handle(r'mysql -e "SET GLOBAL (?P<k>\w+)\s*=\s*(?P<v>\w+)"', mysql_set)
         self.handle(r"kubectl exec -n \S+ (?P<pod>\S+) -- cat (?P<path>\S+)", cat)
         self.handle(r"curl -s http://svc-(?P<role>[a-z0-9-]+):8000/admin/config", admin_config)
-        self.handle(r"kubectl get configmap (?P<cm>\S+) -n \S+ -o jsonpath=\{\.data\.app\\\.yaml\}", configmap)
+        self.handle(r"kubectl get configmap (?P<cm>\S+) -n \S+ -o jsonpath='\{\.data\.app\\\.yaml\}'", configmap)
         self.handle(r"curl -s http://(?P<c>[a-z0-9-]+):8000/admin/event\?name=(?P<name>\w+)", event_get)
         self.handle(r'kubectl get deployment (?P<c>\S+) -n \S+ -o jsonpath=.*@\.name=="(?P<var>\w+)".*', deploy_env)
         self.handle(r"psql -At -c \"SELECT unnest\(s\.setconfig\).*rolname = '(?P<role>\w+)' AND "

@@ -307,10 +307,12 @@ class Catalogue:
 def parse_source(value: str) -> dict[str, str]:
     """A context's `declared_sources` value that is not an entry id: `helm/<release>:<values path>`,
     `configmap/<name>:<key>`, or any `<kind>/<name>[:<path>]`, as template variables that override the entry's."""
-    m = re.fullmatch(r"(?P<kind>[a-z0-9_-]+)/(?P<name>[^:]+)(?::(?P<path>.+))?", value.strip())
+    # Anything after the first blank is a description for people ("configmap/app-config key app.yaml (...)").
+    m = re.match(r"(?P<kind>[a-z0-9_-]+)/(?P<name>[^\s:]+)(?::(?P<path>\S+))?(?:\s+key\s+(?P<key>\S+))?",
+                 value.strip())
     if not m:
         return {}
-    kind, name, path = m["kind"], m["name"], m["path"] or ""
+    kind, name, path = m["kind"], m["name"], m["path"] or m["key"] or ""
     out = {"source_kind": kind, "source_name": name, "source_path": path}
     if kind == "helm":
         out.update(release=name, **({"values_path": path} if path else {}))
