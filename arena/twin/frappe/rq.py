@@ -46,6 +46,7 @@ class Worker(Component):
         self.block_reason = ""
         self.failures = 0
         self.in_a_row = 0
+        self.pod_env = {"QUEUE": queue, "REDIS_QUEUE": "redis://redis-queue:6379", "DB_HOST": "mariadb"}
 
     def reset_runtime(self) -> None:
         self.blocked_until = -math.inf

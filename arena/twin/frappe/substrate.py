@@ -36,6 +36,12 @@ from guardrail.yamlio import validate
 __all__ = ["FrappeSpec", "FrappeSubstrate", "FrappeWeb"]
 
 
+# The frappe-main image runs gunicorn and the workers; the stores are the chart's Bitnami subcharts.
+_FRAPPE_IMAGE = "ghcr.io/abundant-ai/sre-world/frappe-main@sha256:5d1c0f7a2b9e4c8d6f3a1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c"
+_MARIADB_IMAGE = "docker.io/bitnami/mariadb:11.4.4-debian-12-r1"
+_REDIS_IMAGE = "docker.io/bitnami/redis:7.2.4-debian-12-r9"
+
+
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -156,20 +162,21 @@ class FrappeSubstrate(Substrate):
         self.db = w.add(MariaDB("mariadb", mycnf=mycnf, catalog=catalog, site_db=spec.site_db,
                                 site_user=spec.site_user, tables=spec.mariadb.tables,
                                 root_password=spec.mariadb.root_password, namespace=ns, restartable=False,
+                                image=_MARIADB_IMAGE,
                                 boot_s=spec.mariadb.boot_s, hosts=("mariadb", "mariadb:3306", "localhost")))
         q, c = spec.redis_queue, spec.redis_cache
         self.queue = w.add(RedisServer("redis-queue", values=self.release, values_path=q.values_path,
                                        base_bytes=q.base_bytes, jobs=JobStore(q.job_bytes, q.result_ttl_s),
-                                       namespace=ns, restartable=False, boot_s=q.boot_s,
+                                       image=_REDIS_IMAGE, namespace=ns, restartable=False, boot_s=q.boot_s,
                                        hosts=("redis-queue", "redis-queue:6379", "redis-queue-master")))
         self.cache = w.add(RedisServer("redis-cache", values=self.release, values_path=c.values_path,
-                                       base_bytes=c.base_bytes, namespace=ns, restartable=False, boot_s=c.boot_s,
+                                       base_bytes=c.base_bytes, image=_REDIS_IMAGE, namespace=ns, restartable=False, boot_s=c.boot_s,
                                        hosts=("redis-cache", "redis-cache:6379", "redis-cache-master")))
-        self.web = w.add(FrappeWeb("frappe-web", namespace=ns, boot_s=spec.web.boot_s,
+        self.web = w.add(FrappeWeb("frappe-web", image=_FRAPPE_IMAGE, namespace=ns, boot_s=spec.web.boot_s,
                                    hosts=("frappe-web", "frappe-web:8000")))
         wl = spec.worker_long
         self.worker = w.add(Worker("worker-long", replicas=wl.replicas, service_s=wl.service_s, retry_s=wl.retry_s,
-                                   backoff_max_s=wl.backoff_max_s, namespace=ns, boot_s=wl.boot_s))
+                                   backoff_max_s=wl.backoff_max_s, image=_FRAPPE_IMAGE, namespace=ns, boot_s=wl.boot_s))
         for r in (self.queue, self.cache):
             r.exec = self._redis_exec(r)  # type: ignore[method-assign]
         self.db.exec = self._mysql_exec  # type: ignore[method-assign]
