@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arena.twin.state import UNSET, DeclaredStore, SettingTable
+from arena.twin.state import UNSET, DeclaredStore
 from arena.twin.world import Component
 from guardrail.errors import ScenarioError
 from guardrail.yamlio import load_model

@@ -30,7 +30,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from arena.twin.state import DeclaredStore
 from arena.twin.world import Component
 from guardrail.errors import ScenarioError
 from guardrail.yamlio import load_model
@@ -319,6 +318,8 @@ class RedisServer(Component):
         self._aof: dict[str, Any] | None = None
         # Keys an operator writes by hand (SET, RPUSH on other lists, HSET): kept exactly, bytes counted.
         self.misc: dict[str, Any] = {}
+        self.booted_conf: dict[str, str] = {}
+        self._aof_on_at_shutdown = True
 
     @property
     def pod(self) -> str:
@@ -340,7 +341,7 @@ class RedisServer(Component):
         conf, flags = self.render()
         # start-master.sh copies the rendered redis.conf over the container's file on every start.
         self.container_conf = dict(conf)
-        self._booted_conf = dict(conf)
+        self.booted_conf = dict(conf)
         self.rendered_flags = flags
         self.args = parse_flags(flags)
         users: dict[str, list[str]] = {}

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from arena.twin.mech import ERROR, OK, TIMEOUT, Mode
+from arena.twin.mech import ERROR, TIMEOUT, Mode
 from arena.twin.world import Component
 
 __all__ = ["Worker", "QueueStep", "step_queue"]
@@ -188,7 +188,3 @@ def step_queue(broker: Any, worker: Worker, attempts_rps: float, t0: float, t1: 
                 if job_db_block > 0:
                     modes.append(Mode(0.25 * job_db_block, done, ERROR, db_error_reason))
     return QueueStep(accepted, refused, processed, failed, modes)
-
-
-def ok_mode(latency_ms: float) -> Mode:
-    return Mode(1.0, latency_ms, OK)

@@ -369,7 +369,7 @@ class FrappeSubstrate(Substrate):
 
 def _rendered_conf(r: RedisServer) -> dict[str, str]:
     # What the pod booted with is what the ConfigMap held then; CONFIG REWRITE edits do not count.
-    return getattr(r, "_booted_conf", r.render()[0])
+    return r.booted_conf
 
 
 def _short(reason: str) -> str:
