@@ -58,6 +58,8 @@ class Normaliser:
     def _dispatch(self, inv: Invocation) -> list[Action]:
         if not inv.argv:
             return []
+        if inv.where.depth > MAX_DEPTH:
+            return [inv.opaque("nested", f"wrappers nested more than {MAX_DEPTH} deep are not followed")]
         head = inv.argv[0]
         if head.dynamic:
             return [inv.opaque("dynamic-command", "the command name is computed at run time "

@@ -16,6 +16,9 @@ from guardrail.actions.classifiers.base import OptionSpec, flatten, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
+# The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 __all__ = ["Helm", "parse_set"]
 
 _SPEC = OptionSpec.of(
@@ -127,7 +130,7 @@ class Helm:
     @staticmethod
     def _values(text: str, scope: dict[str, str]) -> list[KeyChange]:
         try:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_LOADER)
         except yaml.YAMLError:
             return []
         if not isinstance(doc, dict):

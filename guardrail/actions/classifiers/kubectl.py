@@ -18,6 +18,9 @@ from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
 
+# The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 __all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of"]
 
 _VALUE_OPTS = [
@@ -243,7 +246,7 @@ class Kubectl:
             doc = json.loads(text) if text is not None else None
         except ValueError:
             try:
-                doc = yaml.safe_load(text) if text is not None else None
+                doc = yaml.load(text, Loader=_LOADER) if text is not None else None
             except yaml.YAMLError:
                 doc = None
         if isinstance(doc, dict):
@@ -296,7 +299,7 @@ class Kubectl:
 
     def _manifests(self, a: Action, text: str, ns: str | None) -> None:
         try:
-            docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+            docs = [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
         except yaml.YAMLError:
             return
         objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]

@@ -1,0 +1,141 @@
+"""The parts behind `normalise`: the catalogue, the registry, shell words, option parsing, SQL splitting, failure paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardrail.actions import normalise
+from guardrail.actions.catalogue import CATALOGUE_PATH, Catalogue, catalogue
+from guardrail.actions.classifiers import classifier_for
+from guardrail.actions.classifiers.base import OptionSpec
+from guardrail.actions.classifiers.sql import statements
+from guardrail.actions.invocation import component_of_host
+from guardrail.actions.shell import parse
+from guardrail.actions.words import Word, decode_ansi_c, word_of
+from guardrail.actions.wrappers import WRAPPERS
+from guardrail.errors import InputError
+from guardrail.yamlio import load_model
+
+
+def test_catalogue_is_valid_data_and_bad_data_names_file_and_line(tmp_path: Path) -> None:
+    cat = catalogue()
+    assert "cat" in cat.read_only and cat.kubectl.kinds["deploy"] == "deployment"
+    assert cat.redis.kind_of("config get") == "read" and cat.redis.kind_of("FLUSHALL") == "destructive"
+    bad = tmp_path / "catalogue.yaml"
+    text = CATALOGUE_PATH.read_text().replace("    get: {mutating: false}", "    get: {mutating: sometimes}", 1)
+    bad.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_model(Catalogue, bad)
+    assert e.value.path == str(bad) and e.value.line is not None and "mutating" in e.value.message
+
+
+BRIEF_TOOLS = ["kubectl", "helm", "psql", "mysql", "mariadb", "redis-cli", "curl", "restart-svc.sh",
+               "reconfigure-infra.sh", "sed", "tee", "cp", "mv", "rm", "chmod", "truncate", "cat", "ls", "grep",
+               "head", "tail", "echo", "jq", "awk", "wc", "sort", "ps", "top", "ss", "netstat", "dig", "nslookup",
+               "date", "sleep", "true", "false", "declare_repair_complete"]
+BRIEF_WRAPPERS = ["sh", "bash", "kubectl", "xargs", "env", "timeout", "nohup", "watch", "sudo", "eval", "source",
+                  ".", "python", "python3", "perl", "node"]
+
+
+@pytest.mark.parametrize("name", BRIEF_TOOLS)
+def test_every_tool_of_the_issue_has_a_classifier(name: str) -> None:
+    assert classifier_for(name) is not None
+
+
+@pytest.mark.parametrize("name", BRIEF_WRAPPERS)
+def test_every_wrapper_of_the_issue_is_unwrapped(name: str) -> None:
+    assert name in WRAPPERS
+
+
+@pytest.mark.parametrize("body, want", [
+    (r"\x72edis", "redis"), (r"\162edis", "redis"), (r"\u0072edis", "redis"), (r"a\nb", "a\nb"),
+    (r"it\'s", "it's"), (r"\cA", "\x01"), (r"\q", "\\q"),
+])
+def test_ansi_c_strings_decode_as_bash_does(body: str, want: str) -> None:
+    assert decode_ansi_c(body) == want
+
+
+@pytest.mark.parametrize("src, text, dynamic", [
+    ("r''edis-cli", "redis-cli", False), ('"redis"-cli', "redis-cli", False), (r"r\edis-cli", "redis-cli", False),
+    ("$'\\x72edis-cli'", "redis-cli", False), ('"a\\"b\\$c"', 'a"b$c', False), ("x${IFS}y", "x${IFS}y", True),
+    ('"$(date)"', "$(date)", True), ("$HOME/x", "$HOME/x", True),
+])
+def test_words_are_what_the_shell_would_pass(src: str, text: str, dynamic: bool) -> None:
+    node = parse(f"echo {src}").root_node.children[0].child_by_field_name("argument")
+    w = word_of(node)
+    assert (str(w), w.dynamic) == (text, dynamic)
+
+
+def _w(*args: str) -> list[Word]:
+    return [Word.of(a) for a in args]
+
+
+def test_option_parsing_handles_clusters_attached_values_and_dashdash() -> None:
+    spec = OptionSpec.of(["-X", "-d", "-n", "--namespace"], {"--namespace": "-n"})
+    p = spec.parse(_w("-sSfX", "PUT", "-d@body.json", "--namespace=slack", "url", "--", "-x", "y"))
+    assert p.flags >= {"-s", "-S", "-f"}
+    assert (str(p.get("-X")), str(p.get("-d")), str(p.get("-n"))) == ("PUT", "@body.json", "slack")
+    assert [str(x) for x in p.positionals] == ["url"]
+    assert [str(x) for x in p.after_dashdash or []] == ["-x", "y"]
+    wrapper = OptionSpec.of(["-u"], stop_at_positional=True).parse(_w("-u", "postgres", "psql", "-c", "x"))
+    assert [str(x) for x in wrapper.positionals] == ["psql", "-c", "x"]
+
+
+@pytest.mark.parametrize("host, want", [
+    ("svc-channel", ("svc-channel", None)), ("svc-auth.slack.svc.cluster.local", ("svc-auth", "slack")),
+    ("svc-auth.slack.svc", ("svc-auth", "slack")), ("api.example.com", ("api.example.com", None)),
+    ("10.0.0.1", ("10.0.0.1", None)),
+])
+def test_component_of_host(host: str, want: tuple[str, str | None]) -> None:
+    assert component_of_host(host) == want
+
+
+def test_sql_splitting_respects_quotes_dollar_quotes_and_comments() -> None:
+    sql = """SELECT 'a;b'; -- c;d
+    DO $x$ BEGIN PERFORM 1; END $x$; /* ; */ SELECT "we;ird" FROM t; SELECT $$;$$"""
+    sts = statements(sql)
+    assert [s.kw(0) for s in sts] == ["SELECT", "DO", "SELECT", "SELECT"]
+    assert sts[1].toks[1].value == " BEGIN PERFORM 1; END "
+    assert "comment" in [t.value for t in statements("SHOW x # not a comment in postgres;")[0].toks]
+    assert statements("SHOW x # a comment in mysql", hash_comments=True)[0].toks[-1].value == "x"
+
+
+def test_a_classifier_bug_becomes_an_unknown_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    kubectl = classifier_for("kubectl")
+
+    def boom(inv: object) -> list[object]:
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(kubectl, "classify", boom)
+    [action] = normalise("kubectl delete ns slack")
+    assert action.mutating == "unknown" and "ZeroDivisionError" in (action.opaque_reason or "")
+
+
+def test_nesting_beyond_the_limit_is_opaque() -> None:
+    actions = normalise("timeout 1 " * 20 + "redis-cli FLUSHALL")
+    assert actions and all(a.mutating != False for a in actions)  # noqa: E712 - "unknown" or True, never False
+    assert any(a.verb == "nested" for a in actions)
+
+
+def test_recursive_function_is_cut_off_not_a_crash() -> None:
+    actions = normalise("f() { redis-cli FLUSHALL; f; }; f")
+    assert any(a.verb == "flushall" for a in actions)
+    assert any(a.verb == "nested" and a.mutating == "unknown" for a in actions)
+
+
+def test_where_a_file_write_lands_depends_on_where_it_runs() -> None:
+    [outside] = [a for a in normalise("echo x > /etc/redis.conf") if a.tool == "file"]
+    inside = [a for a in normalise("kubectl exec redis-0 -n frappe -- sh -c 'echo x > /etc/redis.conf'")
+              if a.tool == "file"][0]
+    assert (outside.layer.value, outside.target.kind) == ("declared", "file")
+    assert (inside.layer.value, inside.target.kind, inside.target.name) == ("runtime", "pod", "redis-0")
+    assert inside.keys[0].key == outside.keys[0].key == "file:/etc/redis.conf"
+
+
+def test_actions_are_json_for_the_policy_input() -> None:
+    [a] = normalise("redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    doc = a.to_input()
+    assert doc["mutating"] is True and doc["layer"] == "runtime"
+    assert doc["keys"] == [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}]
