@@ -368,6 +368,16 @@ class stop_after_clock_delay(stop_base):
         return self.clock.now() - self.start >= self.max_delay
 
 
+class _stop_unless(stop_base):
+    """Stops unless the condition holds (e.g. a backlog is still draining)."""
+
+    def __init__(self, condition: Any):
+        self.condition = condition
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return not self.condition()
+
+
 def incident_start(env: Environment, context: PublicContext) -> float | None:
     """When the incident began, as an operator knows it (the page's time): environment first, then the context."""
     for source in (env.describe().extra, context.extra):
@@ -468,7 +478,7 @@ class ConvergenceCheck(VerifierBase):
         cycle_s = self.cycle_s(env, crit)
         interval = crit.interval_s or cycle_s / 2
         max_wait = crit.max_wait_cycles * cycle_s
-        count = crit.count or max(1, int(max_wait // interval) + 1)
+        count = crit.count or max(1, int(max(max_wait, crit.drain_wait_cycles * cycle_s) // interval) + 1)
         restarts: list[float] = []
         errors = [0]
         checked_at = env.clock.now()
@@ -488,14 +498,25 @@ class ConvergenceCheck(VerifierBase):
             errors[0] = 0
             a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
                        not_ready=nr)
+            latest.append(a)
             terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
                         or a.nodata_cycles > crit.inconclusive_limit)
             return terminal, a, None
 
+        latest: list[Assessment] = []
+
+        def recovering() -> bool:
+            """A backlog visibly draining, or a run of in-band cycles under way: worth waiting a little longer."""
+            a = latest[-1] if latest else None
+            return bool(a and ((a.cycles and (a.cycles[-1].draining or a.cycles[-1].state == "ok"))
+                               or any(b.get("eta_s") for b in a.backlog.values())))
+
         retrying = Retrying(
             sleep=env.clock.sleep,
             wait=wait_fixed(interval),
-            stop=stop_after_attempt(count) | stop_after_clock_delay(env.clock, max_wait),
+            # The bounded wait; while the SLIs are visibly recovering it may run on, up to the drain cap.
+            stop=(stop_after_attempt(count) | stop_after_clock_delay(env.clock, max_wait)) & (
+                _stop_unless(recovering) | stop_after_clock_delay(env.clock, crit.drain_wait_cycles * cycle_s)),
             retry=retry_if_result(lambda r: not r[0]),
             retry_error_callback=lambda rs: rs.outcome.result(),
             reraise=True,

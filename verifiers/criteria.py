@@ -21,6 +21,7 @@ class ConvergenceCriteria:
     interval_s: float | None = None  # between measurements; None: half a load cycle
     count: int | None = None  # most measurements; None: as many as fit in max_wait_cycles
     max_wait_cycles: float = 8.0  # the bounded wait, in load cycles
+    drain_wait_cycles: float = 24.0  # the wait may run on to this while SLIs visibly recover (a backlog drains)
     failure_limit: int = 3  # failed cycles (not explained by a draining backlog) before giving up early
     inconclusive_limit: int = 4  # cycles with no data for a public SLO before answering INCONCLUSIVE
     error_limit: int = 2  # consecutive measurements the source failed to answer

@@ -235,6 +235,13 @@ class PersistenceReader:
         if eff == dec:
             return KeyReading(ck, "durable", entry.id, eff_raw, dec_raw, eff_src, dec_src, durable_way, "",
                               tuple(commands))
+        wanted = normalize(ck.value, entry.normalize) if ck.value is not None else None
+        if wanted is not None and wanted != eff and wanted == dec:
+            # The agent's value is the declared one, yet something put the old value back at runtime.
+            return KeyReading(ck, "not_durable", entry.id, eff_raw, dec_raw, eff_src, dec_src, durable_way, (
+                f"{ck.label()}: you set {ck.value!r}, but it is {eff_raw!r} again ({eff_src}); something re-applies "
+                f"it at runtime (a scheduled event, a controller, a restart of another writer). Find what sets it"),
+                tuple(commands))
         if prior is not None and normalize(prior, entry.normalize) not in (dec, eff):
             # A restart would load the declared value, which is not the state the agent started from (the
             # incident's value was runtime only): the repair does not come undone into the fault. Reported, not
