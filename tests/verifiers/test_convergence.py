@@ -285,3 +285,15 @@ def test_criteria_mapping_rejects_unknown_fields():
     with pytest.raises(ValueError):
         Criteria.coerce({"convergence": {"consecutive": 3}})
     assert Criteria.coerce({"convergence": {"consecutive_cycles": 3}}).convergence.consecutive_cycles == 3
+
+
+def test_wait_runs_past_the_bound_while_a_run_of_good_cycles_is_under_way():
+    # Healthy from t=840. The 5-cycle bound ends at 900, when one good cycle (840-900) is in: it waits for 960.
+    crit = {"max_wait_cycles": 5, "failure_limit": 10}
+    env = _env(fix_at=840.0)
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {**crit, "drain_wait_cycles": 10}})
+    assert v.status is VerdictStatus.PASS, v.message
+    assert 960 <= env.clock.now() <= 990
+    env = _env(fix_at=840.0)
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {**crit, "drain_wait_cycles": 5}})
+    assert v.status is VerdictStatus.FAIL and env.clock.now() <= 900  # no extension allowed: the bound holds

@@ -263,3 +263,96 @@ def test_evaluate_orders_not_durable_before_errors_and_unknowns():
     assert evaluate([r["no_entry"], r["error"], r["not_durable"]]).code is FeedbackCode.NOT_DURABLE
     assert evaluate([r["no_entry"], r["error"]]).status is VerdictStatus.ERROR
     assert evaluate([r["no_entry"], r["durable"]]).status is VerdictStatus.INCONCLUSIVE
+
+
+# -- prior values: what a restart would undo into -------------------------------------------------------------
+
+def _mariadb_change(env, j, value):
+    env.handle(r"mysql -e .*", lambda m: env.layer("mariadb").runtime.update(max_user_connections=value) or "")
+    act = action("mysql", "set global", [{"key": "mariadb.max_user_connections", "value": value}], layer="runtime")
+    from verifiers.persistence import capture_prior
+
+    for snap in capture_prior(env, [act], CTX):  # what the guard journals before the command runs
+        j.append("snapshot", **snap)
+    j.run(env, f'mysql -e "SET GLOBAL max_user_connections={value}"', [act])
+
+
+def test_declared_value_that_is_not_the_replaced_one_is_reported_not_failed():
+    env = frappe_env()  # runtime 8 (the incident), declared 0 (the compiled default)
+    j = FakeJournal(env.clock)
+    _mariadb_change(env, j, "32")
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.passed, v.message
+    key = v.evidence["keys"][0]
+    assert key["status"] == "diverged" and "not the 8 you replaced" in v.message
+    # The same change without a captured prior value: a restart might undo it, so it fails.
+    j2 = FakeJournal(env.clock)
+    j2.run(env, 'mysql -e "SET GLOBAL max_user_connections=32"',
+           [action("mysql", "set global", [{"key": "mariadb.max_user_connections", "value": "32"}], layer="runtime")])
+    assert PersistenceCheck(CTX).check(env, j2, None).code is FeedbackCode.NOT_DURABLE
+
+
+def test_declared_value_equal_to_the_replaced_one_is_not_durable():
+    env = frappe_env()
+    env.layer("redis-queue").declared["maxmemory"] = "2097152"
+    j = FakeJournal(env.clock)
+    from verifiers.persistence import capture_prior
+
+    for snap in capture_prior(env, [REDIS_ACTION], CTX):
+        j.append("snapshot", **snap)
+    assert j.records()[0]["before"] == 2097152
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    assert PersistenceCheck(CTX).check(env, j, None).code is FeedbackCode.NOT_DURABLE
+
+
+def test_a_value_reapplied_at_runtime_is_named_as_such():
+    env = slack_env()
+    env.layer("svc-channel").runtime["event.read_consistency_strict"] = False
+    env.handle(r"curl -X PUT .*", lambda m: "{}")
+    j = FakeJournal(env.clock)
+    j.run(env, "curl -X PUT http://svc-channel:8000/admin/event -d '{...}'",
+          [action("curl", "PUT", [{"key": "event.read_consistency_strict", "value": False,
+                                   "scope": {"component": "svc-channel"}}], layer="runtime")])
+    env.layer("svc-channel").runtime["event.read_consistency_strict"] = True  # the load generator fires it again
+    v = PersistenceCheck({}).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE and "re-applies it at runtime" in v.message
+
+
+def test_reads_are_retried_in_the_environment_clock_while_a_pod_rolls():
+    env = slack_env()
+    env.set_app_yaml("app-config", {"channel": {"pool_size": 20, "max_overflow": 10}})
+    attempts = {"n": 0}
+
+    def flaky(m):
+        attempts["n"] += 1
+        if attempts["n"] <= 2:
+            return CommandResult(m.string, stderr="curl: (7) Failed to connect", exit_code=7)
+        return '{"db": {"pool_size": 20, "max_overflow": 10}}'
+
+    env.handle(r"curl -s http://svc-channel:8000/admin/config", flaky)
+    env.handle(r"restart-svc.sh channel", lambda m: "reloaded")
+    j = FakeJournal(env.clock)
+    j.run(env, "restart-svc.sh channel", POOL_ACTIONS[:1] and [action(
+        "restart-svc.sh", "put config", [{"key": "app.roles.channel.db.pool_size", "value": 20}], layer="runtime")])
+    t0 = env.clock.now()
+    v = PersistenceCheck({"namespaces": ["slack"]}).check(env, j, None)
+    assert v.passed, v.message
+    assert env.clock.now() - t0 == pytest.approx(10.0)  # two retries, 5 s apart, in virtual time
+
+
+def test_declared_sources_value_sets_the_release_and_path():
+    from verifiers.catalogue import parse_source
+
+    assert parse_source("helm/frappe:erpnext.redis-queue.master.extraFlags") == {
+        "source_kind": "helm", "source_name": "frappe", "source_path": "erpnext.redis-queue.master.extraFlags",
+        "release": "frappe", "values_path": "erpnext.redis-queue.master.extraFlags"}
+    assert parse_source("configmap/app-config key app.yaml (free text)")["configmap"] == "app-config"
+    assert parse_source("process memory of the pod") == {}
+    env = frappe_env()
+    env.helm["frappe"] = {"erpnext": env.helm.pop("erpnext")}
+    ctx = dict(CTX, extra={}, declared_sources={"redis.*": "helm/frappe:erpnext.redis-queue.master.extraFlags"})
+    j = FakeJournal(env.clock)
+    j.run(env, REDIS_SET, [REDIS_ACTION])
+    v = PersistenceCheck(ctx).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE and "helm upgrade frappe" in v.message
+    assert "helm get values frappe -o json" in v.evidence["keys"][0]["commands"]

@@ -70,3 +70,53 @@ def test_diff_is_pure_and_skips_volatile():
     a = ScopeSnapshot(0, {"x": 1, "y": 2, "z": 3}, volatile={"z"})
     b = ScopeSnapshot(1, {"x": 1, "y": 5, "z": 4})
     assert diff(a, b) == [{"item": "y", "before": 2, "after": 5}]
+
+
+def test_probe_lines_the_journal_explains_are_accounted_for_and_the_rest_is_drift():
+    from verifiers.scope import parse_probe
+
+    env = FakeEnv(clock=ManualClock(0.0))
+    state = {"vars": {"max_user_connections": "8", "max_connections": "151", "read_only": "OFF"},
+             "roles": [" app | db | statement_timeout=150ms", " worker | db | statement_timeout=30s"]}
+    env.handle(r"show-vars", lambda m: "".join(f"{k}\t{v}\n" for k, v in state["vars"].items()))
+    env.handle(r"show-roles", lambda m: " Role | Database | Settings\n------+---------+---------\n"
+               + "\n".join(state["roles"]) + f"\n({len(state['roles'])} rows)\n")
+    env.handle(r"queue-depth", lambda m: f"{len(state['roles']) * 7}\n")
+    env.handle(r"fix", lambda m: "")
+    ctx = {"protected_settings": ["mariadb.max_connections"],
+           "protected_probes": {"vars": "show-vars", "roles": "show-roles", "depth": "queue-depth"}}
+    assert parse_probe("a\t1\nb\t2\n") == {"a": "1", "b": "2"}
+    assert parse_probe("maxmemory\n64\nmaxmemory-policy\nnoeviction\n") == {"maxmemory": "64",
+                                                                             "maxmemory-policy": "noeviction"}
+    audit = ScopeAudit(ctx)
+    j = FakeJournal(env.clock)
+    audit.baseline_step.check(env, j, None)
+    assert "probe:depth" in audit.snapshot_at_start.gauges  # a single number is a level: reported, not judged
+    # The journalled fix changes max_user_connections and the app role's timeout: accounted for.
+    j.run(env, "fix", [action("mysql", "set global", [{"key": "mariadb.max_user_connections", "value": 0}]),
+                       action("psql", "alter role", [{"key": "postgres.statement_timeout", "value": None,
+                                                      "scope": {"role": "app", "database": "db"}}])])
+    state["vars"]["max_user_connections"] = "0"
+    state["roles"] = state["roles"][1:]
+    v = audit.check(env, j, None)
+    assert v.passed, v.message
+    assert {m["item"] for m in v.evidence["accounted_for"]} == {"probe:vars/max_user_connections", "probe:roles"}
+    # Something nobody journalled: the worker role's timeout, and a protected setting.
+    state["roles"] = [" worker | db | statement_timeout=0"]
+    state["vars"]["max_connections"] = "400"
+    v = audit.check(env, j, None)
+    assert v.code is FeedbackCode.SCOPE_DRIFT
+    assert "worker db statement_timeout=0" in v.message and "max_connections" in v.message
+
+
+def test_output_that_moves_before_any_change_is_learned_as_volatile():
+    env = FakeEnv(clock=ManualClock(0.0))
+    n = {"i": 0}
+    env.handle(r"jobs", lambda m: f"queued jobs: {n['i']}\n")
+    audit = ScopeAudit({"protected_probes": {"jobs": "jobs"}})
+    j = FakeJournal(env.clock)
+    audit.baseline_step.check(env, j, None)
+    n["i"] = 3
+    audit.baseline_step.check(env, j, None)  # still no change by the agent: the workload moved it
+    n["i"] = 9
+    assert audit.check(env, j, None).passed
