@@ -202,6 +202,12 @@ class Backend:
     state_change: float = 0.0
     alive: bool = True
     terminated_by_admin: bool = False
+    xact_start: float | None = None  # an open transaction block
+    # When an idle-in-transaction backend is terminated: armed from its effective timeout at the moment it went
+    # idle, as PostgreSQL arms the timer; a later ALTER SYSTEM + reload does not re-arm an already idle one.
+    idle_tx_deadline: float | None = None
+    locks: list[tuple[str, str]] = field(default_factory=list)  # (relation, row key) locked FOR UPDATE
+    waiting_for: tuple[str, str] | None = None  # a row lock this backend waits on
 
 
 @functools.lru_cache(maxsize=65536)
@@ -252,6 +258,9 @@ class PostgresServer:
         self.tables: dict[str, Table] = {}
         self.replication_slots: list[dict[str, str]] = []
         self.extra_tables: dict[str, Table] = {}  # unprotected bookkeeping tables (the fault's sentinel)
+        self.row_locks: dict[tuple[str, str], int] = {}  # (relation, row key) -> pid holding it FOR UPDATE
+        # Application relations a substrate computes from its own state: name -> () -> (columns, rows)
+        self.views: dict[str, Callable[[], tuple[list[str], list[list[object]]]]] = {}
         self._next_pid = pid_seed
         self._next_oid = 16384
         self.starts = 1
@@ -286,6 +295,7 @@ class PostgresServer:
         for b in self.backends.values():
             b.alive = False
         self.backends.clear()
+        self.row_locks.clear()
         self.starts += 1
         self._start()
         self._log((now, "LOG:  database system is ready to accept connections"))
@@ -387,6 +397,7 @@ class PostgresServer:
         b = self.backends.pop(pid, None)
         if b is not None:
             b.alive = False
+            self._release(b)
 
     def terminate(self, pid: int, now: float) -> bool:
         """pg_terminate_backend: the backend exits with FATAL 57P01; its client sees a broken connection."""
@@ -395,8 +406,71 @@ class PostgresServer:
             return False
         b.alive = False
         b.terminated_by_admin = True
+        self._release(b)
         self._log((now, f"FATAL:  terminating connection due to administrator command (pid {pid})"))
         return True
+
+    # ---------------------------------------------------------------- transactions and row locks
+    def begin(self, b: Backend, now: float) -> None:
+        if b.xact_start is None:
+            b.xact_start = now
+
+    def lock_row(self, b: Backend, relation: str, key: str, now: float) -> int | None:
+        """SELECT ... FOR UPDATE of one row inside `b`'s transaction; the holder's pid if another backend has it."""
+        self.begin(b, now)
+        holder = self.row_locks.get((relation, key))
+        if holder is not None and holder != b.pid:
+            b.waiting_for = (relation, key)
+            return holder
+        self.row_locks[(relation, key)] = b.pid
+        if (relation, key) not in b.locks:
+            b.locks.append((relation, key))
+        b.waiting_for = None
+        return None
+
+    def idle_in_transaction(self, b: Backend, now: float, query: str = "") -> None:
+        """The client stops sending inside an open transaction: the idle-in-transaction timer is armed now."""
+        b.state, b.state_change = "idle in transaction", now
+        if query:
+            b.query, b.query_start = query, now
+        ms = setting_ms("idle_in_transaction_session_timeout",
+                        self.effective(b, "idle_in_transaction_session_timeout")[0])
+        b.idle_tx_deadline = now + ms / 1000.0 if ms > 0 else None
+
+    def end_transaction(self, b: Backend, now: float) -> None:
+        """COMMIT or ROLLBACK: row locks are released."""
+        self._release(b)
+        b.xact_start, b.idle_tx_deadline = None, None
+        b.state, b.state_change = "idle", now
+
+    def _release(self, b: Backend) -> None:
+        for key in b.locks:
+            if self.row_locks.get(key) == b.pid:
+                del self.row_locks[key]
+        b.locks = []
+        b.waiting_for = None
+
+    def lock_holder(self, relation: str, key: str) -> Backend | None:
+        pid = self.row_locks.get((relation, key))
+        return self.backends.get(pid) if pid is not None else None
+
+    def expire_idle(self, now: float) -> list[int]:
+        """idle_in_transaction_session_timeout: end the backends whose armed timer ran out (FATAL 25P03)."""
+        gone = []
+        for b in list(self.backends.values()):
+            if b.idle_tx_deadline is not None and b.state == "idle in transaction" and now >= b.idle_tx_deadline:
+                self.backends.pop(b.pid, None)
+                b.alive = False
+                self._release(b)
+                self._log((b.idle_tx_deadline, "FATAL:  terminating connection due to idle-in-transaction timeout "
+                                               f"(pid {b.pid})"))
+                gone.append(b.pid)
+        return gone
+
+    def next_idle_deadline(self, now: float) -> float:
+        ts = [b.idle_tx_deadline for b in self.backends.values()
+              if b.idle_tx_deadline is not None and b.state == "idle in transaction" and b.idle_tx_deadline > now]
+        return min(ts) if ts else float("inf")
 
     def effective(self, backend: Backend | None, name: str) -> tuple[str, str]:
         """(value, source) of a setting as `backend` sees it now; None = a fresh session's view without a role."""

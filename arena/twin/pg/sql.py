@@ -775,27 +775,55 @@ class SqlSession:
         now = self.now()
         if name == "pg_stat_activity":
             cols = ["datid", "datname", "pid", "usesysid", "usename", "application_name", "client_addr",
-                    "backend_start", "state_change", "query_start", "wait_event_type", "wait_event", "state",
-                    "backend_type", "query"]
+                    "backend_start", "xact_start", "state_change", "query_start", "wait_event_type", "wait_event",
+                    "state", "backend_type", "query"]
             rows = []
             for b in sorted(s.live_backends(), key=lambda b: b.pid):
                 own = b.pid == self.backend.pid
+                if own:
+                    wait = (None, None)
+                elif b.waiting_for is not None:
+                    wait = ("Lock", "transactionid")
+                elif b.state == "active":
+                    wait = (None, None)
+                else:
+                    wait = ("Client", "ClientRead")
                 rows.append([s.databases[b.database].oid, b.database, b.pid, s.roles[b.role].oid, b.role,
                              b.application_name, b.client_addr, _timestamp(b.backend_start),
+                             _timestamp(b.xact_start) if b.xact_start is not None else (_timestamp(now) if own
+                                                                                         else None),
                              _timestamp(now if own else b.state_change),
                              _timestamp(now) if own else (_timestamp(b.query_start) if b.query_start is not None
                                                           else None),
-                             None if own or b.state == "active" else "Client",
-                             None if own or b.state == "active" else "ClientRead",
-                             "active" if own else b.state, "client backend",
+                             wait[0], wait[1], "active" if own else b.state, "client backend",
                              "<the current query>" if own else b.query])
             for pid, btype in ((54, "autovacuum launcher"), (55, "logical replication launcher"),
                                (51, "background writer"), (50, "checkpointer"), (53, "walwriter")):
-                rows.append([None, None, pid, None, None, "", None, _timestamp(-86400.0), None, None, "Activity",
-                             None, None, btype, ""])
+                rows.append([None, None, pid, None, None, "", None, _timestamp(-86400.0), None, None, None,
+                             "Activity", None, None, btype, ""])
             for r in rows:
-                if r[13] == "client backend" and r[14] == "<the current query>":
-                    r[14] = self._current_query
+                if r[14] == "client backend" and r[15] == "<the current query>":
+                    r[15] = self._current_query
+            return cols, rows
+        if name == "pg_locks":
+            cols = ["locktype", "database", "relation", "page", "tuple", "virtualxid", "transactionid", "pid",
+                    "mode", "granted", "waitstart"]
+            rows = []
+            for b in sorted(s.live_backends(), key=lambda b: b.pid):
+                dboid = s.databases[b.database].oid
+                xid = 7_000_000 + b.pid  # a stable transaction id per holder, for display
+                for rel in dict.fromkeys(r for r, _ in b.locks):
+                    rows.append(["relation", dboid, rel, None, None, None, None, b.pid, "RowShareLock", True, None])
+                if b.locks:
+                    rows.append(["transactionid", None, None, None, None, None, xid, b.pid, "ExclusiveLock", True,
+                                 None])
+                if b.waiting_for is not None:
+                    holder = s.row_locks.get(b.waiting_for)
+                    rows.append(["relation", dboid, b.waiting_for[0], None, None, None, None, b.pid,
+                                 "RowExclusiveLock", True, None])
+                    rows.append(["transactionid", None, None, None, None, None,
+                                 7_000_000 + holder if holder is not None else None, b.pid, "ShareLock", False,
+                                 _timestamp(b.state_change)])
             return cols, rows
         if name == "pg_settings":
             cols = ["name", "setting", "unit", "category", "context", "vartype", "source", "boot_val", "reset_val",
@@ -852,6 +880,11 @@ class SqlSession:
             cols = ["datname", "numbackends", "xact_commit", "xact_rollback"]
             return cols, [[d.name, sum(b.database == d.name for b in s.live_backends()), 0, 0]
                           for d in s.databases.values()]
+        view = s.views.get(name)
+        if view is not None:
+            if self.backend.database != s.app_database:
+                raise SQLError(f'relation "{name}" does not exist', sqlstate="42P01")
+            return view()
         table = s.tables.get(name) or s.extra_tables.get(name)
         if table is not None:
             if self.backend.database != s.app_database:
@@ -1034,6 +1067,12 @@ class SqlSession:
             if done:
                 self.on_event("terminate", {"pid": pid})
             return done
+        if n == "pg_blocking_pids":
+            b = s.backends.get(int(args[0])) if args[0] is not None else None
+            if b is None or b.waiting_for is None:
+                return []
+            holder = s.row_locks.get(b.waiting_for)
+            return [holder] if holder is not None else []
         if n == "pg_reload_conf":
             self._require_signal_rights(n)
             s.reload(self.now())

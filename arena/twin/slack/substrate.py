@@ -28,6 +28,7 @@ from arena.twin.mech import ERROR, ConnectionPool, Mode, chain
 from arena.twin.shell import Invocation
 from arena.twin.slack.maintenance import MaintenanceController
 from arena.twin.slack.infra import PG_DEFAULTS, PgBouncer, SlackPostgres, SlackRedis
+from arena.twin.slack.message import MessageRole, SlackDatabase
 from arena.twin.slack.roles import DB_KEYS, HEALTHY_HOLD_MS, ROLE_NAMES, SlackRole
 from arena.twin.world import Substrate, register_substrate
 from guardrail.errors import ScenarioError
@@ -67,6 +68,9 @@ class SlackSpec(BaseModel):
     maintenance: dict[str, float] | None = None
     reload_s: float = 12.0  # [INF] a reload rebuilds the engine and re-passes readiness
     pool_timeout_s: float = 2.0  # [INF] healthy app.yaml value
+    # psql reaches the shared PostgreSQL model (arena/twin/pg: backends, row locks, ALTER SYSTEM/ROLE layers)
+    # rather than the summary answers of the tasks that never look inside PostgreSQL.
+    postgres_model: bool = False
 
 
 def healthy_app_yaml(pool_timeout_s: float) -> dict[str, Any]:
@@ -101,9 +105,12 @@ class SlackSpine(Substrate):
         w.store("helm/slack", {"app": {"roles": {r: {"env": dict(self.s.env.get(r, {}))} for r in ROLE_NAMES}}})
         w.store("postgresql.conf", dict(PG_DEFAULTS))
         self.roles: dict[str, SlackRole] = {}
+        db = SlackDatabase(self.s.channels, self.s.seed_messages)
         for r in ROLE_NAMES:
-            self.roles[r] = w.add(SlackRole(r, reload_s=self.s.reload_s))  # type: ignore[assignment]
-        self.pg: SlackPostgres = w.add(SlackPostgres(self.s.channels, self.s.seed_messages))  # type: ignore
+            role = (MessageRole(reload_s=self.s.reload_s, db=db, channels=db.channels) if r == "message"
+                    else SlackRole(r, reload_s=self.s.reload_s))
+            self.roles[r] = w.add(role)  # type: ignore[assignment]
+        self.pg: SlackDatabase = w.add(db)  # type: ignore[assignment]
         self.redis: SlackRedis = w.add(SlackRedis())  # type: ignore[assignment]
         w.add(PgBouncer())
         self.maint: MaintenanceController | None = None
@@ -133,6 +140,15 @@ class SlackSpine(Substrate):
             hold += self.maint.stall_ms(now) * min(1.0, self._write_rps / self.maint_write_capacity)
         return hold
 
+    def _write_hold(self, role: SlackRole, op: str, now: float | None):
+        """(mean connection hold, the row-lock wait's modes) of a hop: a write waits on a held channel_seq row."""
+        hold = self._op_hold(role, op, now)
+        if op != "write" or not isinstance(role, MessageRole):
+            return hold, lambda: [Mode(1.0, 0.0)]
+        # [INF] a blocked write holds its connection until the client gives up and the app cancels it
+        block_ms = 1000.0 * max((d.timeout_s for d in self.world.profile.drivers), default=5.0)
+        return role.write_modes(hold, block_ms)
+
     def hops(self, rates: Mapping[str, float], now: float,
              extra: tuple[tuple[str, str], ...] = ()) -> dict[tuple[str, str], list[Mode]]:
         """How each (role, op) hop ends now, given every driver's rate (shared pools see the total load).
@@ -145,7 +161,7 @@ class SlackSpine(Substrate):
                 if op in _DB_OPS:
                     r = self.roles[role]
                     load[role] = load.get(role, 0.0) + rps
-                    hold_w[role] = hold_w.get(role, 0.0) + rps * self._op_hold(r, op, now)
+                    hold_w[role] = hold_w.get(role, 0.0) + rps * self._write_hold(r, op, now)[0]
         out: dict[tuple[str, str], list[Mode]] = {}
         wanted = [h for d in rates for h in self._route(d)] + list(extra)
         for role, op in wanted:
@@ -164,6 +180,8 @@ class SlackSpine(Substrate):
                 offer = pool.offer(lam, mean_hold)
                 reason = "authz_unavailable" if op == "authz" else "pool_timeout"
                 modes.append(offer.modes(self._op_hold(r, op, now), reason))
+                if op == "write":
+                    modes.append(self._write_hold(r, op, now)[1]())
             if op in _REDIS_OPS:
                 modes.append([Mode(1.0, REDIS_MS + r.store_extra_ms())])
             out[(role, op)] = chain(*modes)
@@ -215,11 +233,18 @@ class SlackSpine(Substrate):
         rates = {d.name: ph.rps * d.rate_scale for d in self.world.profile.drivers}
         hops = self.hops(rates, now, extra=tuple(ROUTES["send"]))
         modes = chain(*(hops[h] for h in ROUTES["send"]))
+        # A probe write to a channel whose channel_seq row another backend holds waits on the lock and fails;
+        # the other channels' writes do not wait on it.
+        msg = self.roles["message"]
+        held = {c for c in channels if isinstance(msg, MessageRole) and self.pg.foreign_holder(c, msg.own_pids)}
         p_ok = sum(m.weight for m in modes if m.status == "ok" and m.latency_ms < 5000)
+        p_lock = sum(m.weight for m in modes if m.reason == "lock_wait")
         n = len(channels)
-        correct = int(round(n * p_ok))
+        p_free = min(1.0, p_ok / (1.0 - p_lock)) if p_lock < 1.0 else 0.0
+        correct = int(round((n - len(held)) * p_free))
         self.pg.write(correct)
-        return {"scheduled": n, "attempted": n, "completed": correct, "correct": correct, "p_ok": round(p_ok, 6)}
+        return {"scheduled": n, "attempted": n, "completed": correct, "correct": correct, "p_ok": round(p_ok, 6),
+                "lock_held_channels": sorted(held)}
 
     # --- operator tools -------------------------------------------------------------------------------------
     def commands(self) -> dict[str, Any]:
@@ -276,6 +301,12 @@ class SlackSpine(Substrate):
         return "", f"(error) ERR unknown command '{args[0]}', with args beginning with: \n", 0, 0.05
 
     def _psql(self, inv: Invocation) -> tuple[str, str, int, float]:
+        if self.s.postgres_model:
+            from arena.twin.pg.psql import run_psql
+
+            o = run_psql(inv.argv[1:], self.pg.server, now=self.world.clock.now, stdin=inv.stdin, env=inv.env,
+                         client_addr="10.42.0.9")
+            return o.stdout, o.stderr, o.exit_code, 0.05 + o.duration_s
         args = inv.argv[1:]
         sql, tuples_only, unaligned = None, False, False
         i = 0

@@ -1,0 +1,281 @@
+"""slack-spine's message role and its PostgreSQL: the sequencer's row locks, the image's lock holders, checkpoint handoff.
+
+Built by `arena.twin.slack.substrate.SlackSpine` (it replaces the plain `SlackRole` for svc-message and the plain
+`SlackPostgres` for postgres). The PostgreSQL server is the shared model of `arena.twin.pg`: real backends in
+pg_stat_activity, row locks on `channel_seq`, pg_terminate_backend, and settings in layers (postgresql.conf <
+ALTER SYSTEM + pg_reload_conf < ALTER DATABASE/ROLE ... SET, copied by a backend when it connects).
+
+Mechanisms (tasks 018 and 019 build on them; nothing here knows a task's answer):
+
+- Every message write takes its channel's `channel_seq` row lock (`UPDATE channel_seq SET last_seq = last_seq + 1`).
+  While another backend holds that row, the channel's writes wait on the lock holding their pooled connection,
+  until the client gives up and the app cancels the statement [INF: the app cancels on client disconnect]. So
+  one held row times out that channel's sends, and at a peak the waiting writes fill the message pool: every
+  channel then sees 503 pool_timeout.
+- The boot transaction (deploy-time env `HOLD_SEQ_LOCK=<channel>`, an image bug): every start of the message
+  process opens a dedicated connection, runs `BEGIN; SELECT ... FOR UPDATE` on that channel's row and goes idle
+  in transaction. A restart therefore re-arms it. Only the idle-in-transaction timeout in effect for the app's
+  new sessions when it goes idle ends it by itself.
+- The checkpoint handoff (`/admin/checkpoint`, env `CHECKPOINT_HANDOFF` default, `HANDOFF_COHORT`): in `session`
+  mode the process keeps the sequencer's DB lease of one cohort's channel row idle in transaction from its
+  start. The mode is persisted in `app_kv_state` by PUT (generation + 1); the running process reads it at start
+  and on POST /admin/reload (boot_generation = generation). Neither a reload nor a mode change ends a lease the
+  process already holds; terminating that backend does.
+- A reload rebuilds the pool, not the dedicated boot or lease connections.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from arena.twin.mech import TIMEOUT, Mode
+from arena.twin.pg.postgres import Backend, PostgresServer, setting_ms
+from arena.twin.slack.infra import SlackPostgres
+from arena.twin.slack.roles import SlackRole
+
+__all__ = ["MessageRole", "SlackDatabase", "LEAK_AGE_S", "KV_CHECKPOINT"]
+
+LEAK_AGE_S = 15.0  # a causal holder: idle in transaction, holding a channel_seq lock for more than this [R-SG]
+KV_CHECKPOINT = "s13.checkpoint"
+_APP_ADDR = "10.42.1.21"  # svc-message's pod address, as pg_stat_activity shows it
+
+
+class SlackDatabase(SlackPostgres):
+    """The app's PostgreSQL with the shared server model behind it (backends, locks, layered settings)."""
+
+    def __init__(self, channels: int, seed_messages: int, *, admin_password: str = "agentrepair-admin"):
+        super().__init__(channels, seed_messages)
+        s = PostgresServer(conf_file={"max_connections": "200", "shared_buffers": "128MB", "work_mem": "4MB",
+                                      "autovacuum": "on"},
+                           app_database="app", table_owner="app",
+                           hostnames=("postgres", "postgres.default", "postgres.default.svc",
+                                      "postgres.default.svc.cluster.local", "localhost", "127.0.0.1",
+                                      "/var/run/postgresql", "pgbouncer", "pgbouncer:6432"))
+        s.add_role("postgres", superuser=True, password=admin_password)
+        s.add_role("app", password="agentrepair-app")
+        s.add_role("svc_admin", password="agentrepair-svc")
+        s.add_database("app")
+        s.add_database("postgres")
+        s.views = {"channel_seq": self._channel_seq_view, "app_kv_state": self._kv_view,
+                   "service_control_history": self._history_view}
+        s.log_sink = lambda t, msg: self.say(t, msg)
+        self.server = s
+        self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
+        # service_control_history (t, service, action, detail); the release's deploy record is pre-agent data
+        self.history: list[tuple[float, str, str, str]] = [(-86400.0, "svc-message", "deploy", "slack-app")]
+
+    # --- views the SQL front end reads -----------------------------------------------------------------------
+    def _channel_seq_view(self) -> tuple[list[str], list[list[Any]]]:
+        return ["channel_id", "last_seq"], [[c, n] for c, n in sorted(self.rows.items())]
+
+    def _kv_view(self) -> tuple[list[str], list[list[Any]]]:
+        return ["key", "value", "updated_at"], [[k, json.dumps(v["value"], sort_keys=True), v["t"]]
+                                               for k, v in sorted(self.kv.items())]
+
+    def _history_view(self) -> tuple[list[str], list[list[Any]]]:
+        return ["id", "service", "action", "detail"], [[i + 1, s, a, d] for i, (_, s, a, d) in enumerate(self.history)]
+
+    # --- the sequencer's row locks --------------------------------------------------------------------------
+    def foreign_holder(self, channel: str, own: set[int]) -> Backend | None:
+        b = self.server.lock_holder("channel_seq", channel)
+        return b if b is not None and b.pid not in own else None
+
+    def causal_holders(self, now: float) -> list[Backend]:
+        """Idle-in-transaction backends holding a channel_seq row lock for more than LEAK_AGE_S."""
+        out = []
+        for b in self.server.live_backends():
+            if b.state == "idle in transaction" and any(r == "channel_seq" for r, _ in b.locks) \
+                    and now - b.state_change > LEAK_AGE_S:
+                out.append(b)
+        return out
+
+    def put_kv(self, key: str, value: dict[str, Any], now: float) -> None:
+        self.kv[key] = {"value": value, "t": round(now, 3)}
+
+    # --- component ------------------------------------------------------------------------------------------
+    def advance(self, t0: float, t1: float) -> None:
+        self.server.expire_idle(t1)
+
+    def next_change(self, now: float) -> float:
+        return min(super().next_change(now), self.server.next_idle_deadline(now))
+
+    def truth(self) -> dict[str, Any]:
+        out = super().truth()
+        s = self.server
+        now = self.world.clock.now() if self.world is not None else 0.0
+        out["pg.seq_lock_holders"] = len(self.causal_holders(now))
+        out["pg.seq_locked_channels"] = sorted(k for r, k in s.row_locks if r == "channel_seq")
+        for role, db in (("app", "app"), ("svc_admin", "app")):
+            v = s.fresh_effective(role, db, "idle_in_transaction_session_timeout")[0]
+            out[f"pg.fresh.{db}/{role}.idle_in_transaction_session_timeout_ms"] = setting_ms(
+                "idle_in_transaction_session_timeout", v)
+        for k, v in s.settings_fingerprint().items():
+            out[f"pg.fingerprint.{k}"] = v
+        out["data.app_kv_state"] = {k: json.dumps(v["value"], sort_keys=True) for k, v in sorted(self.kv.items())}
+        out["data.service_control_history.count"] = len(self.history)
+        return out
+
+    def config(self) -> dict[str, Any]:
+        out = super().config()
+        s = self.server
+        for k, v in s.auto_conf.items():
+            out[f"pg.auto_conf.{k}"] = v
+        for k, (v, _) in s.applied.items():
+            out[f"pg.applied.{k}"] = v
+        for (d, r), settings in s.db_role_setting.items():
+            for k, v in settings.items():
+                out[f"pg.catalog.{d or '*'}/{r or '*'}.{k}"] = v
+        for r in s.roles.values():
+            out[f"pg.connlimit.{r.name}"] = r.connlimit
+        return out
+
+    def exec(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int]:
+        if argv and argv[0] == "psql":
+            from arena.twin.pg.psql import run_psql
+
+            o = run_psql(argv[1:], self.server, now=lambda: now, stdin=stdin, passwords_required=False,
+                         client_addr="[local]", local_socket=True)
+            return o.stdout, o.stderr, o.exit_code
+        return super().exec(argv, stdin, now)
+
+
+class MessageRole(SlackRole):
+    """svc-message: the role pod plus its sequencer connections (boot transaction, checkpoint lease)."""
+
+    def __init__(self, *, reload_s: float, db: SlackDatabase, channels: list[str]):
+        super().__init__("message", reload_s=reload_s)
+        self.store = db
+        self.channels = channels
+        self.own_pids: set[int] = set()  # the pool's own backends: a write never waits on its own transaction
+        self.dedicated: list[int] = []  # the boot transaction's and the lease's connections
+        self.cp_mode = "request"
+        self.cp_boot_generation = 0
+
+    # --- process lifecycle ----------------------------------------------------------------------------------
+    def reset_runtime(self) -> None:
+        super().reset_runtime()
+        assert self.world is not None
+        now = self.world.clock.now()
+        srv = self.store.server
+        # The old process's connections close with it; PostgreSQL ends their backends and frees their locks.
+        for pid in sorted(self.own_pids | set(self.dedicated)):
+            srv.disconnect(pid)
+        self.own_pids, self.dedicated = set(), []
+        for _ in range(4):  # a few pooled connections, visible in pg_stat_activity
+            b = srv.connect("app", "app", now=now, application_name="svc-message", client_addr=_APP_ADDR)
+            self.own_pids.add(b.pid)
+        self._read_checkpoint(now, starting=True)
+        chan = self.pod_env.get("HOLD_SEQ_LOCK", "").strip()
+        if chan:
+            self._hold(chan, now, "boot")
+        cohort = self.pod_env.get("HANDOFF_COHORT", "").strip()
+        if self.cp_mode == "session" and cohort:
+            self._hold(cohort, now, "lease")
+
+    def _hold(self, channel: str, now: float, why: str) -> None:
+        srv = self.store.server
+        b = srv.connect("app", "app", now=now, application_name="svc-message", client_addr=_APP_ADDR)
+        q = f"SELECT last_seq FROM channel_seq WHERE channel_id = '{channel}' FOR UPDATE"
+        b.query, b.query_start = q, now
+        if srv.lock_row(b, "channel_seq", channel, now) is None:
+            srv.idle_in_transaction(b, now, q)
+            self.dedicated.append(b.pid)
+            self.say(now, f"INFO sequencer {why} transaction open on channel_seq[{channel}] (pid {b.pid})")
+        else:
+            srv.disconnect(b.pid)
+
+    def _read_checkpoint(self, now: float, *, starting: bool) -> None:
+        row = self.store.kv.get(KV_CHECKPOINT)
+        default = self.pod_env.get("CHECKPOINT_HANDOFF", "").strip()
+        if row is None and not default:
+            return
+        if row is None:
+            v = {"service": "svc-message", "mode": default, "persisted": False, "generation": 1,
+                 "starts": 0, "setting": 0}
+        else:
+            v = dict(row["value"])
+        if starting:
+            v["starts"] = int(v.get("starts", 0)) + 1
+            self.store.put_kv(KV_CHECKPOINT, v, now)
+        self.cp_mode = str(v["mode"])
+        self.cp_boot_generation = int(v["generation"])
+
+    # --- what the request path reads ------------------------------------------------------------------------
+    def blocked_share(self) -> float:
+        """The share of writes whose channel row another backend holds (writes spread evenly over channels)."""
+        if not self.channels:
+            return 0.0
+        n = sum(self.store.foreign_holder(c, self.own_pids) is not None for c in self.channels)
+        return n / len(self.channels)
+
+    def write_modes(self, hold_ms: float, block_ms: float) -> tuple[float, Callable[[], list[Mode]]]:
+        """(mean hold of a write, the lock wait's modes): a blocked write holds its connection until cancelled."""
+        f = self.blocked_share()
+        mean = (1.0 - f) * hold_ms + f * block_ms
+        return mean, lambda: ([Mode(1.0 - f, 0.0), Mode(f, max(0.0, block_ms - hold_ms), TIMEOUT, "lock_wait")]
+                              if f > 0 else [Mode(1.0, 0.0)])
+
+    def advance(self, t0: float, t1: float) -> None:
+        # Show the pool's backends waiting on the held rows, as pg_stat_activity would.
+        srv = self.store.server
+        held = [c for c in self.channels if self.store.foreign_holder(c, self.own_pids) is not None]
+        for i, pid in enumerate(sorted(self.own_pids)):
+            b = srv.backends.get(pid)
+            if b is None:
+                continue
+            if held and i < 3:
+                ch = held[i % len(held)]
+                b.state, b.waiting_for = "active", ("channel_seq", ch)
+                b.query = f"UPDATE channel_seq SET last_seq = last_seq + 1 WHERE channel_id = '{ch}' RETURNING last_seq"
+            elif b.waiting_for is not None or b.state == "active":
+                b.state, b.waiting_for, b.query = "idle", None, "COMMIT"
+
+    # --- truth ----------------------------------------------------------------------------------------------
+    def truth(self) -> dict[str, Any]:
+        out = super().truth()
+        row = self.store.kv.get(KV_CHECKPOINT)
+        out["checkpoint.mode"] = self.cp_mode
+        out["checkpoint.boot_generation"] = self.cp_boot_generation
+        out["checkpoint.generation"] = int(row["value"]["generation"]) if row else 0
+        out["checkpoint.persisted_mode"] = row["value"]["mode"] if row else None
+        out["checkpoint.persisted"] = bool(row["value"].get("persisted")) if row else False
+        return out
+
+    # --- admin API ------------------------------------------------------------------------------------------
+    def http(self, method: str, path: str, body: str, now: float) -> tuple[int, str]:
+        p = path.partition("?")[0].rstrip("/")
+        if p == "/admin/checkpoint":
+            if method != "PUT":
+                return 405, json.dumps({"detail": "Method Not Allowed"})
+            return self._put_checkpoint(body, now)
+        if p == "/internal/s13/cp" and method == "GET":
+            row = self.store.kv.get(KV_CHECKPOINT)
+            if row is None:
+                return 404, json.dumps({"detail": "checkpoint handoff not configured"})
+            v = row["value"]
+            return 200, json.dumps({"service": self.name, "mode": self.cp_mode, "persisted": bool(v["persisted"]),
+                                    "generation": int(v["generation"]), "boot_generation": self.cp_boot_generation,
+                                    "starts": int(v["starts"])}, sort_keys=True)
+        status, out = super().http(method, path, body, now)
+        if p == "/admin/reload" and method == "POST" and status < 300:
+            self._read_checkpoint(now, starting=False)
+            self.say(now, f"INFO checkpoint handoff mode={self.cp_mode} boot_generation={self.cp_boot_generation}")
+        return status, out
+
+    def _put_checkpoint(self, body: str, now: float) -> tuple[int, str]:
+        try:
+            doc = json.loads(body or "")
+            mode = doc["mode"]
+        except (ValueError, KeyError, TypeError):
+            return 422, json.dumps({"detail": "body must be {\"mode\": \"session\"|\"request\"}"})
+        if mode not in ("session", "request"):
+            return 422, json.dumps({"detail": f"unknown handoff mode {mode!r}"})
+        row = self.store.kv.get(KV_CHECKPOINT)
+        v = dict(row["value"]) if row else {"service": "svc-message", "generation": 0, "starts": 1, "setting": 0}
+        v.update({"mode": mode, "persisted": True, "generation": int(v["generation"]) + 1})
+        self.store.put_kv(KV_CHECKPOINT, v, now)
+        self.store.history.append((now, "svc-message", "checkpoint.mode", mode))
+        self.say(now, f"INFO checkpoint handoff mode {mode} persisted (generation {v['generation']}); reload required")
+        return 200, json.dumps({"status": "persisted", "mode": mode, "generation": v["generation"],
+                                "reload_required": True}, sort_keys=True)
