@@ -50,6 +50,8 @@ _STATEMENT_TOKENS = frozenset({";", "&", "&&", "||", "|", "|&", "\n", ";;", "(",
 _WORDISH = frozenset({"word", "string", "raw_string", "concatenation", "number", "ansi_c_string",
                       "translated_string", "variable_name"}) | DYNAMIC_NODES
 _WRITE_OPS = frozenset({">", ">>", "&>", "&>>", ">|", ">&"})
+# A `for` loop over more literal values than this is walked once, not unrolled.
+MAX_UNROLL = 32
 
 
 @dataclass
@@ -115,6 +117,8 @@ class ShellWalker:
         self.session = session
         self.where = where
         self.actions: list[Action] = []
+        # Loop variables bound while a `for v in a b c` loop over literal words is unrolled.
+        self.env: dict[str, str] = {}
 
     # ---- statements -------------------------------------------------------------------------------------------
 
@@ -132,6 +136,8 @@ class ShellWalker:
             body = node.child_by_field_name("body")
             if name is not None and body is not None:
                 self.session.functions[_txt(name)] = body
+            return None
+        if t == "for_statement" and self.unroll(node, stdin):
             return None
         if t in ("variable_assignment", "variable_assignments"):
             self.assignments(node)
@@ -153,6 +159,33 @@ class ShellWalker:
             elif c.is_missing:
                 self.session.syntax_errors.append(f"missing {c.type!r}")
         return out
+
+    def unroll(self, node: Node, stdin: Stdin | None) -> bool:
+        """`for r in channel message; do ...$r...; done`: walk the body once per literal value, `$r` bound.
+
+        Only when every value is a literal word and the body never assigns the variable itself; otherwise the
+        loop is walked once with `$r` left dynamic (and so opaque wherever it decides what runs)."""
+        var = node.child_by_field_name("variable")
+        body = node.child_by_field_name("body")
+        values = node.children_by_field_name("value")
+        if var is None or body is None or not values or len(values) > MAX_UNROLL:
+            return False
+        name = _txt(var)
+        words = [word_of(v, self.env) for v in values]
+        if any(w.dynamic or any(ch in w for ch in "*?[") for w in words):
+            return False
+        if re.search(rf"(\b{re.escape(name)}\+?=|\bread\b[^;\n]*\b{re.escape(name)}\b|\bfor\s+{re.escape(name)}\b"
+                     rf"|\b(unset|export|declare|local|typeset|readonly)\b[^;\n]*\b{re.escape(name)}\b)",
+                     _txt(body)):
+            return False
+        saved = self.env
+        try:
+            for w in words:
+                self.env = {**saved, name: str(w)}
+                self.run(body, stdin)
+        finally:
+            self.env = saved
+        return True
 
     def pipeline(self, stages: list[Node], stdin: Stdin | None) -> Stdin | None:
         out = stdin
@@ -178,7 +211,7 @@ class ShellWalker:
         name_node = a.child_by_field_name("name")
         value_node = a.child_by_field_name("value")
         name = _txt(name_node) if name_node is not None else _txt(a)
-        value = word_of(value_node) if value_node is not None else Word.of("")
+        value = word_of(value_node, self.env) if value_node is not None else Word.of("")
         self.session.variables[name] = None if value.dynamic else str(value)
         inv = Invocation(argv=[Word.of(verb)], where=self.where, raw=_txt(a))
         return [inv.action("shell", "assign", mutating=False, details={"name": name, "value": str(value)})]
@@ -259,7 +292,7 @@ class ShellWalker:
                             conts.append((op or ";", c))
             elif r.type == "herestring_redirect":
                 arg = next((c for c in r.children if c.is_named), None)
-                w = word_of(arg) if arg is not None else Word.of("")
+                w = word_of(arg, self.env) if arg is not None else Word.of("")
                 stdin = Stdin("herestring", text=None if w.has_substitution else str(w) + "\n",
                               computed=w.has_substitution, producer="<<<",
                               decoded=w.has_substitution and _mentions_decoder(_txt(r)))
@@ -268,7 +301,7 @@ class ShellWalker:
                 dest = r.child_by_field_name("destination")
                 if dest is None:
                     continue
-                w = word_of(dest)
+                w = word_of(dest, self.env)
                 if op == "<":
                     stdin = Stdin("file", computed=True, producer=str(w))
                 elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \
@@ -317,8 +350,9 @@ class ShellWalker:
             return None
         in_stdin, more_writes, conts = self.redirects(redirects)
         all_writes = list(writes or []) + more_writes
+        # The command name is never taken from a variable, even a loop-bound one: that stays opaque.
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
-        argv += [word_of(a) for a in args]
+        argv += [word_of(a, self.env) for a in args]
         argv += extra or []
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)

@@ -75,9 +75,24 @@ def _text(node: Node) -> str:
     return node.text.decode("utf-8", "replace") if node.text is not None else ""
 
 
-def _parts(node: Node) -> Iterator[tuple[str, bool, bool]]:
+def _bound(node: Node, env: dict[str, str] | None) -> str | None:
+    """The value of `$v` / `${v}` when `v` is bound (a `for v in a b` loop being unrolled), else None."""
+    if not env:
+        return None
+    named = node.named_children
+    if node.type in ("simple_expansion", "expansion") and len(named) == 1 and named[0].type == "variable_name" \
+            and len(_text(node)) <= len(_text(named[0])) + 3:
+        return env.get(_text(named[0]))
+    return None
+
+
+def _parts(node: Node, env: dict[str, str] | None = None) -> Iterator[tuple[str, bool, bool]]:
     """(text, dynamic, has_substitution) pieces of one argument node."""
     t = node.type
+    bound = _bound(node, env)
+    if bound is not None:
+        yield bound, False, False
+        return
     if t in ("word", "number", "variable_name", "file_descriptor", "test_operator", "regex", "extglob_pattern"):
         yield _unquoted(_text(node)), False, False
     elif t == "raw_string":
@@ -91,13 +106,15 @@ def _parts(node: Node) -> Iterator[tuple[str, bool, bool]]:
                 continue
             if c.type == "string_content":
                 yield _DQ_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), _text(c)), False, False
+            elif _bound(c, env) is not None:
+                yield _bound(c, env) or "", False, False
             elif c.type in DYNAMIC_NODES:
                 yield _text(c), True, c.type in SUBSTITUTIONS
             else:
-                yield from _parts(c)
+                yield from _parts(c, env)
     elif t == "concatenation":
         for c in node.children:
-            yield from _parts(c)
+            yield from _parts(c, env)
     elif t in DYNAMIC_NODES:
         yield _text(node), True, t in SUBSTITUTIONS or any(True for _ in substitutions_in(node))
     elif node.child_count == 0:
@@ -107,10 +124,10 @@ def _parts(node: Node) -> Iterator[tuple[str, bool, bool]]:
         yield _text(node), True, any(True for _ in substitutions_in(node))
 
 
-def word_of(node: Node) -> Word:
-    """The Word an argument node stands for."""
+def word_of(node: Node, env: dict[str, str] | None = None) -> Word:
+    """The Word an argument node stands for (`env`: loop variables bound to known values)."""
     text, dynamic, subst = [], False, False
-    for piece, dyn, sub in _parts(node):
+    for piece, dyn, sub in _parts(node, env):
         text.append(piece)
         dynamic = dynamic or dyn
         subst = subst or sub
@@ -122,10 +139,7 @@ def substitutions_in(node: Node) -> Iterator[Node]:
     stack = [node]
     while stack:
         n = stack.pop()
-        if n.type in SUBSTITUTIONS and n is not node:
-            yield n
-            continue
-        if n.type in SUBSTITUTIONS and n is node:
+        if n.type in SUBSTITUTIONS:
             yield n
             continue
         stack.extend(reversed(n.children))
