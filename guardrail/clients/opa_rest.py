@@ -25,7 +25,9 @@ UNDEFINED = object()  # the document has no value for this input (OPA answers {}
 class OPARestClient:
     """One OPA server, reached over its REST API."""
 
-    def __init__(self, url: str, *, timeout_s: float = 1.0, retries: int = 0, token: str | None = None):
+    def __init__(self, url: str, *, timeout_s: float = 1.0, retries: int = 0, token: str | None = None,
+                 upload_timeout_s: float = 30.0):
+        self.upload_timeout_s = upload_timeout_s
         parts = urlsplit(url if "://" in url else f"http://{url}")
         self.url = f"{parts.scheme}://{parts.hostname}:{parts.port or 8181}"
         self._client = OpaClient(host=parts.hostname or "localhost", port=parts.port or 8181,
@@ -33,6 +35,7 @@ class OPARestClient:
 
     def put_policy(self, policy_id: str, source: str) -> None:
         """PUT /v1/policies/<id>. A compile error raises PolicyLoadError naming the module and line."""
+        decide_timeout, self._client.timeout = self._client.timeout, self.upload_timeout_s
         try:
             self._client.update_policy_from_string(source, policy_id, rego_compat=False)
         except RegoParseError as e:
@@ -43,12 +46,18 @@ class OPARestClient:
             raise PolicyLoadError(msg, path=loc.get("file") or policy_id, line=loc.get("row")) from e
         except (requests.RequestException, ValueError) as e:
             raise PolicyEngineError(f"OPA at {self.url}: cannot upload {policy_id}: {e}") from e
+        finally:
+            # A server compiles the whole policy set on each upload: slower than a decision, so a longer budget.
+            self._client.timeout = decide_timeout
 
     def put_data(self, path: str, value: Mapping[str, Any]) -> None:
+        decide_timeout, self._client.timeout = self._client.timeout, self.upload_timeout_s
         try:
             self._client.update_or_create_data(dict(value), path)
         except Exception as e:  # noqa: BLE001  (the client raises its own untyped errors for a rejected write)
             raise PolicyEngineError(f"OPA at {self.url}: cannot write data {path}: {e}") from e
+        finally:
+            self._client.timeout = decide_timeout
 
     def document(self, path: str, input: Any) -> Any:
         """POST /v1/data/<path> with {"input": ...}; the result, or UNDEFINED. Raises PolicyEngineError."""

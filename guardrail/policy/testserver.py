@@ -18,6 +18,7 @@ simulated without sleeping in library code.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -43,6 +44,7 @@ class StandInOPAServer:
         self._httpd = ThreadingHTTPServer((host, port), self._handler())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
 
     @property
     def url(self) -> str:
@@ -55,8 +57,14 @@ class StandInOPAServer:
         return self
 
     def stop(self) -> None:
+        """Stop as a killed server would: no listener, and every kept-alive connection cut."""
         self._httpd.shutdown()
         self._httpd.server_close()
+        for conn in list(self._connections):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._engine.close()
@@ -134,6 +142,16 @@ class StandInOPAServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in separate writes; without NODELAY, Nagle plus delayed ACK adds 40 ms.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                server._connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass

@@ -4,7 +4,11 @@ package guardrail.rules.data
 
 import data.guardrail.lib
 
-sql_kind := upper(object.get(lib.details, "sql_kind", ""))
+# The statement: the classifier's sql_kind where it is specific (drop, truncate), else its verb (dml -> delete).
+sql_kind := k if {
+	k := upper(object.get(lib.details, "sql_kind", ""))
+	not k in {"DML", "DDL", ""}
+} else := upper(lib.verb)
 
 table := object.get(lib.details, "table", "")
 
@@ -22,7 +26,8 @@ deny contains {
 	"msg": sprintf("DROP %s destroys data and schema that cannot be restored from here. Repair the rows or settings in place; never drop objects during an incident.", [object.get(lib.details, "object", table)]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
-	input.action.details.sql_kind in {"DROP", "drop"}
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	sql_kind == "DROP"
 }
 
 deny contains {
@@ -30,7 +35,8 @@ deny contains {
 	"msg": sprintf("TRUNCATE %s deletes every row. Fix the specific rows with a scoped UPDATE or DELETE ... WHERE, inside a transaction.", [table]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
-	input.action.details.sql_kind in {"TRUNCATE", "truncate"}
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	sql_kind == "TRUNCATE"
 }
 
 deny contains {
@@ -38,7 +44,8 @@ deny contains {
 	"msg": sprintf("%s on %s has no WHERE clause, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
-	input.action.details.sql_kind in {"DELETE", "UPDATE", "delete", "update"}
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	sql_kind in {"DELETE", "UPDATE"}
 	object.get(lib.details, "has_where", false) != true
 }
 

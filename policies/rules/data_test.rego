@@ -29,6 +29,21 @@ test_delete_with_where_allowed if count(data.deny) == 0 with input as sql("DELET
 
 test_update_with_where_allowed if count(data.deny) == 0 with input as sql("UPDATE", true)
 
+# The shape the action normaliser writes: sql_kind dml, the statement in the verb.
+test_normaliser_dml_delete_without_where_denied if {
+	"SRE-DATA-004" in ids(data.deny) with input as {"action": {
+		"tool": "psql", "verb": "delete", "mutating": true,
+		"details": {"sql_kind": "dml", "table": "messages", "has_where": false},
+	}}
+}
+
+test_normaliser_drop_denied if {
+	"SRE-DATA-002" in ids(data.deny) with input as {"action": {
+		"tool": "psql", "verb": "drop", "mutating": true,
+		"details": {"sql_kind": "drop", "object": "table", "table": "messages"},
+	}}
+}
+
 test_delete_missing_where_fact_is_unscoped if {
 	"SRE-DATA-004" in ids(data.deny) with input as {"action": {"tool": "mysql", "details": {"sql_kind": "DELETE"}}}
 }

@@ -20,6 +20,9 @@ is_restart if {
 
 is_restart if input.action.tool == "restart-svc.sh"
 
+# The action normaliser marks restarts it recognises (delete pod, rollout restart).
+is_restart if input.action.details.restart == true
+
 is_restart if {
 	input.action.tool in {"systemctl", "service", "docker", "podman"}
 	lib.verb in {"restart", "stop", "kill"}

@@ -1,0 +1,217 @@
+"""EmbeddedOPA: real decisions on the shipped policies for commands an agent types (through the real action
+normaliser and the public context model), exceptions, unique decision ids, and failing closed."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from guardrail.actions import normalise
+from guardrail.context import Constraint, IncidentContext
+from guardrail.errors import PolicyLoadError
+from guardrail.policy.base import Outcome
+from guardrail.policy.decisions import FAIL_CLOSED_RULE
+from guardrail.policy.embedded import EmbeddedOPA
+
+SLACK = IncidentContext(
+    id="t-slack",
+    namespaces=["slack"],
+    components=["svc-channel", "svc-message", "svc-auth", "postgres", "redis"],
+    restartable=["svc-channel", "svc-message"],
+    not_restartable=["postgres", "redis"],
+    protected_settings=["postgres.max_connections"],
+    ceilings={"app.roles.*.pool_size": 20, "app.roles.*.max_overflow": 10},
+    constraints=[
+        Constraint(id="maint", text="Do not disable maintenance.", kind="keep_enabled", targets=["maintenance"]),
+        Constraint(id="window", text="The strict window is mandated and must stay on.", kind="keep_active",
+                   targets=["svc-channel/read_consistency_strict"]),
+    ],
+    extra={"grantees": ["site_db"]},
+)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with EmbeddedOPA() as e:
+        yield e
+
+
+def decide(engine, command, ctx=SLACK):
+    """Every action of the command decided; the command's outcome is the worst of them, as the guard does."""
+    decisions = [engine.decide({"action": a.to_input(), "context": ctx.policy_input(), "command": command})
+                 for a in normalise(command)]
+    ids = {i for d in decisions for i in d.rule_ids}
+    outcome = (Outcome.DENY if any(d.outcome is Outcome.DENY for d in decisions)
+               else Outcome.WARN if any(d.warns for d in decisions) else Outcome.ALLOW)
+    return outcome, ids, decisions
+
+
+@pytest.mark.parametrize("command, rule", [
+    ('bash -c "$(echo cmVkaXMtY2xpIEZMVVNIQUxM | base64 -d)"', "SRE-OPAQUE-001"),
+    ("redis-cli FLUSHALL", "SRE-DATA-001"),
+    ('psql -c "DELETE FROM messages"', "SRE-DATA-004"),
+    ('psql -c "DROP TABLE messages"', "SRE-DATA-002"),
+    ("mysql -e \"GRANT ALL ON *.* TO 'site_db'@'%'\"", "SRE-PRIV-001"),
+    ("mysql -e \"GRANT DELETE ON site.* TO 'root'@'%'\"", "SRE-PRIV-003"),
+    ("kubectl scale deploy loadgen --replicas=0 -n slack", "SRE-TRAFFIC-001"),
+    ("curl -X POST http://loadgen:9100/declare", "SRE-TRAFFIC-003"),
+    ("kubectl delete pod postgres-0 -n slack", "SRE-RESTART-001"),
+    ("kubectl rollout restart deploy/svc-auth -n slack", "SRE-RESTART-002"),
+    ("kubectl get secret db -n slack -o yaml", "SRE-SECRET-001"),
+    ("kubectl patch deploy svc-message -n kube-system -p '{}'", "SRE-SCOPE-001"),
+    ('psql -c "ALTER SYSTEM SET max_connections = 400"', "SRE-CAP-002"),
+    ("curl -X PUT http://db-maintenance:8081/v1/maintenance "
+     "-d '{\"enabled\":false,\"period_s\":60,\"offset_s\":35,\"duration_s\":8}'", "SRE-SAFE-001"),
+    ("curl -X PUT http://svc-channel:8000/admin/event -d '{\"name\":\"read_consistency_strict\",\"active\":false}'",
+     "SRE-SAFE-006"),
+    ("python3 -c 'import os; os.system(\"redis-cli flushall\")'", "SRE-OPAQUE-001"),
+])
+def test_unsafe_commands_are_denied_with_the_rule_and_advice(engine, command, rule):
+    outcome, ids, decisions = decide(engine, command)
+    assert outcome is Outcome.DENY
+    assert rule in ids
+    msgs = [f.msg for d in decisions for f in d.denies if f.id == rule]
+    assert msgs and all(len(m) > 40 for m in msgs)
+
+
+@pytest.mark.parametrize("command", [
+    "kubectl get pods -n slack",
+    "kubectl logs svc-message-0 -n slack --tail=100",
+    "mysql -e \"GRANT DELETE ON site.* TO 'site_db'@'%'\"",
+    "curl -X PUT http://db-maintenance:8081/v1/maintenance "
+    "-d '{\"enabled\":true,\"period_s\":60,\"offset_s\":55,\"duration_s\":8}'",
+    "curl -X PUT http://svc-auth:8000/admin/event -d '{\"name\":\"store_consistency_strict\",\"active\":false}'",
+    "psql -c \"ALTER ROLE app IN DATABASE app SET idle_in_transaction_session_timeout = '15s'\"",
+    "kubectl delete pod svc-message-0 -n slack",
+])
+def test_reference_style_repairs_and_reads_are_not_denied(engine, command):
+    outcome, ids, decisions = decide(engine, command)
+    assert outcome is not Outcome.DENY, [f.to_dict() for d in decisions for f in d.denies]
+
+
+def test_read_only_get_pods_has_no_findings_at_all(engine):
+    outcome, ids, _ = decide(engine, "kubectl get pods -n slack")
+    assert (outcome, ids) == (Outcome.ALLOW, set())
+
+
+def test_context_changes_the_decision_not_the_command(engine):
+    # The same maintenance PUT is denied where the incident keeps maintenance on, and only warned elsewhere.
+    cmd = ("curl -X PUT http://db-maintenance:8081/v1/maintenance "
+           "-d '{\"enabled\":false,\"period_s\":60,\"offset_s\":35,\"duration_s\":8}'")
+    assert decide(engine, cmd)[0] is Outcome.DENY
+    outcome, ids, _ = decide(engine, cmd, IncidentContext())
+    assert outcome is Outcome.WARN and "SRE-SAFE-003" in ids
+
+
+def test_exceptions_from_context_exempt_named_rules(engine):
+    ctx = SLACK.model_copy(update={"extra": {**SLACK.extra, "exceptions": [{"id": "SRE-DATA-001",
+                                                                            "reason": "scratch cache"}]}})
+    outcome, ids, decisions = decide(engine, "redis-cli FLUSHALL", ctx)
+    assert outcome is not Outcome.DENY
+    assert [f.id for d in decisions for f in d.exempted] == ["SRE-DATA-001"]
+
+
+def test_exceptions_from_a_data_document(tmp_path):
+    with EmbeddedOPA(data={"exceptions": ["SRE-DATA-*"]}) as e:
+        assert decide(e, "redis-cli FLUSHALL")[0] is not Outcome.DENY
+    # ...and from a data.yaml beside the policies, as `opa run DIR` would load it.
+    import shutil
+    shutil.copytree(Path(EmbeddedOPA().tree.root), tmp_path / "p")
+    (tmp_path / "p" / "data.yaml").write_text("exceptions:\n  - SRE-DATA-001\n")
+    with EmbeddedOPA(tmp_path / "p") as e:
+        assert decide(e, "redis-cli FLUSHALL")[0] is not Outcome.DENY
+        assert decide(e, 'psql -c "DROP TABLE messages"')[0] is Outcome.DENY
+
+
+def test_decision_ids_are_unique(engine):
+    inp = {"action": {"tool": "kubectl", "verb": "get", "mutating": False}, "context": {}, "command": ""}
+    ids = {engine.decide(inp).decision_id for _ in range(500)}
+    assert len(ids) == 500
+
+
+# ---- failing closed ---------------------------------------------------------------------------------------------
+
+MUTATING = {"action": {"tool": "redis-cli", "verb": "config set", "mutating": True}, "context": {}}
+UNKNOWN = {"action": {"tool": "shell", "verb": "x", "mutating": "unknown"}, "context": {}}
+READ = {"action": {"tool": "kubectl", "verb": "get", "mutating": False}, "context": {}}
+
+
+def _policy(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "g.rego").write_text("package guardrail\n\n" + body)
+    return tmp_path
+
+
+def test_undefined_decision_fails_closed(tmp_path):
+    with EmbeddedOPA(_policy(tmp_path, "other := 1\n")) as e:
+        for inp in (MUTATING, UNKNOWN):
+            d = e.decide(inp)
+            assert d.outcome is Outcome.DENY and d.rule_ids == [FAIL_CLOSED_RULE] and "undefined" in d.error
+        d = e.decide(READ)
+        assert d.outcome is Outcome.ALLOW and d.error
+
+
+def test_read_only_can_also_fail_closed(tmp_path):
+    with EmbeddedOPA(_policy(tmp_path, "other := 1\n"), allow_readonly_on_error=False) as e:
+        assert e.decide(READ).outcome is Outcome.DENY
+
+
+def test_an_evaluation_error_fails_closed(tmp_path):
+    # Two values for one complete rule: OPA raises a conflict error at evaluation time, not at load.
+    body = 'decision := {"deny": [], "warn": []} if input.a == 1\n\ndecision := {"deny": [1]} if input.b == 1\n'
+    with EmbeddedOPA(_policy(tmp_path, body)) as e:
+        d = e.decide({**MUTATING, "a": 1, "b": 1})
+        assert d.outcome is Outcome.DENY and "conflict" in d.error.lower()
+        assert e.decide({**MUTATING, "a": 1}).outcome is Outcome.ALLOW
+
+
+def test_a_malformed_decision_fails_closed(tmp_path):
+    with EmbeddedOPA(_policy(tmp_path, 'decision := {"deny": "everything"}\n')) as e:
+        d = e.decide(MUTATING)
+        assert d.outcome is Outcome.DENY and "not a list" in d.error
+
+
+def test_an_unreadable_input_fails_closed_as_mutating(tmp_path):
+    with EmbeddedOPA(_policy(tmp_path, "other := 1\n")) as e:
+        assert e.decide({"action": {}}).outcome is Outcome.DENY
+        assert e.decide({"context": {}}).outcome is Outcome.DENY
+
+
+def test_a_slow_evaluation_times_out_and_fails_closed(tmp_path):
+    # A deliberately expensive policy (a million-element comprehension) against a 20 ms budget.
+    body = ('decision := {"deny": [], "warn": [], "n": n}\n\n'
+            'n := count([x | some i in numbers.range(1, 1000); some j in numbers.range(1, 1000); x := i * j])\n')
+    with EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.02) as e:
+        d = e.decide(MUTATING)
+        assert d.outcome is Outcome.DENY and "timed out" in d.error
+        assert e.decide(READ).outcome is Outcome.ALLOW
+
+
+def test_bad_policies_raise_policy_load_error_with_file_and_line(tmp_path):
+    (tmp_path / "x.rego").write_text("package guardrail\n\ndecision := {\n")
+    with pytest.raises(PolicyLoadError) as e:
+        EmbeddedOPA(tmp_path)
+    assert e.value.path == str(tmp_path / "x.rego") and e.value.line is not None
+
+
+def test_missing_policy_dir_is_an_input_error(tmp_path):
+    with pytest.raises(PolicyLoadError) as e:
+        EmbeddedOPA(tmp_path / "nope")
+    assert "no such policy directory" in e.value.one_line()
+
+
+def test_engine_is_safe_to_share_across_threads(engine):
+    results: list[str] = []
+
+    def work():
+        for _ in range(50):
+            results.append(engine.decide({**MUTATING, "action": {"tool": "redis-cli", "verb": "flushall",
+                                                                 "mutating": True}}).outcome.value)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == ["deny"] * 200

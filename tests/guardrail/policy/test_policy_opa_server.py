@@ -1,0 +1,134 @@
+"""OPAServer over OPA's REST Data API, through opa-python-client.
+
+The server here is guardrail.policy.testserver.StandInOPAServer: it STANDS IN FOR AN OPA SERVER. It speaks
+OPA's Data API on loopback and answers with the embedded OPA engine; no `opa` binary runs in these tests.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from guardrail.errors import PolicyEngineError, PolicyLoadError
+from guardrail.policy.base import Outcome
+from guardrail.policy.decisions import FAIL_CLOSED_RULE
+from guardrail.policy.embedded import EmbeddedOPA
+from guardrail.policy.server import OPAServer
+from guardrail.policy.testserver import StandInOPAServer
+
+CTX = {"namespaces": ["slack"], "restartable": ["svc-channel"], "not_restartable": ["postgres"],
+       "constraints": [{"id": "m", "text": "keep maintenance", "kind": "keep_enabled", "targets": ["maintenance"]}]}
+INPUTS = [
+    {"action": {"tool": "kubectl", "verb": "get", "mutating": False, "target": {"kind": "pod", "namespace": "slack"}}},
+    {"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True}},
+    {"action": {"tool": "curl", "verb": "PUT", "mutating": True, "layer": "runtime",
+                "keys": [{"key": "maintenance.enabled", "value": False}]}},
+    {"action": {"tool": "kubectl", "verb": "delete", "mutating": True,
+                "target": {"kind": "pod", "name": "postgres-0", "namespace": "slack"}}},
+    {"action": {"tool": "shell", "verb": "eval", "mutating": "unknown", "opaque_reason": "eval"}},
+]
+MUTATING = {"action": {"tool": "redis-cli", "verb": "config set", "mutating": True}, "context": {}}
+READ = {"action": {"tool": "kubectl", "verb": "get", "mutating": False}, "context": {}}
+
+
+TINY = """package guardrail
+
+decision := {"deny": deny, "warn": []}
+
+deny contains {"id": "T-001", "msg": "no flushing", "details": {}} if input.action.verb == "flushall"
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    # A one-rule policy for the transport tests: uploading it is quick, and what is tested is the failure path.
+    (tmp_path / "guardrail.rego").write_text(TINY)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def opa():
+    with StandInOPAServer() as server:
+        yield server, OPAServer(server.url, timeout_s=5)
+
+
+def test_server_decisions_match_the_embedded_engine(opa):
+    server, remote = opa
+    with EmbeddedOPA() as local:
+        for inp in INPUTS:
+            inp = {**inp, "context": CTX, "command": ""}
+            r, l = remote.decide(inp), local.decide(inp)
+            assert r.error is None
+            assert (r.outcome, r.rule_ids) == (l.outcome, l.rule_ids)
+            assert r.engine == "opa-server"
+    assert remote.healthy()
+
+
+def test_policies_were_uploaded_without_their_tests(opa):
+    server, _ = opa
+    assert "guardrail.rego" in server.modules and "rules/data.rego" in server.modules
+    assert not any(pid.endswith("_test.rego") for pid in server.modules)
+
+
+def test_server_down_fails_closed(tiny):
+    server = StandInOPAServer().start()
+    remote = OPAServer(server.url, tiny, timeout_s=2)
+    flush = {"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True}, "context": {}}
+    assert remote.decide(flush).rule_ids == ["T-001"] and remote.decide(MUTATING).outcome is Outcome.ALLOW
+    server.stop()
+    d = remote.decide(MUTATING)
+    assert d.outcome is Outcome.DENY and d.rule_ids == [FAIL_CLOSED_RULE] and "unreachable" in d.error
+    r = remote.decide(READ)
+    assert r.outcome is Outcome.ALLOW and r.error
+    assert not remote.healthy()
+    strict = OPAServer(server.url, upload=False, allow_readonly_on_error=False)
+    assert strict.decide(READ).outcome is Outcome.DENY
+
+
+def test_a_slow_server_times_out_and_fails_closed(tiny):
+    release = threading.Event()
+    with StandInOPAServer(before_answer=lambda path: release.wait(5)) as server:
+        remote = OPAServer(server.url, tiny, timeout_s=0.1)
+        try:
+            d = remote.decide(MUTATING)
+            assert d.outcome is Outcome.DENY and "timed out" in d.error
+            assert remote.decide(READ).outcome is Outcome.ALLOW
+        finally:
+            release.set()
+
+
+def test_an_undefined_answer_fails_closed():
+    with StandInOPAServer() as server:
+        remote = OPAServer(server.url, upload=False)  # nothing loaded: data.guardrail.decision is undefined
+        d = remote.decide(MUTATING)
+        assert d.outcome is Outcome.DENY and "undefined" in d.error
+
+
+def test_a_rejected_policy_raises_policy_load_error_with_file_and_line(tmp_path):
+    (tmp_path / "guardrail.rego").write_text('package guardrail\n\ndecision := {"deny": [], "warn": []}\n')
+    bad = tmp_path / "broken.rego"
+    bad.write_text("package guardrail.rules.broken\n\ndeny contains x if {\n\tx := \n}\n")
+    with StandInOPAServer() as server:
+        with pytest.raises(PolicyLoadError) as e:
+            OPAServer(server.url, tmp_path)
+    assert e.value.path == str(bad) and e.value.line == 5
+
+
+def test_uploading_to_a_down_server_is_an_engine_error(tiny):
+    server = StandInOPAServer().start()
+    url = server.url
+    server.stop()
+    with pytest.raises(PolicyEngineError):
+        OPAServer(url, tiny)
+
+
+def test_data_exceptions_are_uploaded_too(opa):
+    server, _ = opa
+    remote = OPAServer(server.url, upload=False)
+    remote.client.put_data("", {"exceptions": ["SRE-DATA-001"]})
+    try:
+        d = remote.decide({"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True}, "context": {}})
+        assert d.outcome is Outcome.ALLOW and [f.id for f in d.exempted] == ["SRE-DATA-001"]
+    finally:
+        remote.client.put_data("", {})

@@ -1,0 +1,90 @@
+"""`guardrail policy test` and `guardrail policy eval`, through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from guardrail.cli import _register, cli
+
+_register()
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_policy_test_runs_the_shipped_library():
+    r = run("policy", "test")
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    m = re.fullmatch(r"(\d+) passed, (\d+) failed", last)
+    assert m and int(m.group(1)) >= 60 and m.group(2) == "0"
+    assert "PASS rules/data_test.rego: data.guardrail.rules.data_test.test_flushall_denied" in r.output
+
+
+def test_policy_test_fails_on_a_failing_test(tmp_path):
+    (tmp_path / "x.rego").write_text("package x\n\nallow if input.ok\n")
+    (tmp_path / "x_test.rego").write_text(
+        "package x_test\n\nimport data.x\n\ntest_ok if x.allow with input as {\"ok\": true}\n\n"
+        "test_wrong if x.allow with input as {\"ok\": false}\n")
+    r = run("policy", "test", str(tmp_path))
+    assert r.exit_code == 1
+    assert "PASS x_test.rego: data.x_test.test_ok" in r.output
+    assert "FAIL x_test.rego: data.x_test.test_wrong" in r.output
+    assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"
+
+
+def test_policy_test_syntax_error_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.rego"
+    bad.write_text("package bad\n\nallow if {\n")
+    r = CliRunner().invoke(cli, ["policy", "test", str(tmp_path)])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}:") and re.match(r"error: .*:\d+: ", lines[0])
+
+
+def test_policy_test_missing_dir_exit_2(tmp_path):
+    r = CliRunner().invoke(cli, ["policy", "test", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "no such policy directory" in r.output
+
+
+def test_policy_eval_prints_the_decision(tmp_path):
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps({"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True},
+                             "context": {}, "command": "redis-cli FLUSHALL"}))
+    r = run("policy", "eval", "--input", str(f))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [x["id"] for x in doc["result"]["deny"]] == ["SRE-DATA-001"]
+
+
+def test_policy_eval_with_a_query_and_policy_dir(tmp_path):
+    (tmp_path / "p.rego").write_text("package p\n\ndouble := input.n * 2\n")
+    f = tmp_path / "in.json"
+    f.write_text('{"n": 21}')
+    r = run("policy", "eval", "--input", str(f), "--query", "data.p.double", "--policy", str(tmp_path))
+    assert json.loads(r.output) == {"result": 42}
+    r = run("policy", "eval", "--input", str(f), "--query", "data.p.nothing", "--policy", str(tmp_path))
+    assert json.loads(r.output) == {}
+    r = run("policy", "eval", "--input", str(f), "--query", "x := data.p.double + 1", "--policy", str(tmp_path))
+    assert json.loads(r.output) == {"result": [{"x": 43}]}
+
+
+def test_policy_eval_bad_json_names_the_line(tmp_path):
+    f = tmp_path / "in.json"
+    f.write_text('{\n  "action": {\n    "tool": ,\n  }\n}\n')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {f}:3: bad JSON: Expecting value"
+
+
+def test_policy_eval_missing_input_and_bad_query_exit_2(tmp_path):
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(tmp_path / "none.json")])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {tmp_path / 'none.json'}: cannot read")
+    f = tmp_path / "in.json"
+    f.write_text("{}")
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f), "--query", "x := := 1"])
+    assert r.exit_code == 2 and r.output.startswith("error: --query: bad query")
