@@ -302,6 +302,12 @@ class ShellWalker:
                 if dest is None:
                     continue
                 w = word_of(dest, self.env)
+                if str(w).startswith(("/dev/tcp/", "/dev/udp/")) or (w.dynamic and "/dev/" in str(w)):
+                    # bash opens a raw socket here: whatever is written to it is a protocol command we cannot see.
+                    inv = Invocation(argv=[Word.of("redirect")], where=self.where, raw=_txt(r))
+                    self.emit([inv.opaque("network-redirect", f"a redirection to {str(w)!r} talks to a network "
+                                          "service directly; use the service's client instead", path=str(w))])
+                    continue
                 if op == "<":
                     stdin = Stdin("file", computed=True, producer=str(w))
                 elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \

@@ -88,6 +88,13 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
     if body is not None:
         d["body"] = body
     target = inv.service_target(host, "localhost")
+    scheme = (u.scheme or "http").lower()
+    if scheme not in ("http", "https", "file"):
+        # gopher://, dict://, telnet:// ... speak a raw protocol: `gopher://redis:6379/_FLUSHALL` is a redis command.
+        d["scheme"] = scheme
+        return inv.action(tool, scheme, target=target, mutating=UNKNOWN, details=d,
+                          opaque_reason=f"a {scheme}:// request sends raw protocol data to {host or 'a service'}; "
+                                        "use the service's own client instead")
     mutating: Mutating = (method not in _READ_METHODS) if method_known else UNKNOWN
     layer = Layer.NONE
     keys: list[KeyChange] = []

@@ -267,6 +267,9 @@ def common_effect(st: Statement) -> SqlEffect | None:
         return SqlEffect(verb="unlock", mutating=True, layer=Layer.NONE, details={"sql_kind": "lock"})
     if k == "COPY":
         name = st.name_at(1)[0]
+        if st.index("PROGRAM") > 0:
+            return SqlEffect(verb="copy program", mutating=UNKNOWN, details={"sql_kind": "program", "table": name},
+                             opaque_reason="COPY ... PROGRAM runs a shell command on the database server")
         frm = st.index("FROM")
         to = st.index("TO")
         if to >= 0 and st.kw(to + 1) == "STDOUT":

@@ -1,4 +1,4 @@
-"""The read-only staples of an operator shell (cat, grep, jq, ps, dig ...), awk, sleep and kill.
+"""The read-only staples of an operator shell (cat, grep, jq, ps, dig ...), awk, sleep, kill and systemctl.
 
 Registered for the names in catalogue.yaml's `read_only` list (minus sed, which `files` owns); called by
 `Normaliser.dispatch`. A staple only reads; what its redirections write is classified by the shell walker.
@@ -12,10 +12,10 @@ import re
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
-from guardrail.actions.model import UNKNOWN, Action
+from guardrail.actions.model import UNKNOWN, Action, Target
 from guardrail.actions.shell import file_write
 
-__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "parse_duration"]
+__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "ServiceManager", "parse_duration"]
 
 _OWNED_ELSEWHERE = {"sed", "awk", "gawk", "mawk", "nawk"}
 
@@ -102,3 +102,26 @@ class Kill:
         sig = next((a for a in args if a.startswith("-")), "-TERM")
         targets = [a for a in args if not a.startswith("-")]
         return [inv.action("shell", inv.name, mutating=True, details={"signal": sig, "targets": targets})]
+
+
+_UNIT_READS = frozenset({"status", "show", "is-active", "is-enabled", "is-failed", "list-units", "list-unit-files",
+                         "cat", "list-timers", "list-sockets", "list-dependencies", "help", "--version"})
+
+
+@register
+class ServiceManager:
+    """systemctl and service: a restart or stop of a unit is a restart of that component."""
+
+    commands = ("systemctl", "service")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        words = [str(a) for a in inv.args if not str(a).startswith("-")]
+        if inv.name == "service":
+            unit, verb = (words[0], words[1]) if len(words) > 1 else ("", words[0] if words else "status")
+        else:
+            verb, unit = (words[0], words[1]) if len(words) > 1 else (words[0] if words else "list-units", "")
+        target = Target(kind="component", name=unit.removesuffix(".service"), namespace=inv.where.namespace)
+        if verb in _UNIT_READS:
+            return [inv.action(inv.name, verb, target=target, mutating=False)]
+        details = {"restart": True} if verb in ("restart", "stop", "kill", "try-restart", "reload-or-restart") else {}
+        return [inv.action(inv.name, verb, target=target, mutating=True, details=details)]
