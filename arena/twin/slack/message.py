@@ -57,10 +57,12 @@ class SlackDatabase(SlackPostgres):
         s.add_role("svc_admin", password="agentrepair-svc")
         s.add_database("app")
         s.add_database("postgres")
-        s.views = {"channel_seq": self._channel_seq_view, "app_kv_state": self._kv_view,
+        s.views = {"channel_seq": self._channel_seq_view, "messages": self._messages_view,
+                   "app_kv_state": self._kv_view,
                    "service_control_history": self._history_view}
         s.log_sink = lambda t, msg: self.say(t, msg)
         self.server = s
+        self.writer_pids: set[int] = set()  # the message pool's backends (svc-message keeps this current)
         self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
         # service_control_history (t, service, action, detail); the release's deploy record is pre-agent data
         self.history: list[tuple[float, str, str, str]] = [(-86400.0, "svc-message", "deploy", "slack-app")]
@@ -68,6 +70,31 @@ class SlackDatabase(SlackPostgres):
     # --- views the SQL front end reads -----------------------------------------------------------------------
     def _channel_seq_view(self) -> tuple[list[str], list[list[Any]]]:
         return ["channel_id", "last_seq"], [[c, n] for c, n in sorted(self.rows.items())]
+
+    def _messages_view(self) -> tuple[list[str], list[list[Any]]]:
+        # Rows are rebuilt from the per-channel counts when an operator reads them (rare), never per segment.
+        rows: list[list[Any]] = []
+        for c in self.channels:
+            for seq in range(1, self.rows[c] + 1):
+                rows.append([0, c, f"{c}-m{seq:06d}", seq, f"message {seq} in {c}", f"org-{c}", None])
+        rows.sort(key=lambda r: (int(r[3]), r[1]))
+        for i, r in enumerate(rows, start=1):
+            r[0] = i
+        return ["id", "channel_id", "client_msg_id", "seq", "body", "org_id", "deleted_at"], rows
+
+    def write(self, n: int) -> None:
+        """Successful writes land on the channels whose channel_seq row the writers could take."""
+        if n <= 0:
+            return
+        free = [c for c in self.channels if c not in self.blocked_channels()] or self.channels
+        k = len(free)
+        for i, c in enumerate(free):
+            self.rows[c] += n // k + (1 if i < n % k else 0)
+        self.offered_ok += n
+
+    def blocked_channels(self) -> set[str]:
+        return {key for (rel, key), pid in self.server.row_locks.items()
+                if rel == "channel_seq" and pid not in self.writer_pids}
 
     def _kv_view(self) -> tuple[list[str], list[list[Any]]]:
         return ["key", "value", "updated_at"], [[k, json.dumps(v["value"], sort_keys=True), v["t"]]
@@ -165,6 +192,7 @@ class MessageRole(SlackRole):
         for _ in range(4):  # a few pooled connections, visible in pg_stat_activity
             b = srv.connect("app", "app", now=now, application_name="svc-message", client_addr=_APP_ADDR)
             self.own_pids.add(b.pid)
+        self.store.writer_pids = self.own_pids
         self._read_checkpoint(now, starting=True)
         chan = self.pod_env.get("HOLD_SEQ_LOCK", "").strip()
         if chan:
@@ -227,9 +255,10 @@ class MessageRole(SlackRole):
             if held and i < 3:
                 ch = held[i % len(held)]
                 b.state, b.waiting_for = "active", ("channel_seq", ch)
+                b.xact_start = b.xact_start if b.xact_start is not None else t0
                 b.query = f"UPDATE channel_seq SET last_seq = last_seq + 1 WHERE channel_id = '{ch}' RETURNING last_seq"
             elif b.waiting_for is not None or b.state == "active":
-                b.state, b.waiting_for, b.query = "idle", None, "COMMIT"
+                b.state, b.waiting_for, b.query, b.xact_start = "idle", None, "COMMIT", None
 
     # --- truth ----------------------------------------------------------------------------------------------
     def truth(self) -> dict[str, Any]:
