@@ -357,6 +357,17 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 @wrapper("kubectl", "oc")
 def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     g = KUBECTL_GLOBAL.parse(inv.args)
+    if g.positionals and g.positionals[0] in ("run", "debug") and g.after_dashdash:
+        # `kubectl run tmp --image=redis -- redis-cli -h redis-queue FLUSHALL`: a new pod, plus what it runs.
+        classifier = classifier_for("kubectl")
+        own_actions = classifier.classify(inv) if classifier is not None else []
+        ns = g.get("-n")
+        where = inv.where.inside(f"kubectl {g.positionals[0]}",
+                                 pod=str(g.positionals[1]) if len(g.positionals) > 1 else "",
+                                 namespace=str(ns) if ns is not None else inv.where.namespace)
+        inner = Invocation(argv=list(g.after_dashdash), where=where, stdin=inv.stdin,
+                           raw=" ".join(shlex.quote(str(a)) for a in g.after_dashdash))
+        return own_actions + n.dispatch(inner)
     if not g.positionals or g.positionals[0] != "exec":
         return None
     ex = parse_exec(inv.args)

