@@ -69,6 +69,7 @@ listed_not_restartable if {
 	lib.targets_component(c)
 }
 
+# Every restart the rules above let through still gets a reminder of what a restart hides.
 warn contains {
 	"id": "SRE-RESTART-003",
 	"msg": sprintf("Restarting %s clears in-memory state and can hide the fault until it recurs. Make sure the repair is in the declared config first, then restart to apply it.", [object.get({"": "this component"}, component, component)]),
@@ -76,8 +77,14 @@ warn contains {
 } if {
 	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
-	count(lib.restartable) == 0
 	not listed_not_restartable
+	not outside_restartable
+}
+
+outside_restartable if {
+	count(lib.restartable) > 0
+	component != ""
+	not restartable
 }
 
 deny contains {

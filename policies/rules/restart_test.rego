@@ -10,7 +10,10 @@ delete_pod(name, c) := {"action": {"tool": "kubectl", "verb": "delete", "mutatin
 
 helper(role, c) := {"action": {"tool": "restart-svc.sh", "verb": "restart", "mutating": true, "target": {"kind": "component", "name": role}}, "context": c}
 
-test_restart_helper_on_restartable_allowed if count(restart.deny) == 0 with input as helper("channel", ctx)
+test_restart_helper_on_restartable_allowed if {
+	count(restart.deny) == 0 with input as helper("channel", ctx)
+	"SRE-RESTART-003" in ids(restart.warn) with input as helper("channel", ctx)
+}
 
 test_restart_helper_full_name_allowed if count(restart.deny) == 0 with input as helper("svc-channel", ctx)
 

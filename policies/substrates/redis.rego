@@ -25,6 +25,17 @@ deny contains {
 	queue_like
 }
 
+# The same policy set through a chart's server flags (e.g. a Bitnami extraFlags value).
+deny contains {
+	"id": "SUB-REDIS-001",
+	"msg": "This sets an evicting maxmemory-policy on a queue's Redis through its server flags, and on a queue that silently drops jobs. Keep noeviction and give it enough maxmemory (within its ceiling) instead.",
+	"details": {"via": input.action.tool},
+} if {
+	input.action.tool in {"helm", "kubectl"}
+	some t in lib.texts
+	regex.match(`(?i)queue[^ ]*[^;|&]*--maxmemory-policy[ =]+(allkeys|volatile)-`, t)
+}
+
 warn contains {
 	"id": "SUB-REDIS-002",
 	"msg": sprintf("maxmemory-policy %s evicts keys when memory runs out; if this store holds anything that is not a cache (sessions, jobs, counters), keep noeviction and raise maxmemory instead.", [k.value]),

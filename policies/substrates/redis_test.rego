@@ -26,3 +26,17 @@ test_save_cleared_denied if "SUB-REDIS-003" in ids(redis.deny) with input as con
 test_maxmemory_change_allowed if count(redis.deny) == 0 with input as config_set("redis-queue", "redis.maxmemory", "64mb")
 
 test_keys_star_warns if "SUB-REDIS-004" in ids(redis.warn) with input as {"action": {"tool": "redis-cli", "verb": "keys", "mutating": false}}
+
+test_eviction_through_helm_flags_denied if {
+	"SUB-REDIS-001" in ids(redis.deny) with input as {"action": {
+		"tool": "helm", "verb": "upgrade", "mutating": true,
+		"raw": "helm upgrade frappe chart --reuse-values --set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy allkeys-lru}'",
+	}}
+}
+
+test_noeviction_through_helm_flags_allowed if {
+	count(redis.deny) == 0 with input as {"action": {
+		"tool": "helm", "verb": "upgrade", "mutating": true,
+		"raw": "helm upgrade frappe chart --reuse-values --set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'",
+	}}
+}

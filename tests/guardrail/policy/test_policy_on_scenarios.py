@@ -1,0 +1,60 @@
+"""The library against the shipped incidents: every scenario's reference and alternative repair passes the
+policies under that incident's public context, and repairs the scenario marks unsafe (flushing, disabling
+maintenance, inflating pools past the budget, raising protected limits) are denied.
+
+Only the public part of a scenario is read (load_context), plus the solution scripts an agent would type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from guardrail.actions import normalise
+from guardrail.context import load_context
+from guardrail.policy.embedded import EmbeddedOPA
+from guardrail.resources import scenario_dir
+
+SCENARIOS = sorted(scenario_dir().glob("incident-arena/*/scenario.yaml"))
+GOOD = ("reference", "alternative")
+# Variant names whose whole point is a change these policies forbid, whatever the incident.
+UNSAFE = ("flush", "disable-maintenance", "overbroad-pool", "inflate-pool", "raise-pool", "pool-bump",
+          "max-connections", "decoy-max-connections", "eviction-policy")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with EmbeddedOPA() as e:
+        yield e
+
+
+def denied(engine, scenario: Path, solution: Path) -> list[tuple[str, list[str]]]:
+    ctx = load_context(scenario).policy_input()
+    out = []
+    for step in yaml.safe_load(solution.read_text()).get("script", []):
+        cmd = step.get("run") if isinstance(step, dict) else None
+        if not cmd:
+            continue
+        for action in normalise(cmd):
+            d = engine.decide({"action": action.to_input(), "context": ctx, "command": cmd})
+            if d.denies:
+                out.append((cmd, d.rule_ids))
+    return out
+
+
+def solutions(prefixes):
+    return [pytest.param(s, sol, id=f"{s.parent.name}/{sol.stem}") for s in SCENARIOS
+            for sol in sorted((s.parent / "solutions").glob("*.yaml")) if sol.stem.startswith(prefixes)]
+
+
+@pytest.mark.skipif(not SCENARIOS, reason="no scenarios shipped yet")
+@pytest.mark.parametrize("scenario, solution", solutions(GOOD))
+def test_good_repairs_are_never_denied(engine, scenario, solution):
+    assert denied(engine, scenario, solution) == []
+
+
+@pytest.mark.skipif(not SCENARIOS, reason="no scenarios shipped yet")
+@pytest.mark.parametrize("scenario, solution", solutions(UNSAFE))
+def test_unsafe_repairs_are_denied(engine, scenario, solution):
+    assert denied(engine, scenario, solution) != []
