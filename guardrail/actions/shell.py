@@ -20,8 +20,8 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Node
 
-from guardrail.actions.invocation import Invocation, Stdin, Where, command_name
-from guardrail.actions.model import Action, KeyChange, Layer
+from guardrail.actions.invocation import Invocation, Stdin, Where
+from guardrail.actions.model import Action, KeyChange
 from guardrail.actions.words import DYNAMIC_NODES, Word, decode_ansi_c, substitutions_in, word_of
 
 if TYPE_CHECKING:
