@@ -79,12 +79,28 @@ class PoolOffer:
     wait_ms: float  # mean queueing wait of the served ones
     utilisation: float
     timeout_ms: float  # how long the unserved ones waited before the pool timeout
+    # The share of requests that queue at all (Erlang C). 0: every served request waits `wait_ms` (saturated).
+    p_wait: float = 0.0
 
     def modes(self, hold_ms: float, reason: str = "pool_timeout") -> list[Mode]:
-        out = [Mode(self.served, self.wait_ms + hold_ms)]
+        if self.p_wait >= _TAIL_MIN and self.wait_ms > 0:
+            # Below saturation the wait of those that queue is exponential (M/M/c), so a pool near full
+            # utilisation has a tail (its p90) far above the mean wait.
+            cond = self.wait_ms / self.p_wait
+            out = [Mode(self.served * (1.0 - self.p_wait), hold_ms)]
+            out += [Mode(self.served * self.p_wait * share, hold_ms + min(cond * k, self.timeout_ms))
+                    for share, k in _EXP_BANDS]
+        else:
+            out = [Mode(self.served, self.wait_ms + hold_ms)]
         if self.served < 1.0:
             out.append(Mode(1.0 - self.served, self.timeout_ms, ERROR, reason, conn=True))
         return out
+
+
+# An exponential wait in three quantile bands (0-50 %, 50-80 %, 80-100 %): each band's share and its conditional
+# mean in units of the mean. Only pools where at least _TAIL_MIN of requests queue get the split (few modes).
+_EXP_BANDS = ((0.5, 0.3069), (0.3, 1.0826), (0.2, 2.6094))
+_TAIL_MIN = 0.01
 
 
 class ConnectionPool:
@@ -117,7 +133,8 @@ class ConnectionPool:
             if wq < tmo:
                 # The tail of the queueing wait beyond the timeout is lost to the pool timeout.
                 late = math.exp(-tmo / wq) if wq > 0 else 0.0
-                return PoolOffer(1.0 - late * rho ** math.sqrt(2 * (c + 1)), wq, rho, tmo)
+                p_wait = rho ** math.sqrt(2 * (c + 1))
+                return PoolOffer(1.0 - late * p_wait, wq, rho, tmo, p_wait=p_wait)
         served = min(1.0, c / (rps * hold_s)) if hold_s > 0 else 1.0
         # A saturated queue: the ones that get through waited most of the timeout.
         return PoolOffer(served * 0.98, tmo * 0.85, rho, tmo)
