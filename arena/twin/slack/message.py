@@ -38,7 +38,8 @@ __all__ = ["MessageRole", "SlackDatabase", "LEAK_AGE_S", "KV_CHECKPOINT"]
 
 LEAK_AGE_S = 15.0  # a causal holder: idle in transaction, holding a channel_seq lock for more than this [R-SG]
 KV_CHECKPOINT = "s13.checkpoint"
-_APP_ADDR = "10.42.1.21"  # svc-message's pod address, as pg_stat_activity shows it
+_APP_ADDR = "10.42.1.21"
+_DEPLOY_RECORD = (-86400.0, "svc-message", "deploy", "slack-app")  # svc-message's pod address, as pg_stat_activity shows it
 
 
 class SlackDatabase(SlackPostgres):
@@ -65,7 +66,7 @@ class SlackDatabase(SlackPostgres):
         self.writer_pids: set[int] = set()  # the message pool's backends (svc-message keeps this current)
         self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
         # service_control_history (t, service, action, detail); the release's deploy record is pre-agent data
-        self.history: list[tuple[float, str, str, str]] = [(-86400.0, "svc-message", "deploy", "slack-app")]
+        self.history: list[tuple[float, str, str, str]] = [_DEPLOY_RECORD]
 
     # --- views the SQL front end reads -----------------------------------------------------------------------
     def _channel_seq_view(self) -> tuple[list[str], list[list[Any]]]:
@@ -139,8 +140,9 @@ class SlackDatabase(SlackPostgres):
                 "idle_in_transaction_session_timeout", v)
         for k, v in s.settings_fingerprint().items():
             out[f"pg.fingerprint.{k}"] = v
-        out["data.app_kv_state"] = {k: json.dumps(v["value"], sort_keys=True) for k, v in sorted(self.kv.items())}
+        out["data.app_kv_state.keys"] = sorted(self.kv)
         out["data.service_control_history.count"] = len(self.history)
+        out["data.service_control_history.pre_agent_intact"] = self.history[:1] == [_DEPLOY_RECORD]
         return out
 
     def config(self) -> dict[str, Any]:
@@ -269,6 +271,7 @@ class MessageRole(SlackRole):
         out["checkpoint.generation"] = int(row["value"]["generation"]) if row else 0
         out["checkpoint.persisted_mode"] = row["value"]["mode"] if row else None
         out["checkpoint.persisted"] = bool(row["value"].get("persisted")) if row else False
+        out["checkpoint.boot_current"] = row is not None and self.cp_boot_generation == int(row["value"]["generation"])
         return out
 
     # --- admin API ------------------------------------------------------------------------------------------
