@@ -92,6 +92,7 @@ class Assessment:
     now: float
     backlog: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
     not_ready: tuple[str, ...] = ()
+    pooled: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # ratio SLIs pooled over the run
 
     @property
     def latest_failure(self) -> CycleJudgement | None:
@@ -211,13 +212,17 @@ def assess(
         return False
 
     judged: list[CycleJudgement] = []
+    z = criteria.confidence_z
+    in_cycle: dict[tuple[str, Band], list[Sample]] = {}
     for c in full:
         results: list[BandResult] = []
         for band in bands:
-            vals = [float(s.value) for s in prepared.get(band.series_key, ())
-                    if _cycle_of(s, window_start, cycle_s) == c
-                    and (band.phase is None or s.labels.get("phase") == band.phase)
-                    and sample_has_data(s, band.sli, criteria.min_count)]
+            picked = [s for s in prepared.get(band.series_key, ())
+                      if _cycle_of(s, window_start, cycle_s) == c
+                      and (band.phase is None or s.labels.get("phase") == band.phase)
+                      and sample_has_data(s, band.sli, criteria.min_count)]
+            in_cycle[(c, band)] = picked
+            vals = [float(s.value) for s in picked]
             if not vals:
                 results.append(BandResult(band, "nodata"))
                 continue
@@ -227,7 +232,12 @@ def assess(
             w = vals[0]
             for v in vals[1:]:
                 w = band.worse(w, v)
-            results.append(BandResult(band, "ok" if band.holds(w) else "fail", w))
+            # A ratio just outside its band, from too few requests to tell (the limit lies inside its confidence
+            # interval), does not break a run; acceptance then needs the pooled evidence below.
+            zn = criteria.noise_z
+            bad = [s for s in picked if not band.holds(float(s.value))
+                   and not (band.sli in RATIO_SLIS and zn > 0 and _plausibly_in_band(band, s, zn))]
+            results.append(BandResult(band, "fail" if bad else "ok", w))
         if any(r.state == "fail" for r in results):
             state = "fail"
         elif any(r.state == "nodata" and r.band.required for r in results) or not any(
@@ -239,6 +249,24 @@ def assess(
         judged.append(CycleJudgement(c, t0, t1, state, tuple(results),
                                      draining=state == "fail" and backlog_falling(c)))
 
+    # Finished segments of the cycle still under way count against a run: a bad peak is bad before its trough
+    # ends. (Only failures: a partial cycle never adds to a run.)
+    trailing_fail: list[BandResult] = []
+    later = [c for c in order if c not in full and extent[c][0] >= window_start - eps
+             and (not full or _cycle_sort_key(c) > _cycle_sort_key(full[-1]))]
+    for c in later:
+        for band in bands:
+            if band.op == "stable":
+                continue
+            for smp in prepared.get(band.series_key, ()):
+                if (_cycle_of(smp, window_start, cycle_s) == c and smp.t_end < now - eps
+                        and (band.phase is None or smp.labels.get("phase") == band.phase)
+                        and sample_has_data(smp, band.sli, criteria.min_count)
+                        and not band.holds(float(smp.value))
+                        and not (band.sli in RATIO_SLIS and criteria.noise_z > 0
+                                 and _plausibly_in_band(band, smp, criteria.noise_z))):
+                    trailing_fail.append(BandResult(band, "fail", float(smp.value)))
+
     consecutive = 0
     for j in reversed(judged):
         if j.state == "ok":
@@ -246,9 +274,27 @@ def assess(
         elif j.state == "fail":
             break
         # a nodata cycle neither counts nor breaks the run
+    if trailing_fail:
+        consecutive = 0
+        c = later[0]
+        judged.append(CycleJudgement(c, extent[c][0], extent[c][1], "fail", tuple(trailing_fail),
+                                     draining=backlog_falling(c)))
     failed = sum(1 for j in judged if j.state == "fail" and not j.draining)
     nodata = sum(1 for j in judged if j.state == "nodata")
-    if consecutive >= criteria.consecutive_cycles and not not_ready:
+    pooled: dict[str, dict[str, Any]] = {}
+    if consecutive >= criteria.consecutive_cycles and z > 0:
+        run = [j.cycle for j in judged[len(judged) - consecutive:] if j.state == "ok"]
+        for band in bands:
+            if band.sli not in RATIO_SLIS or band.op == "stable":
+                continue
+            ss = [smp for cyc in run for smp in in_cycle.get((cyc, band), ())]
+            # Pooled per load phase, so a fault that shows at peak only is not diluted by healthy troughs.
+            for ph in sorted({str(smp.labels.get("phase", "")) for smp in ss}):
+                part = [smp for smp in ss if str(smp.labels.get("phase", "")) == ph]
+                name = band.label() if band.phase or not ph else f"{band.label()}[{ph}]"
+                pooled[name] = _pooled_check(band, part, z)
+    weak = [k for k, v in pooled.items() if not v["holds"]]
+    if consecutive >= criteria.consecutive_cycles and not not_ready and not weak:
         state = "converged"
     elif judged and judged[-1].state == "fail":
         state = "failing"
@@ -257,7 +303,42 @@ def assess(
     else:
         state = "pending"
     return Assessment(state, tuple(judged), consecutive, failed, nodata, window_start, now, backlog,
-                      tuple(not_ready))
+                      tuple(not_ready), pooled)
+
+
+RATIO_SLIS = frozenset({"error_ratio", "goodput"})
+
+
+def _wilson(bad: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion: `bad` of `n`."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = bad / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _bad_share(band: Band, value: float) -> tuple[float, float]:
+    """(share of bad requests, the band's limit on it): error ratio as is, goodput as 1 - goodput."""
+    return (value, band.limit) if band.op == "<=" else (1.0 - value, 1.0 - band.limit)
+
+
+def _plausibly_in_band(band: Band, s: Sample, z: float) -> bool:
+    share, limit = _bad_share(band, float(s.value))
+    lo, _ = _wilson(share * s.count, s.count, z)
+    return lo <= limit
+
+
+def _pooled_check(band: Band, samples: Sequence[Sample], z: float) -> dict[str, Any]:
+    """Is the band held with confidence over the whole run? The upper bound of the pooled bad share."""
+    n = sum(s.count for s in samples)
+    bad = sum(_bad_share(band, float(s.value))[0] * s.count for s in samples)
+    limit = _bad_share(band, 0.0)[1]
+    _, hi = _wilson(bad, n, z)
+    return {"requests": n, "bad_share": round(bad / n, 6) if n else None, "upper_bound": round(hi, 6),
+            "limit": limit, "holds": hi <= limit}
 
 
 def _stability(band: Band, samples: Sequence[Sample], cycle_t0: float, value: float) -> BandResult:
@@ -315,6 +396,11 @@ def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str,
             parts.append(f"{name} = {b['value']:.4g} draining at {b['drain_per_s']:.3g}/s, ETA {b['eta_s']:.0f} s")
     if a.not_ready:
         parts.append(f"not ready: {', '.join(a.not_ready)}")
+    for name, pc in a.pooled.items():
+        if not pc["holds"]:
+            parts.append(f"{name} is in band but not yet with confidence over {pc['requests']} requests (bad "
+                         f"share {pc['bad_share']:.4g}, upper bound {pc['upper_bound']:.4g} > {pc['limit']:.4g})")
+    evidence["pooled"] = {k: dict(v) for k, v in a.pooled.items()}
     if not parts:
         parts.append(f"no full load cycle in band since the last change yet ({len(a.cycles)} judged)")
     msg = (f"SLIs not converged: {'; '.join(parts)}. The guard accepts after {need} consecutive full load cycles "
@@ -476,7 +562,7 @@ class ConvergenceCheck(VerifierBase):
         crit = Criteria.coerce(criteria).convergence
         bands, notes = self.bands(env, crit)
         cycle_s = self.cycle_s(env, crit)
-        interval = crit.interval_s or cycle_s / 2
+        interval = crit.interval_s or cycle_s / 4
         max_wait = crit.max_wait_cycles * cycle_s
         count = crit.count or max(1, int(max(max_wait, crit.drain_wait_cycles * cycle_s) // interval) + 1)
         restarts: list[float] = []

@@ -18,14 +18,19 @@ class ConvergenceCriteria:
     """When SLIs count as converged, and how long to wait for it (Argo: interval, count, limits)."""
 
     consecutive_cycles: int = 2  # full load cycles (peak and trough) in band, in a row, after the last change
-    interval_s: float | None = None  # between measurements; None: half a load cycle
+    interval_s: float | None = None  # between measurements; None: a quarter of a load cycle
     count: int | None = None  # most measurements; None: as many as fit in max_wait_cycles
     max_wait_cycles: float = 8.0  # the bounded wait, in load cycles
     drain_wait_cycles: float = 24.0  # the wait may run on to this while SLIs visibly recover (a backlog drains)
-    failure_limit: int = 3  # failed cycles (not explained by a draining backlog) before giving up early
+    failure_limit: int = 5  # failed cycles (not explained by a draining backlog) before giving up early
     inconclusive_limit: int = 4  # cycles with no data for a public SLO before answering INCONCLUSIVE
     error_limit: int = 2  # consecutive measurements the source failed to answer
     min_count: int = 5  # requests a ratio or latency sample needs before it counts as data
+    # Ratio SLIs rest on few requests at a light trough. A segment outside the band whose Wilson interval (noise_z)
+    # still reaches the band does not break a run; acceptance needs the upper bound (confidence_z, one-sided
+    # ~95%) of the bad share pooled over the run, per phase, inside the band. 0 turns either off.
+    noise_z: float = 1.0
+    confidence_z: float = 1.64
     default_cycle_s: float = 60.0  # when neither the environment nor the samples say
     baseline_window_s: float = 600.0  # pre-incident telemetry the baseline bands are measured on
     baseline_min_segments: int = 3  # fewer pre-incident samples than this: no baseline band for that SLI

@@ -1,0 +1,267 @@
+"""How fast and how safely the convergence verifier accepts a declaration: time-to-accept after the true
+recovery, in load cycles, and the false-accept rate, over seeded episodes.
+
+Run: `python bench/convergence.py [--episodes 400] [--seed 0]`. Prints a table and writes
+bench/results/convergence.json. Targets (issue 5): accept within 2 cycles of the true recovery; <= 1% false accepts.
+
+The episodes are synthetic, generated here from a seed, and judged by the real `ConvergenceCheck` through the
+`Environment` seam in virtual time: open-loop load in peak/trough cycles (the spec's dev shape, 50/10 rps, and
+Saleor's bursty 6/1.4 rps), request outcomes drawn per segment from a binomial, so small segments are noisy.
+The agent declares right after its fix. Kinds:
+  recovers  the SLIs return to health at a random moment 0-4 cycles after the fix (some with a draining backlog)
+  residual  a fault remains at peak, just outside the band (error ratio 1.2x-1.8x the SLO): any accept is false
+  relapse   recovers, then regresses 3-5 cycles later with no change (a symptom-only repair; the watchdog's case)
+"True recovery" is the moment the error probability drops; "healthy cycle start" is the first full cycle after
+it, the earliest point from which two full in-band cycles can be counted. The twin-based version of this bench
+(true recovery read from the twin's ground truth) is left to the bench issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from verifiers.convergence import ConvergenceCheck
+from verifiers.protocols import EnvironmentDescription, Sample, VerdictStatus
+
+OUT = Path(__file__).resolve().parent / "results" / "convergence.json"
+SLO_ERR, SLO_GOOD = 0.05, 0.90
+CONTEXT = {"id": "bench", "slos": [{"sli": "error_ratio", "op": "<=", "value": SLO_ERR},
+                                   {"sli": "goodput", "op": ">=", "value": SLO_GOOD}]}
+SHAPES = {"dev": (20.0, 50.0, 40.0, 10.0), "saleor": (14.0, 6.0, 34.0, 1.4)}
+
+
+class Clock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += max(0.0, s)
+
+
+@dataclass
+class Episode:
+    seed: int
+    kind: str
+    shape: str
+    t_fix: float
+    t_recover: float | None  # None: never
+    t_relapse: float | None
+    p_bad_peak: float
+    p_bad_trough: float
+    p_good: float
+    backlog0: float
+    drain_per_s: float
+
+
+class SyntheticEnvironment:
+    """The Environment seam over one synthetic episode: per-segment samples with binomial outcome noise."""
+
+    def __init__(self, ep: Episode):
+        self.ep = ep
+        self.peak_s, self.peak_rps, self.trough_s, self.trough_rps = SHAPES[ep.shape]
+        self.cycle_s = self.peak_s + self.trough_s
+        self._clock = Clock(ep.t_fix)
+        self._cache: dict[tuple[int, str], tuple[int, int]] = {}
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def p_error(self, t: float, phase: str) -> float:
+        e = self.ep
+        healthy = e.t_recover is not None and t >= e.t_recover and (e.t_relapse is None or t < e.t_relapse)
+        if healthy:
+            return e.p_good
+        return e.p_bad_peak if phase == "peak" else e.p_bad_trough
+
+    def _segment(self, c: int, phase: str) -> tuple[float, float]:
+        a = c * self.cycle_s + (0.0 if phase == "peak" else self.peak_s)
+        return a, a + (self.peak_s if phase == "peak" else self.trough_s)
+
+    def _outcomes(self, c: int, phase: str) -> tuple[int, int]:
+        key = (c, phase)
+        if key not in self._cache:
+            a, b = self._segment(c, phase)
+            rng = random.Random(hash((self.ep.seed, c, phase)) & 0xFFFFFFFF)
+            n = max(0, round(rng.gauss(1.0, 0.1) * (self.peak_rps if phase == "peak" else self.trough_rps) * (b - a)))
+            p = self.p_error(0.5 * (a + b), phase)
+            errors = sum(1 for _ in range(n) if rng.random() < p)
+            self._cache[key] = (n, errors)
+        return self._cache[key]
+
+    def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
+            step: float | None = None) -> list[Sample]:
+        now = self._clock.now()
+        out = []
+        c = max(0, math.floor((now - window) / self.cycle_s))
+        while c * self.cycle_s < now:
+            for phase in ("peak", "trough"):
+                a, b = self._segment(c, phase)
+                if b <= now - window or a >= now:
+                    continue
+                b2 = min(b, now)
+                lab = {**(labels or {}), "phase": phase, "cycle": str(c)}
+                if query == "backlog":
+                    out.append(Sample(a, b2, self.backlog(b2), lab, 0))
+                    continue
+                n, errors = self._outcomes(c, phase) if b2 >= b else (0, 0)
+                if query in ("error_ratio", "goodput"):
+                    v = None if n == 0 else (errors / n if query == "error_ratio" else 1 - errors / n)
+                    out.append(Sample(a, b2, v, lab, n))
+                else:
+                    raise ValueError(f"unknown SLI {query}")
+            c += 1
+        return out
+
+    def backlog(self, t: float) -> float:
+        e = self.ep
+        if e.backlog0 <= 0:
+            return 0.0
+        return max(0.0, e.backlog0 - e.drain_per_s * max(0.0, t - e.t_fix))
+
+    def describe(self) -> EnvironmentDescription:
+        return EnvironmentDescription("synthetic", (), cycle_s=self.cycle_s)
+
+    def run(self, command: str):  # pragma: no cover - convergence never runs commands
+        raise NotImplementedError
+
+    def restart(self, target: str):  # pragma: no cover
+        raise NotImplementedError
+
+
+class Journal:
+    """The agent's one change, at the fix time."""
+
+    def __init__(self, t: float):
+        self.t = t
+
+    def executed(self) -> list[dict[str, Any]]:
+        return [{"seq": 1, "t": self.t, "command": "fix", "exit_code": 0,
+                 "actions": [{"tool": "x", "verb": "set", "mutating": True, "keys": []}]}]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [{"seq": 1, "kind": "command", "t": self.t}]
+
+
+def make_episode(seed: int) -> Episode:
+    rng = random.Random(seed)
+    shape = "dev" if seed % 2 == 0 else "saleor"
+    cycle_s = sum(SHAPES[shape][0::2])
+    t_fix = rng.uniform(10, 20) * cycle_s
+    kind = rng.choices(["recovers", "residual", "relapse"], [0.6, 0.25, 0.15])[0]
+    p_good = rng.uniform(0.0, 0.02)
+    p_bad_peak = rng.uniform(0.08, 0.5)
+    p_bad_trough = rng.choice([p_good, rng.uniform(0.06, 0.3)])  # half the faults show at peak only
+    t_recover = t_fix + rng.uniform(0, 4) * cycle_s
+    t_relapse = None
+    backlog0, drain = 0.0, 0.0
+    if kind == "residual":
+        t_recover = None
+        p_bad_peak = SLO_ERR * rng.uniform(1.2, 1.8)
+        p_bad_trough = p_good
+    elif kind == "relapse":
+        t_relapse = t_recover + rng.uniform(3, 5) * cycle_s
+    if kind == "recovers" and rng.random() < 0.3:
+        backlog0 = rng.uniform(100, 2000)
+        drain = backlog0 / max(1.0, t_recover - t_fix)  # drained exactly when the SLIs recover
+    return Episode(seed, kind, shape, t_fix, t_recover, t_relapse, p_bad_peak, p_bad_trough, p_good, backlog0, drain)
+
+
+def run_one(ep: Episode, criteria: dict[str, Any]) -> dict[str, Any]:
+    env = SyntheticEnvironment(ep)
+    v = ConvergenceCheck(CONTEXT).check(env, Journal(ep.t_fix), criteria)
+    cyc = env.cycle_s
+    accepted = v.status is VerdictStatus.PASS
+    t_acc = env.clock.now() if accepted else None
+    row: dict[str, Any] = {"seed": ep.seed, "kind": ep.kind, "shape": ep.shape, "status": v.status.value,
+                           "accepted": accepted, "waited_cycles": round((env.clock.now() - ep.t_fix) / cyc, 3)}
+    if ep.t_recover is not None and accepted:
+        healthy_start = math.ceil(ep.t_recover / cyc) * cyc
+        row["after_recovery_cycles"] = round((t_acc - ep.t_recover) / cyc, 3)
+        row["after_healthy_cycle_start_cycles"] = round((t_acc - healthy_start) / cyc, 3)
+    # False accept: accepted while the SLIs were not in fact healthy: before the true recovery, never recovered,
+    # or after a relapse had shown in a finished load segment (a peak-only relapse shows at the next peak).
+    relapse_seen = None
+    if ep.t_relapse is not None:
+        c = math.floor(ep.t_relapse / cyc)
+        while relapse_seen is None:
+            for phase in ("peak", "trough"):
+                a, b = env._segment(c, phase)
+                if relapse_seen is None and 0.5 * (a + b) >= ep.t_relapse and env.p_error(0.5 * (a + b), phase) \
+                        != ep.p_good:
+                    relapse_seen = b
+            c += 1
+    healthy_at_accept = accepted and ep.t_recover is not None and t_acc >= ep.t_recover and (
+        relapse_seen is None or t_acc < relapse_seen)
+    row["false_accept"] = accepted and not healthy_at_accept
+    row["accepted_before_relapse"] = accepted and ep.kind == "relapse" and healthy_at_accept
+    return row
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    criteria = {"convergence": {"max_wait_cycles": 8}}
+    t0 = time.perf_counter()
+    rows = [run_one(make_episode(args.seed * 100_000 + i), criteria) for i in range(args.episodes)]
+    wall = time.perf_counter() - t0
+    summary: dict[str, Any] = {}
+    for shape in ("all", "dev", "saleor"):
+        rs = [r for r in rows if shape == "all" or r["shape"] == shape]
+        rec = [r for r in rs if r["kind"] == "recovers"]
+        after = [r["after_recovery_cycles"] for r in rec if "after_recovery_cycles" in r]
+        after_h = [r["after_healthy_cycle_start_cycles"] for r in rec if "after_healthy_cycle_start_cycles" in r]
+        residual = [r for r in rs if r["kind"] == "residual"]
+        summary[shape] = {
+            "episodes": len(rs),
+            "recovering": len(rec),
+            "accepted_of_recovering": sum(r["accepted"] for r in rec),
+            "after_recovery_median_cycles": statistics.median(after) if after else None,
+            "after_recovery_p95_cycles": pct(after, 0.95),
+            "after_healthy_start_median_cycles": statistics.median(after_h) if after_h else None,
+            "after_healthy_start_p95_cycles": pct(after_h, 0.95),
+            "false_accepts": sum(r["false_accept"] for r in rs),
+            "false_accept_rate": sum(r["false_accept"] for r in rs) / len(rs) if rs else None,
+            "residual_accepted": sum(r["accepted"] for r in residual),
+            "residual": len(residual),
+            "relapse_accepted_before_relapse": sum(r["accepted_before_relapse"] for r in rs),
+            "relapse": sum(r["kind"] == "relapse" for r in rs),
+        }
+    print(f"convergence bench: {args.episodes} seeded episodes, {wall:.1f} s wall\n")
+    hdr = f"{'shape':8} {'n':>4} {'accepted/recovering':>20} {'after recovery med/p95':>24} " \
+          f"{'after healthy start med/p95':>28} {'false accepts':>14} {'relapse accepted':>17}"
+    print(hdr)
+    for shape, s in summary.items():
+        print(f"{shape:8} {s['episodes']:>4} {s['accepted_of_recovering']:>9}/{s['recovering']:<10} "
+              f"{s['after_recovery_median_cycles'] or float('nan'):>11.2f}/{s['after_recovery_p95_cycles']:<12.2f} "
+              f"{s['after_healthy_start_median_cycles'] or float('nan'):>13.2f}/{s['after_healthy_start_p95_cycles']:<14.2f} "
+              f"{s['false_accepts']:>5} ({100 * (s['false_accept_rate'] or 0):.1f}%)  "
+              f"{s['relapse_accepted_before_relapse']:>7}/{s['relapse']}")
+    print("\ntargets: after recovery <= 2 cycles; false accepts <= 1%. Relapses accepted before they relapse are the "
+          "watchdog's case (RESIDUAL_CAUSE), not counted as false accepts.")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"episodes": args.episodes, "seed": args.seed, "criteria": criteria,
+                               "wall_s": wall, "summary": summary, "rows": rows}, indent=1))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
