@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from arena.clients.http import AsyncHttp, HttpConnectError, HttpTimeout
@@ -208,6 +207,9 @@ class LoadGenerator:
     """Schedules arrivals, runs drivers, counts outcomes and writes the ledger."""
 
     def __init__(self, config: LoadgenConfig, registry, *, t0: float | None = None):
+        # Imported here so that the config models above load without the `live` extra installed.
+        from prometheus_client import Counter, Gauge, Histogram
+
         for d in config.drivers:
             if d.kind not in DRIVER_KINDS:
                 raise ValueError(f"unknown driver kind {d.kind!r}; known: {sorted(DRIVER_KINDS)}")

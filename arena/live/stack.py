@@ -30,21 +30,35 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arena.live.clock import WallClock, wait_until
 from arena.live.hostwrap import WRAPPED
-from arena.live.kubestate import KubeStateExporter
 from arena.live.loadgen import DriverConfig, LoadgenConfig, LoadShape
 from arena.live.names import AddressPlan, HostsFile
-from arena.live.servers import (MariaDBServer, PostgresServer, PrometheusServer, RedisServer, ScrapeTarget,
-                                Server)
+from arena.live.servers import (MARIADBD, PG_BIN, PROMETHEUS, REDIS_SERVER, MariaDBServer, PostgresServer,
+                                PrometheusServer, RedisServer, ScrapeTarget, Server)
 from arena.live.supervisor import AppSpec, Supervisor
 from guardrail.errors import EnvironmentError_, ScenarioError
 from guardrail.yamlio import load_model
 from verifiers.protocols import RestartResult
 
-__all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS"]
+__all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS", "missing_requirements"]
 
 SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
 CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
                    "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080}
+
+
+def missing_requirements() -> list[str]:
+    """What this machine lacks to run a live stack (server packages, client binaries, the `live` extra); empty
+    when everything is there. `.ci/run` installs the packages; `pip install -e '.[test,live]'` the extra."""
+    import importlib.util
+
+    missing = [p for p in (str(PG_BIN / "postgres"), str(PG_BIN / "initdb"), REDIS_SERVER, MARIADBD, PROMETHEUS)
+               if not os.access(p, os.X_OK)]
+    missing += [c for c in ("psql", "redis-cli", "mariadb", "curl", "mariadb-install-db", "bash")
+                if shutil.which(c) is None]
+    missing += [f"python module {m} (the 'live' extra)" for m in
+                ("psycopg", "psycopg_pool", "redis", "pymysql", "prometheus_client")
+                if importlib.util.find_spec(m) is None]
+    return missing
 
 
 class BootstrapStep(BaseModel):
@@ -118,7 +132,7 @@ class LiveStack:
         self.servers: dict[str, Server] = {}
         self.supervisor: Supervisor | None = None
         self.prometheus: PrometheusServer | None = None
-        self.kubestate: KubeStateExporter | None = None
+        self.kubestate = None  # arena.live.kubestate.KubeStateExporter once Prometheus starts
         self.shell_env: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self.server_restarts: dict[str, int] = {}
@@ -229,6 +243,8 @@ class LiveStack:
                                     restartable=False))
 
     def _start_prometheus(self) -> None:
+        from arena.live.kubestate import KubeStateExporter  # needs the `live` extra (prometheus_client)
+
         self.kubestate = KubeStateExporter(self, self.plan["kube-state-metrics"])
         self.kubestate.start()
         targets = [ScrapeTarget(name, self.plan[name]) for name in self.supervisor.specs]

@@ -8,27 +8,20 @@ Skips, with the reason, when a server package or the `live` extra is missing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 
 import pytest
 
-from arena.live.servers import MARIADBD, PG_BIN, PROMETHEUS, REDIS_SERVER
+from arena.live.stack import missing_requirements
 
-_MISSING = [p for p in (str(PG_BIN / "postgres"), REDIS_SERVER, MARIADBD, PROMETHEUS) if not os.access(p, os.X_OK)]
-_MISSING += [c for c in ("psql", "redis-cli", "mariadb", "curl", "mariadb-install-db") if shutil.which(c) is None]
-_NO_EXTRA = [m for m in ("psycopg", "psycopg_pool", "redis", "pymysql", "prometheus_client")
-             if importlib.util.find_spec(m) is None]
+_MISSING = missing_requirements()
 
 pytestmark = [
     pytest.mark.live,
     pytest.mark.slow,
     pytest.mark.timeout(180),
-    pytest.mark.skipif(bool(_MISSING), reason=f"server packages missing: {', '.join(_MISSING)} (.ci/run installs)"),
-    pytest.mark.skipif(bool(_NO_EXTRA), reason=f"the 'live' extra is not installed ({', '.join(_NO_EXTRA)}): "
-                                               "pip install -e '.[test,live]'"),
+    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
 ]
 
 
