@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
+from guardrail.actions.classifiers.containers import CONTAINER_EXEC
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, parse_exec
 from guardrail.actions.invocation import Invocation, command_name
 from guardrail.actions.model import Action, Target
@@ -382,6 +383,25 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
         return [own, inv.opaque("interactive", "kubectl exec without a command")]
     where = inv.where.inside("kubectl exec", pod=pod, namespace=ns, container=container)
     inner_inv = Invocation(argv=list(inner), where=where, stdin=inv.stdin,
+                           raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in inner))
+    return [own] + n.dispatch(inner_inv)
+
+
+@wrapper("docker", "podman", "crictl", "nerdctl")
+def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    args = list(inv.args)
+    if not args or args[0] != "exec":
+        return None
+    p = CONTAINER_EXEC.parse(args[1:])
+    if not p.positionals:
+        return None
+    container, inner = str(p.positionals[0]), list(p.positionals[1:])
+    own = inv.action(inv.name, "exec", target=Target(kind="container", name=container), mutating=False,
+                     details={"command": [str(a) for a in inner]})
+    if not inner:
+        return [own, inv.opaque("interactive", f"{inv.name} exec without a command")]
+    where = inv.where.inside(f"{inv.name} exec", pod=container)
+    inner_inv = Invocation(argv=inner, where=where, stdin=inv.stdin,
                            raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in inner))
     return [own] + n.dispatch(inner_inv)
 

@@ -5,6 +5,7 @@ imports every classifier module so that they register themselves.
 """
 
 from guardrail.actions.classifiers import (  # noqa: F401  (imported for registration)
+    containers,
     curl,
     files,
     helm,

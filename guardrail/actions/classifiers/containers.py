@@ -1,0 +1,46 @@
+"""docker, podman and crictl on the operator host: container lifecycle (a restart is a restart) and reads.
+
+Registered for `docker`, `podman`, `crictl`, `nerdctl`; called by `Normaliser.dispatch`. `<tool> exec CONTAINER
+CMD...` is unwrapped by `guardrail.actions.wrappers.container_exec` (with `CONTAINER_EXEC` from here), like
+`kubectl exec`: the exec itself reads nothing and changes nothing, the command it runs is classified on its own.
+"""
+
+from __future__ import annotations
+
+from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.invocation import Invocation
+from guardrail.actions.model import UNKNOWN, Action, Layer, Target
+
+__all__ = ["ContainerRuntime", "CONTAINER_EXEC"]
+
+# `docker exec` options that take a value; everything after the container name is the command.
+CONTAINER_EXEC = OptionSpec.of(["-u", "--user", "-w", "--workdir", "-e", "--env", "--env-file", "--detach-keys"],
+                               stop_at_positional=True)
+_READ = frozenset({"ps", "logs", "inspect", "images", "image", "stats", "top", "version", "info", "port", "diff",
+                   "events", "history", "search", "pods", "stopped", "list", "network", "volume"})
+_LIFECYCLE = frozenset({"restart", "stop", "kill", "rm", "start", "pause", "unpause", "update", "rmi", "create",
+                        "run", "cp", "commit", "rename", "stopp", "rmp", "runp"})
+
+
+@register
+class ContainerRuntime:
+    """docker / podman / crictl / nerdctl."""
+
+    commands = ("docker", "podman", "crictl", "nerdctl")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        words = [str(a) for a in inv.args if not str(a).startswith("-")]
+        if not words:
+            return [inv.action(inv.name, "help", mutating=False)]
+        verb = words[0]
+        if verb in ("container", "pod") and len(words) > 1:
+            verb, words = words[1], words[1:]
+        name = words[1] if len(words) > 1 else ""
+        target = Target(kind="container", name=name)
+        if verb in _READ or verb.startswith("ls"):
+            return [inv.action(inv.name, verb, target=target, mutating=False)]
+        if verb in _LIFECYCLE:
+            details = {"restart": True} if verb in ("restart", "stop", "kill", "rm", "stopp", "rmp") else {}
+            return [inv.action(inv.name, verb, target=target, mutating=True, layer=Layer.NONE, details=details)]
+        return [inv.action(inv.name, verb, target=target, mutating=UNKNOWN,
+                           opaque_reason=f"{inv.name} {verb!r} is not a verb the guard knows")]
