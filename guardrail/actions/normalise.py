@@ -46,7 +46,7 @@ class Normaliser:
                                       + "; what a shell would do with it cannot be known"))
         return actions
 
-    def dispatch(self, inv: Invocation, session: Session | None = None) -> list[Action]:
+    def dispatch(self, inv: Invocation) -> list[Action]:
         """One simple command: a function or alias, a wrapper, a tool classifier, or an unknown command."""
         try:
             return self._dispatch(inv)

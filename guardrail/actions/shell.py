@@ -364,7 +364,7 @@ class ShellWalker:
             argv[0] = word_of(name_node)
         effective = in_stdin or own_stdin or stdin
         inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
-        self.emit(self.n.dispatch(inv, self.session))
+        self.emit(self.n.dispatch(inv))
         out = _output_of(inv)
         for path, append in all_writes:
             self.emit([file_write(inv, path, verb="append" if append else "write",
