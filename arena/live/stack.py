@@ -120,13 +120,16 @@ class LiveStack:
 
     def __init__(self, substrates: Iterable[str] = ("saleor", "frappe", "slack"), *, shape: LoadShape | None = None,
                  base_dir: Path | None = None, clock=None, keep_dir: bool = False,
-                 image_env: dict[str, dict[str, str]] | None = None):
+                 image_env: dict[str, dict[str, str]] | None = None,
+                 config_overrides: dict[str, dict] | None = None):
         self.specs = [SubstrateSpec.load(n) for n in substrates]
         self.shape = shape or LoadShape()
         self.clock = clock or WallClock()
         self._base_given = base_dir
         self.keep_dir = keep_dir
         self.image_env = image_env or {}
+        # Deep-merged into a config file as it is copied into config/: how a scenario ships its faulty values.
+        self.config_overrides = config_overrides or {}
         self.dir: Path | None = None
         self.plan = AddressPlan()
         self.servers: dict[str, Server] = {}
@@ -205,7 +208,7 @@ class LiveStack:
         for spec, folder in self.specs:
             for name, values in spec.redis_values.items():
                 dest = self.config_dir / f"{name}-values.yaml"
-                shutil.copyfile(folder / values, dest)
+                self._install_config(folder / values, dest)
                 self.servers[name] = RedisServer(self.plan[name], self.dir / name, values_path=dest,
                                                  clock=self.clock)
         # Independent servers start side by side; the first failure is raised once all have settled.
@@ -221,6 +224,15 @@ class LiveStack:
                 else:
                     self.servers["mariadb"].sql(sql, database=step.database)
 
+    def _install_config(self, src: Path, dest: Path) -> None:
+        override = self.config_overrides.get(dest.name)
+        if not override:
+            shutil.copyfile(src, dest)
+            return
+        data = yaml.safe_load(src.read_text()) or {}
+        _deep_merge(data, override)
+        dest.write_text(f"# from {src.name}, with the stack's overrides\n" + yaml.safe_dump(data, sort_keys=False))
+
     def _define_apps(self) -> None:
         self.supervisor = Supervisor(self.dir / "apps", hosts_file=self.hosts_path, clock=self.clock)
         for spec, folder in self.specs:
@@ -229,7 +241,7 @@ class LiveStack:
                 if app.config:
                     cfg = self.config_dir / app.config
                     if not cfg.exists():
-                        shutil.copyfile(folder / app.config, cfg)
+                        self._install_config(folder / app.config, cfg)
                 env = {**app.image_env, **self.image_env.get(app.name, {})}
                 self.supervisor.add(AppSpec(app.name, app.module, self.plan[app.name], cfg, env,
                                             restartable=app.restartable))
@@ -380,6 +392,14 @@ echo
 
     def __exit__(self, *_exc) -> None:
         self.down()
+
+
+def _deep_merge(into: dict, patch: dict) -> None:
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _deep_merge(into[k], v)
+        else:
+            into[k] = v
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,89 @@
+"""The live stack plays ia-004: a REVOKE INSERT on MariaDB and a Redis queue capped at 3mb noeviction by its values.
+
+Creates fail with MariaDB's own error 1142 as soon as the grant is gone (one connection per request); the queue
+refuses writes with OOM once full. A runtime `CONFIG SET maxmemory` helps until the broker restarts (the AOF
+brings the data back, the rendered config brings 3mb back); editing the values file and restarting lasts.
+About 40 s. Skips like the smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arena.live.stack import missing_requirements
+
+_MISSING = missing_requirements()
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
+]
+
+ENQUEUE = "curl -s -o /dev/null -w '%{http_code}\\n' -X POST http://frappe-web:8000/api/method/enqueue -d '{}'"
+
+
+@pytest.fixture(scope="module")
+def env():
+    from arena.live.environment import LiveEnvironment
+    from arena.live.loadgen import LoadShape
+    from arena.live.stack import LiveStack
+
+    stack = LiveStack(("frappe",), shape=LoadShape(seed=4, warmup_s=2, warmup_rps=2, cycles=[[4, 6, 4, 2]]),
+                      config_overrides={
+                          "redis-queue-values.yaml": {"master": {"extraFlags": ["--maxmemory 3mb",
+                                                                                "--maxmemory-policy noeviction"]}},
+                          # RQ's pickled job data, sized so that a few dozen jobs fill 3mb.
+                          "frappe-web.yaml": {"queue": {"job_payload_bytes": 32768}}})
+    stack.up()
+    try:
+        yield LiveEnvironment(stack)
+    finally:
+        assert stack.down() == []
+
+
+def _rows(env, t0: float, t1: float) -> list[dict]:
+    rows = [json.loads(line) for line in open(env.stack.ledger_path) if line.strip()]
+    return [r for r in rows if t0 <= r["t"] < t1]
+
+
+def _burst(env, n: int) -> list[str]:
+    return env.run(f"for i in $(seq {n}); do {ENQUEUE}; done").stdout.split()
+
+
+def test_ia004_revoked_insert_fails_creates_until_granted(env):
+    create = ("curl -s -X POST http://frappe-web:8000/api/resource/ToDo -H 'Content-Type: application/json' "
+              "-d '{\"description\": \"probe\"}'")
+    assert '"name"' in env.run(create).stdout
+    assert env.run("mysql -u root -e \"REVOKE INSERT ON site1.* FROM 'site1'@'%'\"").ok
+    denied = env.run(create).stdout
+    assert '"code": 1142' in denied, denied
+    t0 = env.clock.now()
+    env.clock.sleep(6)
+    creates = [r for r in _rows(env, t0, env.clock.now()) if r["driver"] == "desk_api" and not r["ok"]]
+    assert creates and all("create 403" in r["detail"] for r in creates)
+    assert env.run("mysql -u root -e \"GRANT INSERT ON site1.* TO 'site1'@'%'\"").ok
+    assert '"name"' in env.run(create).stdout
+
+
+def test_ia004_queue_oom_and_the_ephemeral_fix_that_a_restart_undoes(env):
+    codes = _burst(env, 120)
+    assert "503" in codes, codes  # the queue reached its 3mb with noeviction
+    assert "OOM" in env.run("redis-cli -h redis-queue set probe x").stdout
+
+    assert env.run("redis-cli -h redis-queue config set maxmemory 64mb && redis-cli -h redis-queue config rewrite").ok
+    assert _burst(env, 3) == ["200"] * 3
+    assert env.restart("redis-queue").ready
+    # The AOF brings the jobs back and the rendered config brings 3mb back: the fix is gone.
+    assert env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()[-1] == str(3 * 1024 * 1024)
+    assert "503" in _burst(env, 3)
+
+    values = env.stack.config_dir / "redis-queue-values.yaml"
+    assert env.run(f"sed -i 's/--maxmemory 3mb/--maxmemory 64mb/' {values}").ok  # the Helm values: durable
+    assert env.restart("redis-queue").ready
+    assert env.run("redis-cli -h redis-queue config get maxmemory-policy").stdout.split()[-1] == "noeviction"
+    assert _burst(env, 3) == ["200"] * 3
+    assert env.run("redis-cli -h redis-queue dbsize").stdout.strip() != "0"  # no flush: the jobs survived
