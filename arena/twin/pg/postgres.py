@@ -33,6 +33,7 @@ __all__ = [
     "Database",
     "Backend",
     "Table",
+    "WritableRelation",
     "PostgresServer",
     "parse_guc_value",
     "format_guc_value",
@@ -210,6 +211,25 @@ class Backend:
     waiting_for: tuple[str, str] | None = None  # a row lock this backend waits on
 
 
+class WritableRelation:
+    """An application table a substrate keeps as live rows (lists); the SQL front end reads and changes them."""
+
+    columns: tuple[str, ...] = ()
+
+    def rows(self) -> list[list[object]]:
+        raise NotImplementedError
+
+    def update(self, changes: list[tuple[list[object], list[object]]]) -> None:
+        """Apply (old row, new row) pairs; raise SettingError-free SQL-level errors as ValueError."""
+        raise NotImplementedError
+
+    def delete(self, rows: list[list[object]]) -> None:
+        raise NotImplementedError
+
+    def insert(self, rows: list[list[object]]) -> None:
+        raise NotImplementedError
+
+
 @functools.lru_cache(maxsize=65536)
 def _row_digest(row: tuple[str, ...]) -> str:
     # Rows are immutable tuples: the gates' repeated truth reads hash each one once.
@@ -261,6 +281,9 @@ class PostgresServer:
         self.row_locks: dict[tuple[str, str], int] = {}  # (relation, row key) -> pid holding it FOR UPDATE
         # Application relations a substrate computes from its own state: name -> () -> (columns, rows)
         self.views: dict[str, Callable[[], tuple[list[str], list[list[object]]]]] = {}
+        # Application relations with rows the SQL front end may change (UPDATE/DELETE/INSERT): name -> relation
+        self.writable: dict[str, "WritableRelation"] = {}
+        self.table_locks: dict[str, int] = {}  # relation -> pid holding an explicit LOCK TABLE
         self._next_pid = pid_seed
         self._next_oid = 16384
         self.starts = 1
@@ -443,7 +466,17 @@ class PostgresServer:
         b.xact_start, b.idle_tx_deadline = None, None
         b.state, b.state_change = "idle", now
 
+    def lock_table(self, b: Backend, relation: str, now: float) -> None:
+        """LOCK TABLE inside b's transaction: concurrent writers of the relation wait until it ends."""
+        self.begin(b, now)
+        self.table_locks[relation] = b.pid
+        if (relation, "*") not in b.locks:
+            b.locks.append((relation, "*"))
+
     def _release(self, b: Backend) -> None:
+        for rel, pid in list(self.table_locks.items()):
+            if pid == b.pid:
+                del self.table_locks[rel]
         for key in b.locks:
             if self.row_locks.get(key) == b.pid:
                 del self.row_locks[key]

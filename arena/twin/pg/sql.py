@@ -197,6 +197,46 @@ class Parser:
             return "-" + self.toks[self.i - 1].text
         raise self.error()
 
+    def subquery_text(self) -> str:
+        """A parenthesised SELECT: its text, re-parsed where it is evaluated (it may refer to the outer row)."""
+        self.expect("(")
+        start, depth = self.tok.pos, 1
+        while depth:
+            t = self.tok
+            if t.kind == "end":
+                raise self.error()
+            if t.kind == "op" and t.text == "(":
+                depth += 1
+            elif t.kind == "op" and t.text == ")":
+                depth -= 1
+            self.i += 1
+        return self.sql[start:self.toks[self.i - 1].pos]
+
+    def window(self, fn: Expr) -> Expr:
+        """fn OVER ([PARTITION BY e, ...] [ORDER BY e [ASC|DESC], ...])"""
+        self.expect("(")
+        part: list[Expr] = []
+        order: list[tuple[Expr, bool]] = []
+        if self.accept("PARTITION"):
+            self.expect("BY")
+            part.append(self.expr())
+            while self.accept(","):
+                part.append(self.expr())
+        if self.accept("ORDER"):
+            self.expect("BY")
+            while True:
+                e = self.expr()
+                desc = bool(self.accept("DESC"))
+                if not desc:
+                    self.accept("ASC")
+                order.append((e, desc))
+                if not self.accept(","):
+                    break
+        self.expect(")")
+        if fn.name not in ("row_number", "rank", "dense_rank"):
+            raise SQLError(f"the twin does not model window function {fn.name}", sqlstate="0A000")
+        return Expr("window", [fn, part, order], fn.name)
+
     def at_end(self) -> bool:
         return self.tok.kind == "end"
 
@@ -278,6 +318,8 @@ class Parser:
             self.i += 1
             return Expr("lit", [t.text])
         if t.kind == "op" and t.text == "(":
+            if self.peek().up == "SELECT":
+                return Expr("subquery", [self.subquery_text()])
             self.i += 1
             e = self.expr()
             self.expect(")")
@@ -313,7 +355,10 @@ class Parser:
                     while self.accept(","):
                         args.append(self.expr())
                     self.expect(")")
-                return Expr("func", args, name)
+                fn = Expr("func", args, name)
+                if self.accept("OVER"):
+                    return self.window(fn)
+                return fn
             if self.tok.kind == "op" and self.tok.text == "." and self.peek().kind in ("word", "ident", "op"):
                 self.i += 1
                 if self.accept("*"):
@@ -402,10 +447,12 @@ class SqlSession:
         self.on_event = on_event or (lambda kind, detail: None)
         self.in_tx = False
         self.implicit_tx = False  # a multi-statement -c string runs as one implicit transaction
+        self._derived = {}  # FROM (SELECT ...) results of the current statement
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, sql: str) -> Result:
         self._current_query = sql
+        self._derived = {}
         p = Parser(sql)
         first = p.tok.up
         if first == "SELECT":
@@ -426,16 +473,25 @@ class SqlSession:
             return Result(tag="BEGIN")
         if first in ("COMMIT", "END", "ROLLBACK", "ABORT"):
             self.in_tx = False
+            self.server.end_transaction(self.backend, self.now())
             return Result(tag="ROLLBACK" if first in ("ROLLBACK", "ABORT") else "COMMIT")
         if first == "TABLE":
             p.i += 1
             name = p.name()
             p.done()
             return self._select(Parser(f"SELECT * FROM {name}"))
-        if first in ("UPDATE", "DELETE", "INSERT", "TRUNCATE", "DROP", "CREATE", "GRANT", "REVOKE", "VACUUM",
+        if first == "UPDATE":
+            return self._update(p)
+        if first == "DELETE":
+            return self._delete(p)
+        if first == "INSERT":
+            return self._insert(p)
+        if first == "LOCK":
+            return self._lock(p)
+        if first in ("TRUNCATE", "DROP", "CREATE", "GRANT", "REVOKE", "VACUUM",
                      "CHECKPOINT", "ANALYZE"):
-            # Writes to the protected data and DDL are outside what this twin models: refuse loudly rather
-            # than pretend they ran.
+            # DDL and writes to relations the twin holds no rows for are outside what it models: refuse loudly
+            # rather than pretend they ran.
             raise SQLError(f"the twin does not model {first} statements", sqlstate="0A000")
         raise p.error()
 
@@ -601,7 +657,7 @@ class SqlSession:
         return parse_guc_value(spec, value)
 
     # ---------------------------------------------------------------- SELECT
-    def _select(self, p: Parser) -> Result:
+    def _select(self, p: Parser, outer: Row | None = None) -> Result:
         p.expect("SELECT")
         p.accept("ALL")
         items: list[tuple[Expr, str | None]] = []
@@ -659,9 +715,11 @@ class SqlSession:
             limit = int(p.value_text())
         p.done()
 
-        rows = self._from_rows(sources, p)
+        rows = self._from_rows(sources, p, outer)
         if where is not None:
             rows = [r for r in rows if self._truth(self._eval(where, r))]
+        for e, _ in items:
+            self._windows(e, rows)
         aggregate = bool(group) or any(self._is_aggregate(e) for e, _ in items)
         ctx = _EvalCtx()
         if order and not aggregate:
@@ -731,6 +789,13 @@ class SqlSession:
                        "function", sqlstate="42803")
 
     def _from_item(self, p: Parser) -> tuple[str, str]:
+        if p.tok.kind == "op" and p.tok.text == "(" and p.peek().up == "SELECT":
+            text = p.subquery_text()
+            res = self._select(Parser(text))
+            key = f"(subquery {len(self._derived)})"
+            self._derived[key] = (list(res.columns), [list(r) for r in res.rows])
+            p.accept("AS")
+            return key, p.name()
         name = p.name()
         if p.accept("."):
             name = p.name()  # pg_catalog.pg_settings, public.order_order
@@ -750,10 +815,10 @@ class SqlSession:
             out.extend(f"{alias}.{c}" for c in self._relation(tbl)[0])
         return out
 
-    def _from_rows(self, sources, p: Parser) -> list[Row]:
+    def _from_rows(self, sources, p: Parser, outer: Row | None = None) -> list[Row]:
         if not sources:
-            return [{}]
-        rows: list[Row] = [{}]
+            return [dict(outer or {})]
+        rows: list[Row] = [dict(outer or {})]
         for tbl, alias, on, left in sources:
             cols, data = self._relation(tbl)
             right = [{f"{alias}.{c}": v for c, v in zip(cols, r)} for r in data]
@@ -773,6 +838,13 @@ class SqlSession:
     def _relation(self, name: str) -> tuple[list[str], list[list[Any]]]:
         s = self.server
         now = self.now()
+        if name in self._derived:
+            return self._derived[name]
+        rel = s.writable.get(name)
+        if rel is not None:
+            if self.backend.database != s.app_database:
+                raise SQLError(f'relation "{name}" does not exist', sqlstate="42P01")
+            return list(rel.columns), rel.rows()
         if name == "pg_stat_activity":
             cols = ["datid", "datname", "pid", "usesysid", "usename", "application_name", "client_addr",
                     "backend_start", "xact_start", "state_change", "query_start", "wait_event_type", "wait_event",
@@ -893,6 +965,179 @@ class SqlSession:
         raise SQLError(f'relation "{name}" does not exist', sqlstate="42P01")
 
     _current_query = ""
+    _derived: dict[str, tuple[list[str], list[list[Any]]]] = {}
+
+    # ---------------------------------------------------------------- window functions
+    def _windows(self, e: Expr, rows: list[Row]) -> None:
+        """Compute every window function in `e` over the filtered rows (stored in each row under its key)."""
+        if e.op == "window":
+            fn, part, order = e.args
+            key = f"__window{id(e)}"
+            groups: dict[tuple, list[Row]] = {}
+            for r in rows:
+                groups.setdefault(tuple(_sort_key(self._eval(x, r)) for x in part), []).append(r)
+            for g in groups.values():
+                for x, desc in reversed(order):
+                    g.sort(key=lambda r, x=x: _sort_key(self._eval(x, r)), reverse=desc)
+                prev, rank, dense = None, 0, 0
+                for i, r in enumerate(g, start=1):
+                    cur = tuple(_sort_key(self._eval(x, r)) for x, _ in order)
+                    if cur != prev:
+                        rank, dense, prev = i, dense + 1, cur
+                    r[key] = {"row_number": i, "rank": rank, "dense_rank": dense}[fn.name]
+            return
+        for a in e.args:
+            if isinstance(a, Expr):
+                self._windows(a, rows)
+
+    # ---------------------------------------------------------------- writes to the application's relations
+    def _target(self, p: Parser):
+        name = p.name()
+        if p.accept("."):
+            name = p.name()
+        rel = self.server.writable.get(name)
+        if rel is None or self.backend.database != self.server.app_database:
+            if name in self.server.views or name in self.server.tables or name in self.server.extra_tables:
+                raise SQLError(f"the twin does not model writes to {name}", sqlstate="0A000")
+            raise SQLError(f'relation "{name}" does not exist', sqlstate="42P01")
+        if not self.server.roles[self.backend.role].superuser and self.backend.role != self.server.table_owner:
+            raise SQLError(f"permission denied for table {name}", sqlstate="42501")
+        return name, rel
+
+    def _update(self, p: Parser) -> Result:
+        p.expect("UPDATE")
+        name, rel = self._target(p)
+        alias = name
+        if p.accept("AS") or (p.tok.kind in ("word", "ident") and p.tok.up != "SET"):
+            alias = p.name()
+        p.expect("SET")
+        sets: list[tuple[int, Expr]] = []
+        cols = list(rel.columns)
+        while True:
+            col = p.name()
+            if col not in cols:
+                raise SQLError(f'column "{col}" of relation "{name}" does not exist', sqlstate="42703")
+            p.expect("=")
+            sets.append((cols.index(col), p.expr()))
+            if not p.accept(","):
+                break
+        sources: list[tuple[str, str, Expr | None, bool]] = []
+        if p.accept("FROM"):
+            sources.append((*self._from_item(p), None, False))
+            while p.accept(","):
+                sources.append((*self._from_item(p), None, False))
+        where = p.expr() if p.accept("WHERE") else None
+        p.done()
+        from_rows = self._from_rows(sources, p) if sources else [{}]
+        index = self._equi_index(where, alias, cols, from_rows) if sources else None
+        live = rel.rows()
+        changes: list[tuple[list[Any], list[Any]]] = []
+        for row in live:
+            mine = {f"{alias}.{c}": v for c, v in zip(cols, row)}
+            cands = from_rows
+            if index is not None:
+                col_i, idx = index
+                cands = idx.get(_sort_key(row[col_i]), [])
+            for other in cands:
+                merged = {**other, **mine}
+                if where is None or self._truth(self._eval(where, merged)):
+                    new = list(row)
+                    for i, e in sets:
+                        new[i] = self._eval(e, merged)
+                    changes.append((row, new))
+                    break  # PostgreSQL updates a target row once, with one joined row
+        rel.update(changes)
+        self.on_event("write", {"relation": name, "kind": "update", "rows": len(changes)})
+        return Result(tag=f"UPDATE {len(changes)}")
+
+    def _equi_index(self, where: Expr | None, alias: str, cols: list[str], from_rows: list[Row]):
+        """A hash index for `target.col = other.col` in the WHERE's top-level ANDs, as a hash join would use."""
+        terms, stack = [], [where] if where is not None else []
+        while stack:
+            e = stack.pop()
+            if e.op == "bin" and e.name == "AND":
+                stack.extend(e.args)
+            elif e.op == "bin" and e.name == "=" and all(a.op == "col" for a in e.args):
+                terms.append(e.args)
+        for a, b in terms:
+            for mine, other in ((a, b), (b, a)):
+                if mine.args[0] == alias and mine.name in cols and other.args[0] not in (None, alias):
+                    idx: dict[Any, list[Row]] = {}
+                    for r in from_rows:
+                        idx.setdefault(_sort_key(self._lookup(r, other.args[0], other.name)), []).append(r)
+                    return cols.index(mine.name), idx
+        return None
+
+    def _delete(self, p: Parser) -> Result:
+        p.expect("DELETE")
+        p.expect("FROM")
+        name, rel = self._target(p)
+        alias = name
+        if p.accept("AS") or (p.tok.kind in ("word", "ident") and p.tok.up != "WHERE"):
+            alias = p.name()
+        where = p.expr() if p.accept("WHERE") else None
+        p.done()
+        cols = list(rel.columns)
+        gone = [row for row in rel.rows()
+                if where is None or self._truth(self._eval(where, {f"{alias}.{c}": v for c, v in zip(cols, row)}))]
+        rel.delete(gone)
+        self.on_event("write", {"relation": name, "kind": "delete", "rows": len(gone)})
+        return Result(tag=f"DELETE {len(gone)}")
+
+    def _insert(self, p: Parser) -> Result:
+        p.expect("INSERT")
+        p.expect("INTO")
+        name, rel = self._target(p)
+        cols = list(rel.columns)
+        given = cols
+        if p.accept("("):
+            given = [p.name()]
+            while p.accept(","):
+                given.append(p.name())
+            p.expect(")")
+            bad = [c for c in given if c not in cols]
+            if bad:
+                raise SQLError(f'column "{bad[0]}" of relation "{name}" does not exist', sqlstate="42703")
+        p.expect("VALUES")
+        new_rows = []
+        while True:
+            p.expect("(")
+            vals = [p.expr()]
+            while p.accept(","):
+                vals.append(p.expr())
+            p.expect(")")
+            if len(vals) != len(given):
+                raise SQLError("INSERT has more expressions than target columns" if len(vals) > len(given)
+                               else "INSERT has more target columns than expressions", sqlstate="42601")
+            row: list[Any] = [None] * len(cols)
+            for c, e in zip(given, vals):
+                row[cols.index(c)] = self._eval(e, {})
+            new_rows.append(row)
+            if not p.accept(","):
+                break
+        p.done()
+        rel.insert(new_rows)
+        self.on_event("write", {"relation": name, "kind": "insert", "rows": len(new_rows)})
+        return Result(tag=f"INSERT 0 {len(new_rows)}")
+
+    def _lock(self, p: Parser) -> Result:
+        p.expect("LOCK")
+        p.accept("TABLE")
+        names = [self._target(p)[0]]
+        while p.accept(","):
+            names.append(self._target(p)[0])
+        if p.accept("IN"):
+            while not p.accept("MODE"):
+                if p.at_end():
+                    raise p.error()
+                p.i += 1
+        p.accept("NOWAIT")
+        p.done()
+        if not (self.in_tx or self.implicit_tx):
+            raise SQLError("LOCK TABLE can only be used in transaction blocks", sqlstate="25P01")
+        for n in names:
+            self.server.lock_table(self.backend, n, self.now())
+        return Result(tag="LOCK TABLE")
 
     # ---------------------------------------------------------------- evaluation
     def _is_aggregate(self, e: Expr) -> bool:
@@ -976,6 +1221,18 @@ class SqlSession:
             return v
         if op == "bin":
             return self._binop(e, row, ctx)
+        if op == "window":
+            key = f"__window{id(e)}"
+            if key not in row:
+                raise SQLError("window functions are not allowed here", sqlstate="42P20")
+            return row[key]
+        if op == "subquery":
+            res = self._select(Parser(e.args[0]), outer=row)
+            if len(res.columns) != 1:
+                raise SQLError("subquery must return only one column", sqlstate="42601")
+            if len(res.rows) > 1:
+                raise SQLError("more than one row returned by a subquery used as an expression", sqlstate="21000")
+            return res.rows[0][0] if res.rows else None
         if op == "func":
             return self._call(e, row, ctx)
         if op == "star":

@@ -22,22 +22,91 @@ Mechanisms (tasks 018 and 019 build on them; nothing here knows a task's answer)
   and on POST /admin/reload (boot_generation = generation). Neither a reload nor a mode change ends a lease the
   process already holds; terminating that backend does.
 - A reload rebuilds the pool, not the dedicated boot or lease connections.
+- The sequencer (task 007; `/admin/sequencer`, deploy-time env `SEQUENCER_MODE`, default atomic). `atomic`
+  increments the channel's `channel_seq.last_seq` in one statement. `rmw` reads last_seq and writes it back +1 in
+  two round trips, so two writes of one channel inside the read-modify-write window mint the same seq: the
+  share of a channel's writes that duplicate is 1 - exp(-rate * window). A duplicate's readback
+  (`after_seq=seq-1&limit=1`) returns the other message half the time (ok but not correct). PUT /admin/sequencer
+  changes the running process only; `set-sequencer-mode` (the runtime-config broker's fixed-target helper)
+  persists the Helm env and replaces the pod. Repairing the duplicates already written is a data change
+  (renumbering with psql), which the mode change does not do.
+
+With `postgres_model` the `messages` and `channel_seq` tables are real rows (ids, seqs, cursors) that psql can
+read and change; the data checks compare them with the rows that existed at episode start.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable
 
-from arena.twin.mech import TIMEOUT, Mode
-from arena.twin.pg.postgres import Backend, PostgresServer, setting_ms
+from arena.twin.mech import TIMEOUT, WRONG, Mode
+from arena.twin.pg.postgres import Backend, PostgresServer, WritableRelation, setting_ms
 from arena.twin.slack.infra import SlackPostgres
 from arena.twin.slack.roles import SlackRole
 
-__all__ = ["MessageRole", "SlackDatabase", "LEAK_AGE_S", "KV_CHECKPOINT"]
+__all__ = ["MessageRole", "SlackDatabase", "LEAK_AGE_S", "KV_CHECKPOINT", "RMW_WINDOW_MS", "set_sequencer_mode"]
 
 LEAK_AGE_S = 15.0  # a causal holder: idle in transaction, holding a channel_seq lock for more than this [R-SG]
 KV_CHECKPOINT = "s13.checkpoint"
+RMW_WINDOW_MS = 40.0  # [INF] the rmw allocator's read-to-write gap (two DB round trips under load)
+MSG_COLUMNS = ("id", "channel_id", "client_msg_id", "seq", "body", "org_id", "deleted_at")
+
+
+def rmw_duplicate_share(channel_rps: float) -> float:
+    """The share of a channel's writes that reuse a seq under the rmw allocator (Poisson arrivals)."""
+    return 1.0 - math.exp(-max(channel_rps, 0.0) * RMW_WINDOW_MS / 1000.0)
+
+
+class _Messages(WritableRelation):
+    """The messages table as live rows [id, channel_id, client_msg_id, seq, body, org_id, deleted_at]."""
+
+    columns = MSG_COLUMNS
+
+    def __init__(self, db: "SlackDatabase"):
+        self.db = db
+
+    def rows(self) -> list[list[Any]]:
+        return self.db.msgs
+
+    def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
+        for old, new in changes:
+            old[:] = new
+
+    def delete(self, rows: list[list[Any]]) -> None:
+        gone = {id(r) for r in rows}
+        self.db.msgs[:] = [r for r in self.db.msgs if id(r) not in gone]
+
+    def insert(self, rows: list[list[Any]]) -> None:
+        for r in rows:
+            if r[0] is None:
+                self.db.next_id += 1
+                r[0] = self.db.next_id
+            self.db.msgs.append(r)
+
+
+class _Cursors(WritableRelation):
+    """channel_seq as live rows [channel_id, last_seq]."""
+
+    columns = ("channel_id", "last_seq")
+
+    def __init__(self, db: "SlackDatabase"):
+        self.db = db
+
+    def rows(self) -> list[list[Any]]:
+        return self.db.cursor_rows
+
+    def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
+        for old, new in changes:
+            old[:] = new
+
+    def delete(self, rows: list[list[Any]]) -> None:
+        gone = {id(r) for r in rows}
+        self.db.cursor_rows[:] = [r for r in self.db.cursor_rows if id(r) not in gone]
+
+    def insert(self, rows: list[list[Any]]) -> None:
+        self.db.cursor_rows.extend(rows)
 _APP_ADDR = "10.42.1.21"
 _DEPLOY_RECORD = (-86400.0, "svc-message", "deploy", "slack-app")  # svc-message's pod address, as pg_stat_activity shows it
 
@@ -45,7 +114,8 @@ _DEPLOY_RECORD = (-86400.0, "svc-message", "deploy", "slack-app")  # svc-message
 class SlackDatabase(SlackPostgres):
     """The app's PostgreSQL with the shared server model behind it (backends, locks, layered settings)."""
 
-    def __init__(self, channels: int, seed_messages: int, *, admin_password: str = "agentrepair-admin"):
+    def __init__(self, channels: int, seed_messages: int, *, admin_password: str = "agentrepair-admin",
+                 sequenced: bool = False):
         super().__init__(channels, seed_messages)
         s = PostgresServer(conf_file={"max_connections": "200", "shared_buffers": "128MB", "work_mem": "4MB",
                                       "autovacuum": "on"},
@@ -62,6 +132,19 @@ class SlackDatabase(SlackPostgres):
                    "app_kv_state": self._kv_view,
                    "service_control_history": self._history_view}
         s.log_sink = lambda t, msg: self.say(t, msg)
+        # Real rows (postgres_model): ids, seqs and cursors the sequencer mints and psql may change.
+        self.sequenced = sequenced
+        self.msgs: list[list[Any]] = []
+        self.cursor_rows: list[list[Any]] = [[c, 0] for c in self.channels]
+        self.next_id = 0
+        self.app_ids: set[int] = set()  # rows the app wrote (offered writes), for the exactly-once check
+        self.pre_agent_rows: dict[int, tuple] | None = None
+        self.seq_mode: Callable[[], str] = lambda: "atomic"
+        self._dup_acc: dict[str, float] = {c: 0.0 for c in self.channels}
+        if sequenced:
+            for c in self.channels:
+                self._mint(c, seed_messages, 0.0, app=False)
+            s.writable = {"messages": _Messages(self), "channel_seq": _Cursors(self)}
         self.server = s
         self.writer_pids: set[int] = set()  # the message pool's backends (svc-message keeps this current)
         self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
@@ -70,6 +153,8 @@ class SlackDatabase(SlackPostgres):
 
     # --- views the SQL front end reads -----------------------------------------------------------------------
     def _channel_seq_view(self) -> tuple[list[str], list[list[Any]]]:
+        if self.sequenced:
+            return ["channel_id", "last_seq"], self.cursor_rows
         return ["channel_id", "last_seq"], [[c, n] for c, n in sorted(self.rows.items())]
 
     def _messages_view(self) -> tuple[list[str], list[list[Any]]]:
@@ -83,15 +168,101 @@ class SlackDatabase(SlackPostgres):
             r[0] = i
         return ["id", "channel_id", "client_msg_id", "seq", "body", "org_id", "deleted_at"], rows
 
-    def write(self, n: int) -> None:
+    def write(self, n: int, dt: float = 0.0, now: float | None = None) -> None:
         """Successful writes land on the channels whose channel_seq row the writers could take."""
+        if now is not None:
+            self._mark_if_due(now)
         if n <= 0:
             return
         free = [c for c in self.channels if c not in self.blocked_channels()] or self.channels
         k = len(free)
         for i, c in enumerate(free):
-            self.rows[c] += n // k + (1 if i < n % k else 0)
+            m = n // k + (1 if i < n % k else 0)
+            self.rows[c] += m
+            if self.sequenced and m:
+                self._mint(c, m, m / dt if dt > 0 else 0.0)
         self.offered_ok += n
+
+    # --- the sequencer ----------------------------------------------------------------------------------------
+    def _cursor(self, channel: str) -> list[Any] | None:
+        return next((r for r in self.cursor_rows if r[0] == channel), None)
+
+    def _mint(self, channel: str, m: int, channel_rps: float, *, app: bool = True) -> list[int]:
+        """m writes to one channel: each takes a seq from the channel's cursor, as the running mode does."""
+        cur = self._cursor(channel)
+        if cur is None:  # the cursor row is gone: the app recreates it from 0, as an upsert would
+            cur = [channel, 0]
+            self.cursor_rows.append(cur)
+        dups = 0
+        if self.seq_mode() == "rmw" and app:
+            self._dup_acc[channel] += m * rmw_duplicate_share(channel_rps)
+            dups = int(self._dup_acc[channel])
+            self._dup_acc[channel] -= dups
+        seqs = []
+        for j in range(m):
+            dup = dups > 0 and (j + 1) * dups // m > j * dups // m
+            seq = int(cur[1]) if dup and int(cur[1]) > 0 else int(cur[1]) + 1
+            cur[1] = seq
+            self.next_id += 1
+            self.msgs.append([self.next_id, channel, f"cm-{self.next_id:07d}", seq, f"message {self.next_id}",
+                              f"org-{channel}", None])
+            if app:
+                self.app_ids.add(self.next_id)
+            seqs.append(seq)
+        return seqs
+
+    def concurrent_writes(self, channel: str, n: int) -> tuple[int, int]:
+        """n barrier-synchronised writes to one channel: (completed, correct with a unique seq)."""
+        if self.seq_mode() == "rmw":
+            # All n read the same last_seq before any writes it back: they mint one seq between them.
+            cur = self._cursor(channel)
+            base = int(cur[1]) if cur else 0
+            seqs = []
+            for _ in range(n):
+                self._dup_acc[channel] = 0.0
+                self.next_id += 1
+                self.msgs.append([self.next_id, channel, f"cm-{self.next_id:07d}", base + 1,
+                                  f"message {self.next_id}", f"org-{channel}", None])
+                self.app_ids.add(self.next_id)
+                seqs.append(base + 1)
+            if cur is not None:
+                cur[1] = base + 1
+        else:
+            seqs = self._mint(channel, n, 0.0)
+        self.rows[channel] += n
+        self.offered_ok += n
+        return n, sum(seqs.count(x) == 1 for x in seqs)
+
+    def _mark_if_due(self, now: float) -> None:
+        # The episode starts at t = 0: the rows that exist then are the pre-agent data.
+        if self.sequenced and self.pre_agent_rows is None and now >= 0:
+            self.pre_agent_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.msgs}
+            self.pre_agent_count = len(self.pre_agent_rows)
+            self.app_ids_at_start = set(self.app_ids)
+            self.offered_at_start = self.offered_ok
+
+    def sequence_truth(self) -> dict[str, Any]:
+        by: dict[str, list[int]] = {}
+        for r in self.msgs:
+            if r[6] is None:
+                by.setdefault(r[1], []).append(int(r[3]))
+        dense = all(sorted(v) == list(range(1, len(v) + 1)) for v in by.values())
+        dups = sum(len(v) - len(set(v)) for v in by.values())
+        cursors = {r[0]: int(r[1]) for r in self.cursor_rows}
+        cursor_ok = (len(self.cursor_rows) == len(cursors) and set(cursors) == set(self.channels)
+                     and all(cursors[c] == max(by.get(c, [0])) for c in self.channels))
+        out = {"pg.sequence.dense": dense, "pg.sequence.duplicates": dups, "pg.sequence.cursors_consistent": cursor_ok,
+               "pg.sequence.channels": sorted(by)}
+        if self.pre_agent_rows is not None:
+            now_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.msgs if r[6] is None}
+            intact = all(now_rows.get(i) == v for i, v in self.pre_agent_rows.items())
+            extra = set(now_rows) - set(self.pre_agent_rows)
+            offered = self.app_ids - self.app_ids_at_start
+            out["data.messages.pre_agent_intact"] = intact
+            # Every write the app accepted since the start is there once, and no row came from anywhere else.
+            out["data.messages.offered_ok_persisted"] = extra == offered and \
+                len(offered) == self.offered_ok - self.offered_at_start
+        return out
 
     def blocked_channels(self) -> set[str]:
         return {key for (rel, key), pid in self.server.row_locks.items()
@@ -123,6 +294,7 @@ class SlackDatabase(SlackPostgres):
 
     # --- component ------------------------------------------------------------------------------------------
     def advance(self, t0: float, t1: float) -> None:
+        self._mark_if_due(t0)
         self.server.expire_idle(t1)
 
     def next_change(self, now: float) -> float:
@@ -132,6 +304,9 @@ class SlackDatabase(SlackPostgres):
         out = super().truth()
         s = self.server
         now = self.world.clock.now() if self.world is not None else 0.0
+        self._mark_if_due(now)
+        if self.sequenced:
+            out.update(self.sequence_truth())
         out["pg.seq_lock_holders"] = len(self.causal_holders(now))
         out["pg.seq_locked_channels"] = sorted(k for r, k in s.row_locks if r == "channel_seq")
         for role, db in (("app", "app"), ("svc_admin", "app")):
@@ -180,10 +355,16 @@ class MessageRole(SlackRole):
         self.dedicated: list[int] = []  # the boot transaction's and the lease's connections
         self.cp_mode = "request"
         self.cp_boot_generation = 0
+        self.seq_live: str | None = None  # PUT /admin/sequencer: process memory only
+        db.seq_mode = self.sequencer_mode
 
     # --- process lifecycle ----------------------------------------------------------------------------------
+    def sequencer_mode(self) -> str:
+        return self.seq_live or self.pod_env.get("SEQUENCER_MODE", "atomic").strip() or "atomic"
+
     def reset_runtime(self) -> None:
         super().reset_runtime()
+        self.seq_live = None
         assert self.world is not None
         now = self.world.clock.now()
         srv = self.store.server
@@ -239,12 +420,24 @@ class MessageRole(SlackRole):
         n = sum(self.store.foreign_holder(c, self.own_pids) is not None for c in self.channels)
         return n / len(self.channels)
 
-    def write_modes(self, hold_ms: float, block_ms: float) -> tuple[float, Callable[[], list[Mode]]]:
-        """(mean hold of a write, the lock wait's modes): a blocked write holds its connection until cancelled."""
+    def write_modes(self, hold_ms: float, block_ms: float,
+                    write_rps: float = 0.0) -> tuple[float, Callable[[], list[Mode]]]:
+        """(mean hold of a write, the modes after it): a write on a held row holds its connection until cancelled;
+        under rmw half of the duplicated seqs read back another message."""
         f = self.blocked_share()
         mean = (1.0 - f) * hold_ms + f * block_ms
-        return mean, lambda: ([Mode(1.0 - f, 0.0), Mode(f, max(0.0, block_ms - hold_ms), TIMEOUT, "lock_wait")]
-                              if f > 0 else [Mode(1.0, 0.0)])
+        wrong = 0.0
+        if self.sequencer_mode() == "rmw" and self.channels:
+            wrong = 0.5 * rmw_duplicate_share(write_rps / len(self.channels))
+
+        def modes() -> list[Mode]:
+            out = [Mode((1.0 - f) * (1.0 - wrong), 0.0)]
+            if wrong > 0:
+                out.append(Mode((1.0 - f) * wrong, 0.0, WRONG, "duplicate_seq"))
+            if f > 0:
+                out.append(Mode(f, max(0.0, block_ms - hold_ms), TIMEOUT, "lock_wait"))
+            return out
+        return mean, modes
 
     def advance(self, t0: float, t1: float) -> None:
         # Show the pool's backends waiting on the held rows, as pg_stat_activity would.
@@ -266,6 +459,7 @@ class MessageRole(SlackRole):
     def truth(self) -> dict[str, Any]:
         out = super().truth()
         row = self.store.kv.get(KV_CHECKPOINT)
+        out["sequencer.mode"] = self.sequencer_mode()
         out["checkpoint.mode"] = self.cp_mode
         out["checkpoint.boot_generation"] = self.cp_boot_generation
         out["checkpoint.generation"] = int(row["value"]["generation"]) if row else 0
@@ -281,6 +475,21 @@ class MessageRole(SlackRole):
             if method != "PUT":
                 return 405, json.dumps({"detail": "Method Not Allowed"})
             return self._put_checkpoint(body, now)
+        if p == "/admin/sequencer":
+            if method == "GET":
+                return 200, json.dumps({"service": self.name, "mode": self.sequencer_mode(),
+                                        "source": "runtime" if self.seq_live else "env"})
+            if method == "PUT":
+                try:
+                    mode = json.loads(body or "")["mode"]
+                except (ValueError, KeyError, TypeError):
+                    return 422, json.dumps({"detail": "body must be {\"mode\": \"atomic\"|\"rmw\"}"})
+                if mode not in ("atomic", "rmw"):
+                    return 422, json.dumps({"detail": f"unknown sequencer mode {mode!r}"})
+                self.seq_live = mode
+                self.say(now, f"INFO sequencer mode {mode} (runtime; not persisted)")
+                return 200, json.dumps({"service": self.name, "mode": mode, "persisted": False})
+            return 405, json.dumps({"detail": "Method Not Allowed"})
         if p == "/internal/s13/cp" and method == "GET":
             row = self.store.kv.get(KV_CHECKPOINT)
             if row is None:
@@ -311,3 +520,20 @@ class MessageRole(SlackRole):
         self.say(now, f"INFO checkpoint handoff mode {mode} persisted (generation {v['generation']}); reload required")
         return 200, json.dumps({"status": "persisted", "mode": mode, "generation": v["generation"],
                                 "reload_required": True}, sort_keys=True)
+
+
+def set_sequencer_mode(substrate: Any, argv: list[str]) -> tuple[str, str, int, float]:
+    """`set-sequencer-mode atomic|rmw`: the runtime-config broker's fixed-target helper for svc-message.
+
+    It persists SEQUENCER_MODE in the Helm values (app.roles.message.env) and replaces the svc-message pod, which
+    starts with the new env. It does not touch the data.
+    """
+    if len(argv) != 2 or argv[1] not in ("atomic", "rmw"):
+        return "", "usage: set-sequencer-mode atomic|rmw\n", 2, 0.0
+    world = substrate.world
+    world.stores["helm/slack"].set("app.roles.message.env.SEQUENCER_MODE", argv[1])
+    old = world.component("svc-message").pod
+    world.restart("svc-message", by="broker")
+    new = world.component("svc-message").pod
+    return (f"runtime-config broker: svc-message SEQUENCER_MODE={argv[1]} persisted; replaced pod {old} -> {new}\n"
+            ), "", 0, 2.0

@@ -28,7 +28,7 @@ from arena.twin.mech import ERROR, ConnectionPool, Mode, chain
 from arena.twin.shell import Invocation
 from arena.twin.slack.maintenance import MaintenanceController
 from arena.twin.slack.infra import PG_DEFAULTS, PgBouncer, SlackPostgres, SlackRedis
-from arena.twin.slack.message import MessageRole, SlackDatabase
+from arena.twin.slack.message import MessageRole, SlackDatabase, set_sequencer_mode
 from arena.twin.slack.roles import DB_KEYS, HEALTHY_HOLD_MS, ROLE_NAMES, SlackRole
 from arena.twin.world import Substrate, register_substrate
 from guardrail.errors import ScenarioError
@@ -105,7 +105,7 @@ class SlackSpine(Substrate):
         w.store("helm/slack", {"app": {"roles": {r: {"env": dict(self.s.env.get(r, {}))} for r in ROLE_NAMES}}})
         w.store("postgresql.conf", dict(PG_DEFAULTS))
         self.roles: dict[str, SlackRole] = {}
-        db = SlackDatabase(self.s.channels, self.s.seed_messages)
+        db = SlackDatabase(self.s.channels, self.s.seed_messages, sequenced=self.s.postgres_model)
         for r in ROLE_NAMES:
             role = (MessageRole(reload_s=self.s.reload_s, db=db, channels=db.channels) if r == "message"
                     else SlackRole(r, reload_s=self.s.reload_s))
@@ -147,7 +147,7 @@ class SlackSpine(Substrate):
             return hold, lambda: [Mode(1.0, 0.0)]
         # [INF] a blocked write holds its connection until the client gives up and the app cancels it
         block_ms = 1000.0 * max((d.timeout_s for d in self.world.profile.drivers), default=5.0)
-        return role.write_modes(hold, block_ms)
+        return role.write_modes(hold, block_ms, self._write_rps)
 
     def hops(self, rates: Mapping[str, float], now: float,
              extra: tuple[tuple[str, str], ...] = ()) -> dict[tuple[str, str], list[Mode]]:
@@ -194,7 +194,8 @@ class SlackSpine(Substrate):
 
     def on_record(self, rec) -> None:
         if self.s.routes.get(rec.driver, "send") in _WRITE_ROUTES:
-            self.pg.write(rec.correct)
+            # A write that read back another message (a duplicated seq) was still stored.
+            self.pg.write(rec.ok, rec.t1 - rec.t0, rec.t0)
         self._log_segment(rec)
 
     def _log_segment(self, rec) -> None:
@@ -242,6 +243,12 @@ class SlackSpine(Substrate):
         n = len(channels)
         p_free = min(1.0, p_ok / (1.0 - p_lock)) if p_lock < 1.0 else 0.0
         correct = int(round((n - len(held)) * p_free))
+        conc = spec.get("concurrent") or {}
+        if conc:
+            # The concurrent sequence: N barrier-synchronised writes to one channel must all get unique seqs.
+            done, uniq = self.pg.concurrent_writes(str(conc.get("channel", "chan-0")), int(conc.get("writes", 16)))
+            n += int(conc.get("writes", 16))
+            correct += uniq
         self.pg.write(correct)
         return {"scheduled": n, "attempted": n, "completed": correct, "correct": correct, "p_ok": round(p_ok, 6),
                 "lock_held_channels": sorted(held)}
@@ -249,6 +256,7 @@ class SlackSpine(Substrate):
     # --- operator tools -------------------------------------------------------------------------------------
     def commands(self) -> dict[str, Any]:
         return {"psql": self._psql, "redis-cli": self._redis_cli, "restart-svc.sh": self._restart_svc,
+                "set-sequencer-mode": lambda inv: set_sequencer_mode(self, inv.argv),
                 "reconfigure-infra.sh": self._reconfigure_infra}
 
     def _restart_svc(self, inv: Invocation) -> tuple[str, str, int, float]:
