@@ -9,21 +9,23 @@ verifiers in the order the guard runs them, stopping at the first FAIL or ERROR:
     4. restart probe  disruptive, so last: only a repair that passed everything else is restarted
 
 `build_suite(context)` also gives the step checks (the scope audit's first-step snapshot, then the watchdog)
-sharing the same ScopeAudit instance, which a Guard passes as `step_checks`.
+sharing the same ScopeAudit instance, which a Guard passes as `step_checks`, and `before_run()`, which a Guard
+calls before running an admitted command: the first-step snapshot, and the prior values to journal.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from verifiers.base import AllOf, Verifier
 from verifiers.catalogue import Catalogue, load_catalogue
 from verifiers.context import PublicContext
 from verifiers.convergence import ConvergenceCheck
 from verifiers.criteria import Criteria
-from verifiers.persistence import PersistenceCheck
+from verifiers.protocols import Environment
+from verifiers.persistence import PersistenceCheck, PersistenceReader, capture_prior
 from verifiers.restart import RestartProbe
 from verifiers.scope import ScopeAudit
 from verifiers.watchdog import LoopWatchdog
@@ -41,10 +43,20 @@ class VerifierSuite:
     step: list[Verifier]
     criteria: Criteria = field(default_factory=Criteria)
     scope: ScopeAudit | None = None
+    reader: PersistenceReader | None = None
 
     def as_one(self) -> AllOf:
         """The declaration checks as one verifier (AllOf, stopping at the first failure)."""
         return AllOf(*self.declare, name="declaration")
+
+    def before_run(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """What a guard calls after admitting a command and before running it: takes the scope audit's
+        first-step snapshot (once), and returns the `snapshot` records to journal, each key's value before the
+        change ({key, scope, target, before}). Persistence and the restart probe use them to tell a change a
+        restart would undo into the incident's state from one whose declared value is merely different."""
+        if self.scope is not None and self.scope.snapshot_at_start is None and self.scope.items():
+            self.scope.take_baseline(env, journal)
+        return capture_prior(env, actions, reader=self.reader) if self.reader is not None else []
 
 
 def build_suite(context: Any, *, catalogue: Catalogue | None = None,
@@ -57,7 +69,7 @@ def build_suite(context: Any, *, catalogue: Catalogue | None = None,
     if restart_probe:
         declare.append(RestartProbe(ctx, cat))
     step: list[Verifier] = [scope.baseline_step, LoopWatchdog(ctx)]
-    return VerifierSuite(declare, step, Criteria.coerce(criteria), scope)
+    return VerifierSuite(declare, step, Criteria.coerce(criteria), scope, PersistenceReader(ctx, cat))
 
 
 def declare_verifiers(context: Any, **kw: Any) -> list[Verifier]:

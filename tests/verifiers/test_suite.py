@@ -144,3 +144,18 @@ def test_guard_rejects_the_ephemeral_fix_and_accepts_the_durable_one_after_waiti
     assert [v.verifier for v in out.verdicts] == ["persistence", "scope_audit", "convergence", "restart_probe"]
     assert env.restarts == ["redis-queue"]
     assert env.clock.now() - t_fix >= 2 * 60  # held for two full load cycles, in virtual time
+
+
+def test_before_run_takes_the_first_snapshot_and_returns_prior_values():
+    from tests.verifiers.fakes import FakeJournal
+
+    env = FakeEnv(clock=ManualClock(0.0), components=[comp("redis-queue", kind="StatefulSet")])
+    env.layer("redis-queue").declared["maxmemory"] = "2097152"
+    env.helm["erpnext"] = {"redis-queue": {"master": {"extraFlags": ["--maxmemory 2mb"]}}}
+    env.handle(r"redis-cli -h redis-queue CONFIG GET maxmemory-policy", lambda m: "maxmemory-policy\nnoeviction\n")
+    suite = build_suite(dict(CTX, protected_probes={"policy": "redis-cli -h redis-queue CONFIG GET maxmemory-policy"}))
+    j = FakeJournal(env.clock)
+    snaps = suite.before_run(env, j, [REDIS_ACTION])
+    assert suite.scope.snapshot_at_start is not None
+    assert snaps == [{"key": "redis.maxmemory", "scope": {}, "target": "redis-queue", "before": 2097152}]
+    assert suite.before_run(env, j, [dict(REDIS_ACTION, mutating=False)]) == []
