@@ -5,7 +5,8 @@ validated on load), plans one loopback address per service, starts the servers i
 SQL, copies each app's durable config into the stack's config/ directory (the ConfigMaps and Helm values), starts
 the apps and the load generator under the supervisor, a kube-state-metrics stand-in (`arena.live.kubestate`),
 then Prometheus scraping them all. It writes bin/ (the
-client wrappers of `arena.live.hostwrap` and the task helpers) and the shell environment that
+client wrappers of `arena.live.hostwrap`, `kubectl` over the `arena.live.control` stand-in, and the task
+helpers) and the shell environment that
 `arena.live.environment.LiveEnvironment` runs commands with. `down()` stops everything and checks that no process
 is left. Used by LiveEnvironment, the live tests and `python -m arena.live.stack` (start by hand).
 """
@@ -29,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena.live.clock import WallClock, wait_until
+from arena.live.control import ALL_VERBS, ControlPlane
 from arena.live.hostwrap import WRAPPED
 from arena.live.loadgen import DriverConfig, LoadgenConfig, LoadShape
 from arena.live.names import AddressPlan, HostsFile
@@ -43,7 +45,7 @@ __all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS", "m
 
 SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
 CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
-                   "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080}
+                   "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080, "kubernetes": 6443}
 
 
 def missing_requirements() -> list[str]:
@@ -121,7 +123,7 @@ class LiveStack:
     def __init__(self, substrates: Iterable[str] = ("saleor", "frappe", "slack"), *, shape: LoadShape | None = None,
                  base_dir: Path | None = None, clock=None, keep_dir: bool = False,
                  image_env: dict[str, dict[str, str]] | None = None,
-                 config_overrides: dict[str, dict] | None = None):
+                 config_overrides: dict[str, dict] | None = None, rbac: tuple[str, ...] = ALL_VERBS):
         self.specs = [SubstrateSpec.load(n) for n in substrates]
         self.shape = shape or LoadShape()
         self.clock = clock or WallClock()
@@ -130,6 +132,8 @@ class LiveStack:
         self.image_env = image_env or {}
         # Deep-merged into a config file as it is copied into config/: how a scenario ships its faulty values.
         self.config_overrides = config_overrides or {}
+        self.rbac = tuple(rbac)
+        self.control: ControlPlane | None = None
         self.dir: Path | None = None
         self.plan = AddressPlan()
         self.servers: dict[str, Server] = {}
@@ -174,6 +178,8 @@ class LiveStack:
             self._plan()
             self._start_servers()
             self._define_apps()
+            self.control = ControlPlane(self, self.plan["kubernetes"], rbac=self.rbac)
+            self.control.start()
             # Prometheus first: its target discovery takes a few seconds, which then overlap the apps' start.
             self._start_prometheus()
             t0 = self.clock.now()
@@ -196,6 +202,7 @@ class LiveStack:
                 self.plan.add(app.name, app.port)
         self.plan.add("loadgen", CANONICAL_PORTS["loadgen"])
         self.plan.add("kube-state-metrics", CANONICAL_PORTS["kube-state-metrics"])
+        self.plan.add("kubernetes", CANONICAL_PORTS["kubernetes"])
         self.plan.add("prometheus", CANONICAL_PORTS["prometheus"])
         self.hosts = self.plan.write_hosts(self.hosts_path)
 
@@ -271,6 +278,7 @@ class LiveStack:
         py = sys.executable
         for tool in WRAPPED:
             self._script(tool, f'exec "{py}" -m arena.live.hostwrap {tool} "$@"\n')
+        self._script("kubectl", f'exec "{py}" -m arena.live.kubectl "$@"\n')
         # The slack-spine helper: stage a role's db config and reload it in place (no restart).
         self._script("restart-svc.sh", """set -euo pipefail
 role=${1:?usage: restart-svc.sh ROLE < '{"db": {...}}'}
@@ -289,6 +297,7 @@ echo
             "PROMETHEUS_URL": f"http://prometheus:{self.plan['prometheus'].port}",
             "LOADGEN_URL": f"http://loadgen:{self.plan['loadgen'].port}",
             "PGCONNECT_TIMEOUT": "5",
+            "LIVE_CONTROL_URL": self.plan["kubernetes"].url,
         }
         for spec, _ in self.specs:
             for k, v in spec.shell_env.items():
@@ -315,6 +324,13 @@ echo
         while not self._watch_stop.wait(1.0):
             if self.supervisor is not None:
                 self.supervisor.reconcile()
+
+    def log_path(self, name: str) -> Path | None:
+        """The log file of an app or a server, by component name."""
+        if self.supervisor is not None and name in self.supervisor.specs:
+            return self.supervisor.log_path(name)
+        server = self.servers.get(name)
+        return server.log_path if server is not None else None
 
     # -- restarts -----------------------------------------------------------------------------------------------
     def restart(self, name: str) -> RestartResult:
@@ -374,6 +390,8 @@ echo
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         tracked = self.pids()
+        if self.control is not None:
+            self.control.stop()
         if self.kubestate is not None:
             self.kubestate.stop()
         if self.supervisor is not None:

@@ -140,6 +140,20 @@ def test_restart_gives_a_new_instance_with_the_same_image(env):
     assert seen == 1, (env.describe().extra["sli_source"], samples)
 
 
+def test_kubectl_lists_restarts_and_reads_logs_through_the_control_plane(env):
+    pods = env.run("kubectl get pods -n saleor")
+    assert pods.ok and pods.stdout.splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    old = next(line.split()[0] for line in pods.stdout.splitlines() if line.startswith("saleor-api-"))
+    assert "listening on" in env.run("kubectl logs deploy/saleor-api --tail=5").stdout
+    r = env.run("kubectl -n saleor rollout restart deployment/saleor-api")
+    assert r.ok and r.stdout.strip() == "deployment.apps/saleor-api restarted", r
+    new = env.describe().component("saleor-api")
+    assert new.restarts == 1 and new.ready_replicas == 1
+    assert old not in env.run("kubectl get pods").stdout
+    assert env.run("kubectl delete pod no-such-pod").exit_code == 1
+    assert "unknown command" in env.run("kubectl frobnicate").stderr
+
+
 def test_a_redis_runtime_change_is_lost_on_restart(env):
     assert env.run("redis-cli -h redis-queue config set maxmemory 3mb && redis-cli -h redis-queue config rewrite").ok
     res = env.restart("redis-queue")
