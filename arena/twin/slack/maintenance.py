@@ -1,11 +1,13 @@
 """The slack-spine maintenance controller sidecar (`db-maintenance:8081`): scheduled dirty-write + CHECKPOINT runs.
 
 Built by `arena.twin.slack.substrate.SlackSpine` when a scenario's `twin.spec.maintenance` is set (tasks 008,
-016, 017 in the next issue). The schedule {enabled, period_s, offset_s, duration_s} is seeded from Helm
+016, 017). The schedule {enabled, period_s, offset_s, duration_s} is seeded from Helm
 (`maintenanceController.offsetS`...) and kept durably in a PostgreSQL row, which the controller re-reads at
 start; `PUT /v1/maintenance` writes that row, so a schedule change is durable. While a run is active, PostgreSQL
 is busy flushing dirty pages: every message write pays `stall_ms` more while holding its pooled connection.
 Runs start at epoch + offset + k * period (the epoch is episode time 0, the load generator's bring-up).
+Its truth carries what the database_checkpoint challenge reads: checkpoints_req, the seconds since a run last
+completed (a disabled schedule lets it grow), whether a run is active, and the schedule itself.
 """
 
 from __future__ import annotations
