@@ -63,7 +63,8 @@ def test_a_store_hold_costs_sign_in_once_and_a_post_twice():
     assert 250 <= login < 400  # one Redis op at STORE_HOLD_MS=250
     assert post > 500  # auth session + notification fan-out: two
     for role in ("auth", "workspace", "notification"):
-        env.run(f"""curl -s -X PUT svc-{role}:8000/admin/event -d '{{"name":"store_consistency_strict","active":false}}'""")
+        body = '{"name":"store_consistency_strict","active":false}'
+        env.run(f"curl -s -X PUT svc-{role}:8000/admin/event -d '{body}'")
     env.clock.sleep(120)
     assert _p90(env, "session_login", "trough") < 30 and _p90(env, "session_post", "trough") < 300
 
@@ -86,7 +87,8 @@ def test_the_strict_window_refires_after_the_declaration_in_014_and_015():
     for sid in ("ia-014", "ia-015"):
         env = build_twin(load_scenario(sid).twin, seed=0)
         env.clock.sleep(50)
-        env.run("""curl -s -X PUT svc-channel:8000/admin/event -d '{"name":"read_consistency_strict","active":false}'""")
+        env.run("curl -s -X PUT svc-channel:8000/admin/event "
+                """-d '{"name":"read_consistency_strict","active":false}'""")
         env.world.declare(env.clock.now())
         env.clock.sleep(59)
         assert env.world.truth()["svc-channel.events.read_consistency_strict"] is False
