@@ -49,12 +49,13 @@ def steps_of(journal: Any) -> list[StepView]:
     for e in journal.executed():
         res = outputs.get(int(e.get("seq") or 0), {})
         text = str(res.get("stdout_head") or res.get("stdout") or res.get("stderr_head") or "")
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        # The first two lines: a table's header alone says little, its first row says what was seen.
+        first = " / ".join([ln.strip() for ln in text.splitlines() if ln.strip()][:2])
         actions = e.get("actions") or ()
         # A command with no recognised action is opaque to us; like the guard, count it as mutating.
         mutating = any(is_mutating_action(a) for a in actions) if actions else True
         out.append(StepView(int(e.get("seq") or 0), _norm(str(e.get("command") or "")), mutating,
-                            e.get("exit_code"), first[:120]))
+                            e.get("exit_code"), " ".join(first.split())[:160]))
     return out
 
 
@@ -154,7 +155,9 @@ class LoopWatchdog(VerifierBase):
                 a = self._assessment(env, journal, crit)
             except Exception:  # noqa: BLE001 - without SLIs the watchdog still judges the journal
                 a = None
-        if a is not None:
+        # A relapse is judged after the agent's last change only: before any change, "healthy, then not" is just
+        # the incident starting.
+        if a is not None and last_mutation_t(journal) is not None:
             relapse = detect_relapse(a)
             key = ("relapse", a.window_start, relapse and relapse["regressed_cycle"])
             if relapse and key not in self._reported:

@@ -75,3 +75,12 @@ def test_restart_probe_rearm_is_reported_as_residual_cause():
     v = wd.check(env, j, None)
     assert v.code is FeedbackCode.RESIDUAL_CAUSE
     assert wd.check(env, j, None).passed
+
+
+def test_the_incident_starting_is_not_a_relapse():
+    # Healthy until t=700, then the fault: no change by the agent yet, so nothing to call symptom-only.
+    env = _env(lambda sli, lab, ph, t, c: (0.01 if t < 700 else 0.4, 100))
+    env.clock.t = 800.0
+    j = FakeJournal(env.clock)
+    j.run(env, "kubectl get pods", READ)
+    assert LoopWatchdog(CTX).check(env, j, None).passed
