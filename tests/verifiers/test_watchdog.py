@@ -46,7 +46,7 @@ def test_watchdog_reports_a_loop_once_with_what_was_learned():
         verdicts.append(wd.check(env, j, None))
     fired = [v for v in verdicts if v.status is VerdictStatus.FAIL]
     assert len(fired) == 1 and fired[0].code is FeedbackCode.LOOP_DETECTED
-    assert "NAME        READY   STATUS" in fired[0].message and "x4" in fired[0].message
+    assert "NAME READY STATUS / svc-a-0 1/1 Running" in fired[0].message and "x4" in fired[0].message
 
 
 def test_symptom_only_repair_recovers_then_regresses():
