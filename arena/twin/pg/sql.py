@@ -278,6 +278,9 @@ class Parser:
             self.i += 1
             neg = True
         if self.accept("IN"):
+            if self.tok.kind == "op" and self.tok.text == "(" and self.peek().up == "SELECT":
+                e = Expr("in", [left, Expr("subquery", [self.subquery_text()], "set")])
+                return Expr("not", [e]) if neg else e
             self.expect("(")
             items = [self.expr()]
             while self.accept(","):
@@ -370,6 +373,7 @@ class Parser:
 
 # ------------------------------------------------------------------------------------------------ the session
 Row = dict[str, Any]
+_OUTER = "\x00outer"  # a row's key listing the columns that came from an enclosing query
 
 
 def _pg_text(v: Any) -> str:
@@ -816,9 +820,13 @@ class SqlSession:
         return out
 
     def _from_rows(self, sources, p: Parser, outer: Row | None = None) -> list[Row]:
+        start: Row = {}
+        if outer:
+            start = dict(outer)
+            start[_OUTER] = frozenset(k for k in outer if k != _OUTER)
         if not sources:
-            return [dict(outer or {})]
-        rows: list[Row] = [dict(outer or {})]
+            return [start]
+        rows: list[Row] = [start]
         for tbl, alias, on, left in sources:
             cols, data = self._relation(tbl)
             right = [{f"{alias}.{c}": v for c, v in zip(cols, r)} for r in data]
@@ -1078,8 +1086,10 @@ class SqlSession:
         where = p.expr() if p.accept("WHERE") else None
         p.done()
         cols = list(rel.columns)
+        ctx = _EvalCtx()
         gone = [row for row in rel.rows()
-                if where is None or self._truth(self._eval(where, {f"{alias}.{c}": v for c, v in zip(cols, row)}))]
+                if where is None or self._truth(self._eval(where, {f"{alias}.{c}": v for c, v in zip(cols, row)},
+                                                           ctx))]
         rel.delete(gone)
         self.on_event("write", {"relation": name, "kind": "delete", "rows": len(gone)})
         return Result(tag=f"DELETE {len(gone)}")
@@ -1188,6 +1198,10 @@ class SqlSession:
         if len(hits) == 1:
             return row[hits[0]]
         if len(hits) > 1:
+            # A subquery's own columns hide the outer query's, as PostgreSQL resolves names innermost first.
+            inner = [k for k in hits if k not in row.get(_OUTER, ())]
+            if len(inner) == 1:
+                return row[inner[0]]
             raise SQLError(f'column reference "{name}" is ambiguous', sqlstate="42702")
         raise SQLError(f'column "{name}" does not exist', sqlstate="42703")
 
@@ -1206,6 +1220,18 @@ class SqlSession:
             return self._eval(e.args[0], row, ctx) is None
         if op == "in":
             v = self._eval(e.args[0], row, ctx)
+            if len(e.args) == 2 and e.args[1].op == "subquery" and e.args[1].name == "set":
+                # An uncorrelated IN (SELECT ...) is evaluated once per statement, as a hashed subplan.
+                key = f"__inset{id(e.args[1])}"
+                if ctx is None or key not in ctx.cache:
+                    res = self._select(Parser(e.args[1].args[0]), outer=row)
+                    if len(res.columns) != 1:
+                        raise SQLError("subquery has too many columns", sqlstate="42601")
+                    vals = {_sort_key(r[0]) for r in res.rows if r[0] is not None}
+                    if ctx is None:
+                        return _sort_key(v) in vals if v is not None else None
+                    ctx.cache[key] = vals
+                return _sort_key(v) in ctx.cache[key] if v is not None else None
             return any(_eq(v, self._eval(a, row, ctx)) for a in e.args[1:])
         if op == "cast":
             v = self._eval(e.args[0], row, ctx)
@@ -1369,6 +1395,7 @@ class _EvalCtx:
 
     def __init__(self) -> None:
         self.slept = 0.0
+        self.cache: dict[str, Any] = {}  # uncorrelated subquery results
 
 
 def _coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
