@@ -262,8 +262,10 @@ class PostgresServer(Server):
         }
         with open(self.data / "postgresql.conf", "a") as f:
             f.write("\n# arena.live\n" + "".join(f"{k} = {v}\n" for k, v in conf.items()))
+        # The superuser is trusted on loopback so that each scenario's admin DSN works whatever password it
+        # names (one server may serve several substrates); every other role needs its password.
         (self.data / "pg_hba.conf").write_text(
-            "local all all trust\nhost all all 127.0.0.0/8 scram-sha-256\n")
+            "local all all trust\nhost all postgres 127.0.0.0/8 trust\nhost all all 127.0.0.0/8 scram-sha-256\n")
 
     def launch(self) -> None:
         # pg_ctl -w is itself the readiness check: it returns once the postmaster accepts connections.

@@ -195,3 +195,26 @@ def test_kubectl_over_the_control_plane_honours_rbac(tmp_path, monkeypatch, rbac
             assert stack.supervisor.restarts["svc-message"] == 0
     finally:
         cp.stop()
+
+
+def test_every_live_incident_file_validates_and_names_known_substrates():
+    from arena.live.replay import INCIDENTS_DIR, LiveIncident
+    from arena.live.stack import SubstrateSpec
+
+    ids = sorted(p.stem for p in INCIDENTS_DIR.glob("*.yaml"))
+    assert ids == ["ia-004", "ia-006", "ia-018"]
+    for i in ids:
+        inc = LiveIncident.load(i)
+        assert inc.id == i and 8 <= inc.shape.cycle_s <= 12  # short cycles: an episode takes about a minute
+        for name in inc.substrates:
+            spec, _ = SubstrateSpec.load(name)
+            apps = {a.name for a in spec.apps}
+            assert set(inc.image_env) <= apps
+
+
+def test_an_unknown_live_incident_is_an_input_error():
+    from arena.live.replay import LiveIncident
+    from guardrail.errors import InputError
+
+    with pytest.raises(InputError, match="no live wiring for ia-999"):
+        LiveIncident.load("ia-999")
