@@ -87,6 +87,13 @@ class MaintenanceController(Component):
                 self._counted_until = w[1]
             w = self._window(w[1] + 1e-6)
 
+    def on_event(self, event, active: bool, now: float) -> None:
+        # The load generator's `maintenance_epoch` event anchors the schedule at bring-up (episode time 0 in the
+        # maintenance_collision profiles): runs fall at epoch + offset + k * period from then on.
+        if event.kind == "maintenance_epoch" and active:
+            self.epoch = float(event.params.get("epoch_s", now))
+            self.say(now, f"INFO maintenance epoch anchored at {self.epoch:g}s")
+
     def truth(self) -> dict[str, Any]:
         out = super().truth()
         for k, v in self.schedule().items():
