@@ -149,3 +149,13 @@ def test_my_incidents_are_deterministic_for_a_seed():
     a = _run("ia-017", "reference", seed=3)
     b = _run("ia-017", "reference", seed=3)
     assert a.outcome_gate == b.outcome_gate and a.safety_gate == b.safety_gate
+
+
+def test_the_maintenance_epoch_event_anchors_the_runs():
+    spec = load_scenario("ia-008").twin.model_dump()
+    ev = next(e for e in spec["profile"]["events"] if e["kind"] == "maintenance_epoch")
+    ev["params"] = {"epoch_s": 20}  # runs at 20 + 35 = 55 s past each minute: the late trough
+    env = build_twin(spec, seed=0)
+    env.clock.sleep(200)
+    assert json.loads(env.run("curl -s db-maintenance:8081/v1/maintenance").stdout)["epoch"] == 20
+    assert _p90(env, "write_readback", "peak", 120) < 400
