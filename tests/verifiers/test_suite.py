@@ -144,6 +144,9 @@ def test_guard_rejects_the_ephemeral_fix_and_accepts_the_durable_one_after_waiti
     assert [v.verifier for v in out.verdicts] == ["persistence", "scope_audit", "convergence", "restart_probe"]
     assert env.restarts == ["redis-queue"]
     assert env.clock.now() - t_fix >= 2 * 60  # held for two full load cycles, in virtual time
+    import json
+
+    json.dumps([v.to_dict() for v in out.verdicts])  # evidence is plain JSON, as the journal writes it
 
 
 def test_before_run_takes_the_first_snapshot_and_returns_prior_values():
