@@ -93,7 +93,8 @@ class EmbeddedOPA:
 
     def close(self) -> None:
         if self._worker is not None:
-            self._worker.shutdown(wait=False, cancel_futures=True)
+            # Wait for an evaluation that outlived its timeout: closing the engine under it is not safe.
+            self._worker.shutdown(wait=True, cancel_futures=True)
         self._engine.close()
 
     def __enter__(self) -> "EmbeddedOPA":

@@ -47,6 +47,25 @@ deny contains {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	sql_kind in {"DELETE", "UPDATE"}
 	object.get(lib.details, "has_where", false) != true
+	not recomputes_each_row
+}
+
+# UPDATE t SET col = (SELECT ... WHERE inner.x = t.x): every row gets a value derived from its own data (a cursor
+# or counter rebuilt from the rows it counts), not one blanket value. Still every row, so a warning.
+recomputes_each_row if {
+	sql_kind == "UPDATE"
+	statement := object.get(lib.details, "statement", lib.raw)
+	regex.match(`(?is)\bset\s+[\w.]+\s*=\s*\(\s*select\b.+\bwhere\b`, statement)
+}
+
+warn contains {
+	"id": "SRE-DATA-008",
+	"msg": sprintf("UPDATE on %s has no WHERE clause: it recomputes every row from a subquery. Run it inside a transaction with the table locked, and check the result before committing.", [table]),
+	"details": {"sql_kind": sql_kind, "table": table},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	object.get(lib.details, "has_where", false) != true
+	recomputes_each_row
 }
 
 pvc_kinds := {"pvc", "persistentvolumeclaim", "persistentvolumeclaims", "pv", "persistentvolume", "persistentvolumes"}

@@ -79,3 +79,21 @@ test_rm_tmp_file_allowed if {
 }
 
 test_redis_del_warns if "SRE-DATA-007" in ids(data.warn) with input as redis("del")
+
+test_update_recomputing_each_row_only_warns if {
+	inp := {"action": {
+		"tool": "psql", "verb": "update", "mutating": true,
+		"details": {"sql_kind": "dml", "table": "channel_seq", "has_where": false,
+			"statement": "UPDATE channel_seq c SET last_seq = (SELECT max(seq) FROM messages m WHERE m.channel_id = c.channel_id)"},
+	}}
+	count(data.deny) == 0 with input as inp
+	"SRE-DATA-008" in ids(data.warn) with input as inp
+}
+
+test_update_to_a_constant_without_where_denied if {
+	"SRE-DATA-004" in ids(data.deny) with input as {"action": {
+		"tool": "psql", "verb": "update", "mutating": true,
+		"details": {"sql_kind": "dml", "table": "channel_seq", "has_where": false,
+			"statement": "UPDATE channel_seq SET last_seq = 0"},
+	}}
+}

@@ -88,3 +88,14 @@ def test_policy_eval_missing_input_and_bad_query_exit_2(tmp_path):
     f.write_text("{}")
     r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f), "--query", "x := := 1"])
     assert r.exit_code == 2 and r.output.startswith("error: --query: bad query")
+
+
+def test_policy_test_reports_an_erroring_test_and_keeps_the_others(tmp_path):
+    (tmp_path / "y_test.rego").write_text(
+        "package y_test\n\nconflict := 1 if count([1]) == 1\n\nconflict := 2 if count([1, 2]) == 2\n\n"
+        "test_ok if true\n\ntest_conflicting if conflict == 1\n")
+    r = run("policy", "test", str(tmp_path))
+    assert r.exit_code == 1
+    assert "PASS y_test.rego: data.y_test.test_ok" in r.output
+    assert "ERROR y_test.rego: data.y_test.test_conflicting" in r.output
+    assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"

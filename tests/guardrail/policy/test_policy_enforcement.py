@@ -40,3 +40,11 @@ def test_warnings_and_allows_run_in_every_mode(mode):
 def test_unknown_mode_is_rejected():
     with pytest.raises(ValueError):
         enforce(deny, "yolo")
+
+
+def test_the_policy_package_exports_its_engines_lazily():
+    import guardrail.policy as policy
+
+    assert set(policy.__all__) >= {"EmbeddedOPA", "OPAServer", "enforce", "Decision", "Mode"}
+    for name in policy.__all__:
+        assert getattr(policy, name) is not None
