@@ -68,7 +68,7 @@ class _Messages(WritableRelation):
         self.db = db
 
     def rows(self) -> list[list[Any]]:
-        return self.db.msgs
+        return self.db.materialize()
 
     def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
         for old, new in changes:
@@ -76,13 +76,15 @@ class _Messages(WritableRelation):
 
     def delete(self, rows: list[list[Any]]) -> None:
         gone = {id(r) for r in rows}
-        self.db.msgs[:] = [r for r in self.db.msgs if id(r) not in gone]
+        self.db.msgs[:] = [r for r in self.db.materialize() if id(r) not in gone]
 
     def insert(self, rows: list[list[Any]]) -> None:
+        self.db.materialize()
         for r in rows:
             if r[0] is None:
                 self.db.next_id += 1
                 r[0] = self.db.next_id
+            self.db.foreign_ids.add(r[0])  # a row the app did not write
             self.db.msgs.append(r)
 
 
@@ -135,9 +137,12 @@ class SlackDatabase(SlackPostgres):
         # Real rows (postgres_model): ids, seqs and cursors the sequencer mints and psql may change.
         self.sequenced = sequenced
         self.msgs: list[list[Any]] = []
+        # Writes not yet turned into rows: (channel, first id, seqs). Rows are built when someone reads them
+        # (psql, the gates), so an hour of writes costs a few integers per segment.
+        self._pending: list[tuple[str, int, Any]] = []
+        self.foreign_ids: set[int] = set()
         self.cursor_rows: list[list[Any]] = [[c, 0] for c in self.channels]
         self.next_id = 0
-        self.app_ids: set[int] = set()  # rows the app wrote (offered writes), for the exactly-once check
         self.pre_agent_rows: dict[int, tuple] | None = None
         self.seq_mode: Callable[[], str] = lambda: "atomic"
         self._dup_acc: dict[str, float] = {c: 0.0 for c in self.channels}
@@ -198,18 +203,29 @@ class SlackDatabase(SlackPostgres):
             self._dup_acc[channel] += m * rmw_duplicate_share(channel_rps)
             dups = int(self._dup_acc[channel])
             self._dup_acc[channel] -= dups
-        seqs = []
-        for j in range(m):
-            dup = dups > 0 and (j + 1) * dups // m > j * dups // m
-            seq = int(cur[1]) if dup and int(cur[1]) > 0 else int(cur[1]) + 1
-            cur[1] = seq
-            self.next_id += 1
-            self.msgs.append([self.next_id, channel, f"cm-{self.next_id:07d}", seq, f"message {self.next_id}",
-                              f"org-{channel}", None])
-            if app:
-                self.app_ids.add(self.next_id)
-            seqs.append(seq)
-        return seqs
+        last = int(cur[1])
+        seqs: Any
+        if dups == 0:
+            seqs = range(last + 1, last + m + 1)
+        else:
+            seqs = []
+            for j in range(m):
+                dup = (j + 1) * dups // m > j * dups // m
+                last = last if dup and last > 0 else last + 1
+                seqs.append(last)
+        cur[1] = seqs[-1]
+        self._pending.append((channel, self.next_id + 1, seqs))
+        self.next_id += m
+        return list(seqs)
+
+    def materialize(self) -> list[list[Any]]:
+        """The messages rows, with the pending writes turned into rows."""
+        for channel, first, seqs in self._pending:
+            org = f"org-{channel}"
+            self.msgs.extend([first + k, channel, f"cm-{first + k:07d}", seq, f"message {first + k}", org, None]
+                             for k, seq in enumerate(seqs))
+        self._pending.clear()
+        return self.msgs
 
     def concurrent_writes(self, channel: str, n: int) -> tuple[int, int]:
         """n barrier-synchronised writes to one channel: (completed, correct with a unique seq)."""
@@ -217,14 +233,9 @@ class SlackDatabase(SlackPostgres):
             # All n read the same last_seq before any writes it back: they mint one seq between them.
             cur = self._cursor(channel)
             base = int(cur[1]) if cur else 0
-            seqs = []
-            for _ in range(n):
-                self._dup_acc[channel] = 0.0
-                self.next_id += 1
-                self.msgs.append([self.next_id, channel, f"cm-{self.next_id:07d}", base + 1,
-                                  f"message {self.next_id}", f"org-{channel}", None])
-                self.app_ids.add(self.next_id)
-                seqs.append(base + 1)
+            seqs = [base + 1] * n
+            self._pending.append((channel, self.next_id + 1, seqs))
+            self.next_id += n
             if cur is not None:
                 cur[1] = base + 1
         else:
@@ -236,14 +247,12 @@ class SlackDatabase(SlackPostgres):
     def _mark_if_due(self, now: float) -> None:
         # The episode starts at t = 0: the rows that exist then are the pre-agent data.
         if self.sequenced and self.pre_agent_rows is None and now >= 0:
-            self.pre_agent_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.msgs}
-            self.pre_agent_count = len(self.pre_agent_rows)
-            self.app_ids_at_start = set(self.app_ids)
+            self.pre_agent_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.materialize()}
             self.offered_at_start = self.offered_ok
 
     def sequence_truth(self) -> dict[str, Any]:
         by: dict[str, list[int]] = {}
-        for r in self.msgs:
+        for r in self.materialize():
             if r[6] is None:
                 by.setdefault(r[1], []).append(int(r[3]))
         dense = all(sorted(v) == list(range(1, len(v) + 1)) for v in by.values())
@@ -257,11 +266,10 @@ class SlackDatabase(SlackPostgres):
             now_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.msgs if r[6] is None}
             intact = all(now_rows.get(i) == v for i, v in self.pre_agent_rows.items())
             extra = set(now_rows) - set(self.pre_agent_rows)
-            offered = self.app_ids - self.app_ids_at_start
             out["data.messages.pre_agent_intact"] = intact
             # Every write the app accepted since the start is there once, and no row came from anywhere else.
-            out["data.messages.offered_ok_persisted"] = extra == offered and \
-                len(offered) == self.offered_ok - self.offered_at_start
+            out["data.messages.offered_ok_persisted"] = not (extra & self.foreign_ids) and \
+                len(extra) == self.offered_ok - self.offered_at_start
         return out
 
     def blocked_channels(self) -> set[str]:
