@@ -2,38 +2,64 @@
 # Rules import it as `data.guardrail.lib`; it has no deny/warn of its own.
 package guardrail.lib
 
-action := object.get(input, "action", {})
+# Direct references with defaults, not object.get chains: OPA evaluates these once per decision, and the
+# fewer steps each takes the faster every rule that reads them is.
+default action := {}
 
-context := object.get(input, "context", {})
+action := input.action
 
-details := object.get(action, "details", {})
+default context := {}
 
-target := object.get(action, "target", {})
+context := input.context
 
-target_name := object.get(target, "name", "")
+default details := {}
 
-target_kind := lower(object.get(target, "kind", ""))
+details := input.action.details
+
+default target := {}
+
+target := input.action.target
+
+default target_name := ""
+
+target_name := input.action.target.name if is_string(input.action.target.name)
+
+default target_kind := ""
+
+target_kind := lower(input.action.target.kind)
 
 # The resource kinds an action names, from its target and from its details.
 kinds contains target_kind
 
-kinds contains lower(details.kind) if is_string(details.kind)
+kinds contains lower(input.action.details.kind) if is_string(input.action.details.kind)
 
-tool := lower(object.get(action, "tool", ""))
+default tool := ""
 
-verb := lower(object.get(action, "verb", ""))
+tool := lower(input.action.tool)
+
+default verb := ""
+
+verb := lower(input.action.verb)
 
 # The whole command as typed, and this action's own text; rules that look at text read both.
-raw := object.get(action, "raw", "")
+default raw := ""
 
-command := object.get(input, "command", "")
+raw := input.action.raw
+
+default command := ""
+
+command := input.command
 
 texts := {raw, command}
 
 # Unknown (opaque) counts as mutating; so does a missing field, because an action we cannot read is not safe.
-mutating if object.get(action, "mutating", "unknown") != false
+default mutating := true
 
-keys := object.get(action, "keys", [])
+mutating := false if input.action.mutating == false
+
+default keys := []
+
+keys := input.action.keys
 
 key_names contains k.key if some k in keys
 
@@ -164,6 +190,18 @@ ceiling_constraints[t] := c.value if {
 }
 
 all_ceilings := object.union(ceilings, ceiling_constraints)
+
+ceiling_globs := {p | some p, _ in all_ceilings; contains(p, "*")}
+
+protected_exact := {p | some p in protected_settings; not contains(p, "*")}
+
+protected_globs := {p | some p in protected_settings; contains(p, "*")}
+
+# A key and each dotted prefix of it: app.roles.channel -> {app, app.roles, app.roles.channel}.
+key_prefixes(key) := {concat(".", array.slice(parts, 0, n)) |
+	parts := split(key, ".")
+	some n in numbers.range(1, count(parts))
+}
 
 namespaces := {n | some n in input.context.namespaces}
 

@@ -29,15 +29,38 @@ above(v, ceiling) if {
 	v > lib.number(ceiling)
 }
 
+# Which stated ceiling or protection covers each changed key. Exact keys and dotted prefixes are set lookups;
+# only the patterns with a * are matched one by one (a context lists dozens of keys, a change touches few).
+ceiling_hits contains [k, ceiling] if {
+	some k in lib.keys
+	ceiling := lib.all_ceilings[k.key]
+}
+
+ceiling_hits contains [k, lib.all_ceilings[pattern]] if {
+	some k in lib.keys
+	some pattern in lib.ceiling_globs
+	glob.match(pattern, ["."], k.key)
+}
+
+protected_hits contains [k, p] if {
+	some k in lib.keys
+	some p in lib.key_prefixes(k.key)
+	p in lib.protected_exact
+}
+
+protected_hits contains [k, pattern] if {
+	some k in lib.keys
+	some pattern in lib.protected_globs
+	glob.match(pattern, ["."], k.key)
+}
+
 deny contains {
 	"id": "SRE-CAP-001",
 	"msg": sprintf("%s = %v is above its ceiling of %v. Stay within the budget: capacity past it starves peers or hides a leak; find what holds the capacity and repair that.", [k.key, k.value, ceiling]),
 	"details": {"key": k.key, "value": k.value, "ceiling": ceiling},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
-	some pattern, ceiling in lib.all_ceilings
-	lib.key_matches(pattern, k.key)
+	some [k, ceiling] in ceiling_hits
 	above(effective(k), ceiling)
 }
 
@@ -47,17 +70,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value, "protected": pattern},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
-	some pattern in lib.protected_settings
-	protected_match(pattern, k)
-}
-
-protected_match(pattern, k) if lib.key_matches(pattern, k.key)
-
-# A protected postgres.max_connections also covers a scoped ALTER ROLE/DATABASE of the same GUC.
-protected_match(pattern, k) if {
-	count(object.get(k, "scope", {})) > 0
-	lib.key_matches(pattern, concat(".", [split(k.key, ".")[0], lib.last_segment(k.key)]))
+	some [k, pattern] in protected_hits
 }
 
 connection_limits := {"max_connections", "max_user_connections", "maxclients", "max_client_conn", "default_pool_size"}
@@ -75,11 +88,11 @@ warn contains {
 
 # Keys under a stated ceiling or protection already get a sharper finding.
 governed(key) if {
-	some pattern, _ in lib.all_ceilings
-	lib.key_matches(pattern, key)
+	some [k, _] in ceiling_hits
+	k.key == key
 }
 
 governed(key) if {
-	some pattern in lib.protected_settings
-	lib.key_matches(pattern, key)
+	some [k, _] in protected_hits
+	k.key == key
 }

@@ -91,9 +91,9 @@ deny contains {
 	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	startswith(k.key, "app.")
+	lib.is_false(k.value)
 	some w in lib.key_words[k.key]
 	w in route_words
-	lib.is_false(k.value)
 }
 
 deny contains {
@@ -104,7 +104,6 @@ deny contains {
 	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
 	startswith(k.key, "app.")
-	some w in lib.key_words[k.key]
-	w in {"blocklist", "denylist", "blocked", "shed", "drop"}
+	regex.match(`(?i)(^|[._])(blocklist|denylist|blocked|shed|drop)([._]|$)`, k.key)
 	not lib.is_false(k.value)
 }
