@@ -9,7 +9,7 @@ the stack's hosts file (LIVE_HOSTS_FILE), and exec the real binary (found on PAT
   host=NAME inside a libpq conninfo string        -> the address (psql, pg_isready)
   curl                                            -> `--connect-to NAME::ADDR:` per service, so the URL and the
                                                      Host header keep the name
-  PGHOST / MYSQL_HOST in the environment          -> PGHOSTADDR / the address
+  PGHOST / MYSQL_HOST in the environment          -> PGHOSTADDR (unless the command names a host) / the address
 
 SQL text, JSON bodies and other arguments are never touched. Generated and put on PATH by `arena.live.stack`.
 """
@@ -24,12 +24,18 @@ from typing import Mapping, Sequence
 
 from arena.live.names import HostsFile
 
-__all__ = ["rewrite_args", "rewrite_env", "WRAPPED", "main"]
+__all__ = ["rewrite_args", "rewrite_env", "names_a_host", "WRAPPED", "main"]
 
 WRAPPED = ("psql", "pg_isready", "redis-cli", "mariadb", "mysql", "mariadb-admin", "mysqladmin", "curl")
 _URI = re.compile(r"^([A-Za-z][\w+.-]*://(?:[^@/\s]*@)?)([A-Za-z0-9_.-]+)")
 _CONNINFO_HOST = re.compile(r"(^|\s)host=([A-Za-z0-9_.-]+)")
 _HOST_FLAGS = ("-h", "--host")
+
+
+def _is_conninfo(a: str) -> bool:
+    """`host=... dbname=...`: every word a key=value, as libpq's connection strings are (SQL text is not)."""
+    words = a.split()
+    return bool(words) and all(re.match(r"^[a-z_]+=\S*$", w) for w in words)
 
 
 def rewrite_args(tool: str, args: Sequence[str], table: Mapping[str, str]) -> list[str]:
@@ -58,15 +64,25 @@ def rewrite_args(tool: str, args: Sequence[str], table: Mapping[str, str]) -> li
         if m and m.group(2) in table:
             out.append(m.group(1) + table[m.group(2)] + a[m.end():])
             continue
-        if tool in ("psql", "pg_isready") and "=" in a and not a.startswith("-"):
+        if tool in ("psql", "pg_isready") and _is_conninfo(a):
             a = _CONNINFO_HOST.sub(lambda mm: mm.group(1) + "host=" + table.get(mm.group(2), mm.group(2)), a)
         out.append(a)
     return out
 
 
-def rewrite_env(env: Mapping[str, str], table: Mapping[str, str]) -> dict[str, str]:
+def names_a_host(args: Sequence[str]) -> bool:
+    """Whether the command line itself says which host to reach (then PGHOST in the environment does not apply)."""
+    for a in args:
+        if a in _HOST_FLAGS or a.startswith("--host=") or (a.startswith("-h") and not a.startswith("--") and a[2:]):
+            return True
+        if _URI.match(a) or (_is_conninfo(a) and _CONNINFO_HOST.search(a)):
+            return True
+    return False
+
+
+def rewrite_env(env: Mapping[str, str], table: Mapping[str, str], *, host_in_args: bool = False) -> dict[str, str]:
     out = dict(env)
-    if out.get("PGHOST") in table and "PGHOSTADDR" not in out:
+    if out.get("PGHOST") in table and "PGHOSTADDR" not in out and not host_in_args:
         out["PGHOSTADDR"] = table[out["PGHOST"]]
     if out.get("MYSQL_HOST") in table:
         out["MYSQL_HOST"] = table[out["MYSQL_HOST"]]
@@ -91,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(127)
     hosts = os.environ.get("LIVE_HOSTS_FILE")
     table = HostsFile(hosts).table() if hosts and os.path.exists(hosts) else {}
-    os.execve(real, [tool, *rewrite_args(tool, args, table)], rewrite_env(os.environ, table))
+    os.execve(real, [tool, *rewrite_args(tool, args, table)],
+              rewrite_env(os.environ, table, host_in_args=names_a_host(args)))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,9 @@ class DeskAPI:
             pipe.rpush(f"rq:queue:{q.get('name', 'default')}", job_id)
             pipe.execute()
         except redis.exceptions.ResponseError as e:
-            reason = "oom" if str(e).startswith("OOM") else "noperm" if "NOPERM" in str(e) else "error"
+            msg = str(e)
+            # Outside MULTI Redis says "OOM command not allowed..."; inside it, "...used memory > 'maxmemory'".
+            reason = "oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg else "error"
             self.enqueue_errors.labels(reason).inc()
             raise HttpError(503, "enqueue_failed", reason=reason, detail=str(e)) from e
         except redis.exceptions.ConnectionError as e:

@@ -53,7 +53,8 @@ class QueueWorkers:
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "finished", "ended_at": time.time()})
                 self.done.labels(self.queue).inc()
             except redis.exceptions.ResponseError as e:
-                self.failed.labels("oom" if str(e).startswith("OOM") else "noperm" if "NOPERM" in str(e)
+                msg = str(e)
+                self.failed.labels("oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg
                                    else "error").inc()
                 self.stop.wait(0.5)
             except redis.exceptions.RedisError:

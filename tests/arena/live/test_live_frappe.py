@@ -72,7 +72,8 @@ def test_ia004_revoked_insert_fails_creates_until_granted(env):
 def test_ia004_queue_oom_and_the_ephemeral_fix_that_a_restart_undoes(env):
     codes = _burst(env, 120)
     assert "503" in codes, codes  # the queue reached its 3mb with noeviction
-    assert "OOM" in env.run("redis-cli -h redis-queue set probe x").stdout
+    refused = env.run("curl -s -X POST http://frappe-web:8000/api/method/enqueue -d '{}'").stdout
+    assert '"reason": "oom"' in refused and "maxmemory" in refused, refused
 
     assert env.run("redis-cli -h redis-queue config set maxmemory 64mb && redis-cli -h redis-queue config rewrite").ok
     assert _burst(env, 3) == ["200"] * 3

@@ -67,6 +67,7 @@ def test_hosts_file_reads_etc_hosts_format(tmp_path):
     ("psql", ["host=postgres dbname=app user=app", "-c", "select 'host=postgres'"],
      ["host=127.150.3.2 dbname=app user=app", "-c", "select 'host=postgres'"]),
     ("psql", ["-hpostgres", "-U", "postgres"], ["-h127.150.3.2", "-U", "postgres"]),
+    ("psql", ["-c", "UPDATE t SET x = 1 WHERE host=postgres"], ["-c", "UPDATE t SET x = 1 WHERE host=postgres"]),
     ("mysql", ["--host=mariadb", "-e", "select 1"], ["--host=mariadb", "-e", "select 1"]),  # unknown name kept
     ("psql", ["-h", "db.example.com"], ["-h", "db.example.com"]),
 ])
@@ -84,6 +85,19 @@ def test_env_hosts_are_mapped_for_libpq_and_mariadb():
     env = rewrite_env({"PGHOST": "postgres", "MYSQL_HOST": "redis-queue", "X": "postgres"}, TABLE)
     assert env["PGHOSTADDR"] == "127.150.3.2" and env["PGHOST"] == "postgres"
     assert env["MYSQL_HOST"] == "127.150.3.3" and env["X"] == "postgres"
+    # A host on the command line wins over PGHOST, as in libpq: no PGHOSTADDR may redirect it.
+    assert "PGHOSTADDR" not in rewrite_env({"PGHOST": "postgres"}, TABLE, host_in_args=True)
+
+
+@pytest.mark.parametrize("args,named", [
+    (["-h", "elsewhere", "-c", "select 1"], True), (["-hx"], True), (["postgresql://u@h/db"], True),
+    (["host=h dbname=d"], True), (["-c", "select 'host=x'"], False), (["-U", "postgres", "app"], False),
+    (["-c", "select * from t where host=1"], False),
+])
+def test_names_a_host(args, named):
+    from arena.live.hostwrap import names_a_host
+
+    assert names_a_host(args) is named
 
 
 def test_load_shape_cycles_peak_then_trough_after_warmup():
