@@ -43,6 +43,7 @@ ceiling_hits contains [k, lib.all_ceilings[pattern]] if {
 }
 
 protected_hits contains [k, p] if {
+	count(lib.protected_exact) > 0
 	some k in lib.keys
 	some p in lib.key_prefixes(k.key)
 	p in lib.protected_exact
