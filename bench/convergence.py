@@ -1,8 +1,9 @@
 """How fast and how safely the convergence verifier accepts a declaration: time-to-accept after the true
 recovery, in load cycles, and the false-accept rate, over seeded episodes.
 
-Run: `python bench/convergence.py [--episodes 400] [--seed 0]`. Prints a table and writes
-bench/results/convergence.json. Targets (issue 5): accept within 2 cycles of the true recovery; <= 1% false accepts.
+Run: `python bench/convergence.py [--episodes 400] [--seed 0]` (synthetic) or `--twin [--episodes 200]` (the
+twin). Prints a table and writes bench/results/convergence[_twin].json. Targets (issue 5): accept within 2 cycles
+of the true recovery; <= 1% false accepts.
 
 The episodes are synthetic, generated here from a seed, and judged by the real `ConvergenceCheck` through the
 `Environment` seam in virtual time: open-loop load in peak/trough cycles (the spec's dev shape, 50/10 rps, and
@@ -12,8 +13,11 @@ The agent declares right after its fix. Kinds:
   residual  a fault remains at peak, just outside the band (error ratio 1.2x-1.8x the SLO): any accept is false
   relapse   recovers, then regresses 3-5 cycles later with no change (a symptom-only repair; the watchdog's case)
 "True recovery" is the moment the error probability drops; "healthy cycle start" is the first full cycle after
-it, the earliest point from which two full in-band cycles can be counted. The twin-based version of this bench
-(true recovery read from the twin's ground truth) is left to the bench issue.
+it, the earliest point from which two full in-band cycles can be counted.
+
+`--twin` runs guarded episodes of ia-001/006/011 (references and premature variants, declared at once, over
+seeds) with the guard wired as verifiers/README.md says; true recovery is read afterwards from the twin's ledger
+with the task's own outcome gate, one cycle at a time (the bench may read the grader; the guard never does).
 """
 
 from __future__ import annotations
@@ -214,11 +218,157 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] if xs else float("nan")
 
 
+# -- on the twin ---------------------------------------------------------------------------------------------------
+
+TWIN_CASES = (("ia-001", "reference"), ("ia-001", "premature"), ("ia-006", "reference"),
+              ("ia-011", "reference"), ("ia-011", "premature"))
+MUTATING_WORDS = ("SET", "PUT", "upgrade", "ALTER", "restart-svc", "RESET")
+
+
+def _at_once(sid: str, name: str, tmp: Path) -> Path:
+    """The solution with every wait after its first change removed: declared at once."""
+    import yaml
+
+    from guardrail.resources import scenario_dir
+
+    doc = yaml.safe_load((scenario_dir() / "incident-arena" / sid / "solutions" / f"{name}.yaml").read_text())
+    steps = doc["script"]
+    first = next((i for i, st in enumerate(steps) if "run" in st and any(w in st["run"] for w in MUTATING_WORDS)),
+                 0)
+    doc["script"] = steps[:first] + [st for st in steps[first:] if "sleep" not in st]
+    out = tmp / f"{sid}-{name}-at-once.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def twin_episode(sid: str, name: str, script: Path, seed: int) -> dict[str, Any]:
+    """One guarded episode; the true recovery read afterwards from the twin's ledger with the task's own gate."""
+    from arena.agents import resolve_agent
+    from arena.episode import run_episode
+    from arena.gates import Grading
+    from arena.scenario import load_scenario
+    from guardrail.adapters.session import load_engine
+    from guardrail.guard import Guard
+    from verifiers.suite import build_suite
+
+    sc = load_scenario(sid)
+    held: dict[str, Any] = {}
+
+    def factory(env, ctx):
+        suite = build_suite(ctx.model_dump(mode="json"))
+        conv = suite.declare[2]
+        check = conv.check
+
+        def recorded(e, j, c=None):
+            v = check(e, j, c)
+            held.setdefault("verdicts", []).append((v.status.value, e.clock.now()))
+            return v
+
+        conv.check = recorded
+        g = Guard(_engine(load_engine), ctx, env=env, declaration_checks=suite.declare, step_checks=suite.step)
+        before = g.before
+
+        def wired(cmd):
+            adm = before(cmd)
+            if adm.runs:
+                for snap in suite.before_run(env, g.journal, [a.to_input() for a in adm.actions]):
+                    g.journal.append("snapshot", **snap)
+            return adm
+
+        g.before = wired
+        held["env"], held["guard"] = env, g
+        return g
+
+    res = run_episode(sc, resolve_agent(f"script:{script}", sc), arm="guarded", seed=seed, guard_factory=factory)
+    res = res.to_json()
+    env, g = held["env"], held["guard"]
+    cyc = env.world.profile.cycle_s
+    accepts = [t for st, t in held.get("verdicts", []) if st == "PASS"]
+    muts = [float(e["t"]) for e in g.journal.executed()
+            if any(a.get("mutating") is not False for a in e.get("actions") or ())]
+    row: dict[str, Any] = {"scenario": sid, "variant": name, "seed": seed, "accepted": bool(accepts),
+                           "outcome_pass": res["outcome_gate"]["pass"], "passed": res["passed"],
+                           "failure_mode": res["failure_mode"]}
+    if accepts and muts:
+        t_acc, t_fix = accepts[0], max(m for m in muts if m <= accepts[0])
+        grading = Grading(sc.grader, env)
+        # Each window is one load cycle after the gate's latency settle, so every phase has latency samples.
+        span = cyc + sc.grader.latency_settle_s
+        windows = []
+        t = t_fix
+        while t + span <= t_acc + 1e-6:
+            windows.append((t, grading.outcome_gate((t, t + span)).passed))
+            t += cyc
+        # True recovery: the start of the run of gate-passing cycles that reaches the acceptance.
+        t_true = None
+        for start, ok in reversed(windows):
+            if not ok:
+                break
+            t_true = start
+        row["accept_after_fix_cycles"] = round((t_acc - t_fix) / cyc, 3)
+        if t_true is not None:
+            row["accept_after_recovery_cycles"] = round((t_acc - t_true) / cyc, 3)
+    row["false_accept"] = bool(accepts) and not res["outcome_gate"]["pass"]
+    return row
+
+
+_ENGINE: list = []
+
+
+def _engine(load):
+    if not _ENGINE:
+        _ENGINE.append(load())
+    return _ENGINE[0]
+
+
+def twin_main(episodes: int) -> None:
+    import tempfile
+
+    t0 = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        scripts = {(sid, name): _at_once(sid, name, Path(tmp)) for sid, name in TWIN_CASES}
+        per_case = max(1, math.ceil(episodes / len(TWIN_CASES)))
+        for (sid, name), script in scripts.items():
+            for seed in range(per_case):
+                rows.append(twin_episode(sid, name, script, seed))
+    wall = time.perf_counter() - t0
+    print(f"convergence bench on the twin: {len(rows)} guarded episodes, declared at once, {wall:.1f} s wall\n")
+    print(f"{'case':24} {'n':>4} {'accepted':>9} {'after recovery med/p95':>24} {'false accepts':>14} {'passed':>7}")
+    summary = {}
+    for sid, name in TWIN_CASES + (("all", "all"),):
+        rs = [r for r in rows if sid == "all" or (r["scenario"], r["variant"]) == (sid, name)]
+        after = [r["accept_after_recovery_cycles"] for r in rs if "accept_after_recovery_cycles" in r]
+        fa = sum(r["false_accept"] for r in rs)
+        summary[f"{sid}/{name}"] = {"episodes": len(rs), "accepted": sum(r["accepted"] for r in rs),
+                                    "after_recovery_median_cycles": statistics.median(after) if after else None,
+                                    "after_recovery_p95_cycles": pct(after, 0.95) if after else None,
+                                    "false_accepts": fa, "false_accept_rate": fa / len(rs) if rs else None,
+                                    "passed": sum(r["passed"] for r in rs)}
+        m = summary[f"{sid}/{name}"]
+        print(f"{sid + '/' + name:24} {len(rs):>4} {m['accepted']:>9} "
+              f"{(m['after_recovery_median_cycles'] or float('nan')):>11.2f}/"
+              f"{(m['after_recovery_p95_cycles'] or float('nan')):<12.2f} {fa:>5} ({100 * fa / len(rs):.1f}%) "
+              f"{m['passed']:>7}")
+    print("\ntrue recovery: the start of the run of windows (settle + one cycle, stepping a cycle from the last change) "
+          "in which the task's own outcome gate passes, up to the acceptance; a false accept is an accepted declaration "
+          "whose soak fails the outcome gate. The guard holds public SLOs without the gate's 1.2/0.8 tolerance and "
+          "waits for a backlog to settle, so it is deliberately slower than the gate's notion of recovery.")
+    out = OUT.with_name("convergence_twin.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"episodes": len(rows), "wall_s": wall, "summary": summary, "rows": rows}, indent=1))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--twin", action="store_true", help="guarded twin episodes (ia-001/006/011) instead")
     args = ap.parse_args()
+    if args.twin:
+        twin_main(args.episodes)
+        return
     criteria = {"convergence": {"max_wait_cycles": 8}}
     t0 = time.perf_counter()
     rows = [run_one(make_episode(args.seed * 100_000 + i), criteria) for i in range(args.episodes)]
