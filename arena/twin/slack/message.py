@@ -37,6 +37,7 @@ read and change; the data checks compare them with the rows that existed at epis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any, Callable
@@ -448,6 +449,8 @@ class MessageRole(SlackRole):
         return mean, modes
 
     def advance(self, t0: float, t1: float) -> None:
+        if self.pod_env.get("LOG_NOISE") and t1 - t0 > 0.5:
+            self._noise(t0)
         # Show the pool's backends waiting on the held rows, as pg_stat_activity would.
         srv = self.store.server
         held = [c for c in self.channels if self.store.foreign_holder(c, self.own_pids) is not None]
@@ -462,6 +465,21 @@ class MessageRole(SlackRole):
                 b.query = f"UPDATE channel_seq SET last_seq = last_seq + 1 WHERE channel_id = '{ch}' RETURNING last_seq"
             elif b.waiting_for is not None or b.state == "active":
                 b.state, b.waiting_for, b.query, b.xact_start = "idle", None, "COMMIT", None
+
+    def _noise(self, t0: float) -> None:
+        """The image's chatty logging (task 019's distractor volume): unrelated lines every segment, and the
+        handoff's lease reuse among them."""
+        h = int(hashlib.sha256(f"{self.name}/{t0:.3f}".encode()).hexdigest()[:8], 16)
+        lines = [f"WARN gc: pause {20 + h % 60}ms (heap {180 + h % 90}MiB)",
+                 f"INFO kafkagate: consumer lag partition={h % 6} lag={h % 40}",
+                 f"WARN notification fanout: retry {1 + h % 3} for org-chan-{h % 8} (upstream 429)",
+                 f"INFO search: reindex batch size={32 + h % 64} took {h % 900}ms",
+                 f"WARN auth: session cache miss ratio {0.05 + (h % 20) / 100:.2f}"]
+        for k in range(3):
+            self.say(t0, lines[(h + 2 * k) % len(lines)])
+        if self.cp_mode == "session" and self.dedicated:
+            self.say(t0, f"DEBUG s13 checkpoint handoff: reusing leased db connection (pid {self.dedicated[-1]}, "
+                         f"retry {1 + h % 4})")
 
     # --- truth ----------------------------------------------------------------------------------------------
     def truth(self) -> dict[str, Any]:
