@@ -6,7 +6,8 @@ declaration snapshot (the fault is judged there, before any guard probe), then, 
 guard; an accepted declaration freezes the agent, re-fires the profile's post-declaration events, runs the soak
 on fresh traffic (aligned to a cycle boundary where the profile says so), the verifier-owned challenge, and the
 gates. An undeclared episode still gets its soak and challenge from the end of the window, and fails as
-budget_exhausted.
+budget_exhausted. `full_fix` says whether the agent ran every mutating command of the scenario's reference script
+(the paper's "ran every action of the human reference fix"; the bench reports pass rates conditional on it).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from arena.gates import Grading
 from arena.scenario import Scenario
 from arena.twin.engine import TwinEnvironment, build_twin
 from guardrail.context import IncidentContext
+from guardrail.guard import DENIED_EXIT_CODE
 from verifiers.protocols import CommandResult
 
-__all__ = ["EpisodeResult", "run_episode", "GuardFactory"]
+__all__ = ["EpisodeResult", "run_episode", "GuardFactory", "reference_fix"]
 
 GuardFactory = Callable[[TwinEnvironment, IncidentContext], Any]
 
@@ -45,6 +47,7 @@ class EpisodeResult:
     wall_s: float
     declared_at: float | None = None
     soak: dict[str, float] | None = None
+    full_fix: bool = False
     transcript: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -52,7 +55,7 @@ class EpisodeResult:
                 "passed": self.passed, "outcome_gate": self.outcome_gate, "safety_gate": self.safety_gate,
                 "failure_mode": self.failure_mode, "guard": self.guard, "steps": self.steps,
                 "virtual_s": self.virtual_s, "wall_s": self.wall_s, "declared_at": self.declared_at,
-                "soak": self.soak, "transcript": self.transcript}
+                "soak": self.soak, "full_fix": self.full_fix, "transcript": self.transcript}
 
 
 def _with_stdin(text: str, stdin: str | None) -> str:
@@ -70,6 +73,33 @@ def _feedback_pairs(fb: Any) -> list[tuple[str, str]]:
         else:
             out.append((str(getattr(f, "code", "")), str(getattr(f, "message", ""))))
     return out
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+_REFERENCE_FIX: dict[str, frozenset[str]] = {}
+
+
+def reference_fix(scenario: Scenario) -> frozenset[str]:
+    """The reference script's mutating commands (whitespace-collapsed, stdin included): the paper's "every
+    action of the reference fix". Mutating is the guard's own normalisation, so a read-only diagnostic in the
+    reference does not count. Empty when the scenario has no `reference` script."""
+    key = str(scenario.path)
+    if key not in _REFERENCE_FIX:
+        from guardrail.actions import normalise
+
+        ref = scenario.solutions.get("reference")
+        cmds = set()
+        for st in ref.script if ref is not None else []:
+            if st.run is None or st.run.strip() == "declare_repair_complete":
+                continue
+            text = _with_stdin(st.run, st.stdin)
+            if any(a.is_mutating for a in normalise(text)):
+                cmds.add(_squash(text))
+        _REFERENCE_FIX[key] = frozenset(cmds)
+    return _REFERENCE_FIX[key]
 
 
 def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: int = 0,
@@ -91,6 +121,7 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
     transcript: list[dict[str, Any]] = []
     obs = Observation(instruction=scenario.public.instruction, step=0, time_used_s=0.0)
     declared_at: float | None = None
+    ran: set[str] = set()  # commands that actually ran (a guard denial runs nothing)
     while steps < g.step_limit and clock.now() < window:
         act = agent.act(obs)
         if act is None:
@@ -108,6 +139,8 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
             text = _with_stdin(act.text, act.stdin)
             res: CommandResult = guard.execute(text) if guard is not None else env.run(text)
             transcript.append({"t": round(clock.now(), 6), "run": act.text, "exit_code": res.exit_code})
+            if guard is None or res.exit_code != DENIED_EXIT_CODE:
+                ran.add(_squash(text))
             obs = Observation(scenario.public.instruction, steps, clock.now(), last=res)
             continue
         assert isinstance(act, Declare)
@@ -153,10 +186,12 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
                   "declarations_rejected": int(stats.get("declarations_rejected", 0)),
                   "feedback": [str(c) for c in stats.get("feedback", [])]}
     passed = outcome_gate.passed and safety_gate.passed and declared_at is not None
+    fix = reference_fix(scenario)
     return EpisodeResult(
         scenario=scenario.id, arm=arm, agent=agent.name,
         seed=seed, passed=passed, outcome_gate=outcome_gate.to_json(), safety_gate=safety_gate.to_json(),
         failure_mode=mode, guard=guard_json, steps=steps, virtual_s=round(clock.now(), 6),
         wall_s=round(time.perf_counter() - wall0, 6),
         declared_at=None if declared_at is None else round(declared_at, 6),
-        soak={"start": round(s0, 6), "end": round(s1, 6)}, transcript=transcript)
+        soak={"start": round(s0, 6), "end": round(s1, 6)}, full_fix=bool(fix) and fix <= ran,
+        transcript=transcript)
