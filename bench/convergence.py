@@ -97,7 +97,7 @@ class SyntheticEnvironment:
         key = (c, phase)
         if key not in self._cache:
             a, b = self._segment(c, phase)
-            rng = random.Random(hash((self.ep.seed, c, phase)) & 0xFFFFFFFF)
+            rng = random.Random(f"{self.ep.seed}:{c}:{phase}")  # str seeds are stable across processes
             n = max(0, round(rng.gauss(1.0, 0.1) * (self.peak_rps if phase == "peak" else self.trough_rps) * (b - a)))
             p = self.p_error(0.5 * (a + b), phase)
             errors = sum(1 for _ in range(n) if rng.random() < p)
