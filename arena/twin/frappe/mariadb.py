@@ -397,6 +397,10 @@ class MariaDB(Component):
         for name, t in sorted(self.tables.items()):
             out[f"table.{name}.rows"] = t.get("rows", 0)
             out[f"table.{name}.checksum"] = t.get("checksum", 0)
+        # What the site account may do on its schema right now (grants, then read_only): the Desk's view.
+        for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            out[f"site_can.{priv}"] = self.privilege_error(self.site_user, priv, "tabDocType") is None
+        out["read_only"] = bool(self.var("read_only"))
         for a in self.accounts():
             out[f"account.{a.key}.max_user_connections"] = a.max_user_connections
             for obj, privs in sorted(a.grants.items()):

@@ -85,6 +85,9 @@ _DENYOOM = {"rpush", "lpush", "hset", "hmset", "set", "zadd", "sadd", "incr", "s
             "blmove"}
 
 
+_RQ_COMMANDS = ("blpop", "blmove", "brpop", "rpush", "hset", "flushall", "flushdb")
+
+
 class Acl:
     """One ACL user's command rules, evaluated like Redis: later rules override earlier ones."""
 
@@ -452,6 +455,10 @@ class RedisServer(Component):
         out["appendonly"] = self.get("appendonly")
         out["min_replicas_to_write"] = int(self.get("min-replicas-to-write") or 0)
         out["acl"] = {u: a.describe() for u, a in sorted(self.acl.items())}
+        # The commands RQ's worker and frappe.enqueue need, and the destructive ones, per user.
+        for u, a in sorted(self.acl.items()):
+            for c in _RQ_COMMANDS:
+                out[f"acl_allows.{u}.{c}"] = a.enabled and a.allows(c)
         out["flags"] = list(self.rendered_flags)
         if self.jobs is not None:
             out["jobs.queued"] = self.jobs.queued
