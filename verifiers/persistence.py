@@ -9,7 +9,7 @@ INCONCLUSIVE for a key with no catalogue entry (with how to add one); ERROR when
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
