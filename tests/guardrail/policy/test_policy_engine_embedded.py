@@ -215,3 +215,11 @@ def test_engine_is_safe_to_share_across_threads(engine):
     for t in threads:
         t.join()
     assert results == ["deny"] * 200
+
+
+def test_both_engines_satisfy_the_policy_engine_seam(engine):
+    from guardrail.policy.base import PolicyEngine
+    from guardrail.policy.server import OPAServer
+
+    assert isinstance(engine, PolicyEngine)
+    assert isinstance(OPAServer("http://127.0.0.1:9", upload=False), PolicyEngine)
