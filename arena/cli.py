@@ -62,11 +62,11 @@ def scenarios_show(scenario_id: str, as_json: bool) -> None:
 
 
 def default_guard_factory(env: Any, context: Any) -> Any:
-    """The guarded arm's guard: the shipped policies in the embedded OPA engine, the default verifiers."""
+    """The guarded arm's guard: the shipped policies in the embedded OPA engine, the full verifier suite."""
     from guardrail.adapters.session import load_engine
     from guardrail.guard import Guard
 
-    return Guard(load_engine(), context, env=env)
+    return Guard.standard(load_engine(), context, env=env)
 
 
 @click.command()

@@ -125,7 +125,10 @@ class Guard:
         declaration_checks: Sequence[DeclarationCheck] | None = None,
         step_checks: Sequence[DeclarationCheck] = (),
         criteria: Any = None,
+        suite: Any = None,
     ):
+        """`suite` (a verifiers.suite.VerifierSuite) supplies the declaration checks, the step checks, the criteria
+        and the before-run snapshots in one piece; see `Guard.standard` for the usual construction."""
         if normaliser is None:
             from guardrail.actions import normalise as normaliser
         self.engine = engine
@@ -135,12 +138,30 @@ class Guard:
         self.mode = Mode(mode)
         self._normalise = normaliser
         self._context_input = self.context.policy_input()
+        self.suite = suite
+        if suite is not None:
+            declaration_checks = suite.declare if declaration_checks is None else declaration_checks
+            step_checks = tuple(step_checks) or tuple(suite.step)
+            criteria = suite.criteria if criteria is None else criteria
         self._declaration_checks = declaration_checks
         self._step_checks = tuple(step_checks)
         self._criteria = criteria
+        self.declarations: list[dict[str, Any]] = []
         self._counts = {"commands": 0, "denied": 0, "warned": 0, "would_deny": 0, "declarations": 0,
                         "declarations_rejected": 0}
         self._codes: list[str] = []
+
+    @classmethod
+    def standard(cls, engine: PolicyEngine, context: IncidentContext, *, env: Environment | None = None,
+                 journal: Journal | None = None, mode: Mode = Mode.ENFORCE, catalogue: Any = None,
+                 catalogue_files: Sequence[str] = (), criteria: Any = None) -> "Guard":
+        """A guard with the full verifier suite for `context`: persistence, scope audit, convergence and the
+        restart probe on a declaration; the scope snapshot and the loop watchdog after each step."""
+        from verifiers.suite import build_suite
+
+        suite = build_suite(context.model_dump(mode="json"), catalogue=catalogue, catalogue_files=catalogue_files,
+                            criteria=criteria)
+        return cls(engine, context, env=env, journal=journal, mode=mode, suite=suite)
 
     # -- one command -------------------------------------------------------------------------------------------
 
@@ -191,6 +212,14 @@ class Guard:
         self._note_codes(fb)
         return fb
 
+    def prepare(self, admission: Admission) -> None:
+        """Just before an admitted command runs: journal each touched key's value before the change (what
+        persistence and rollback compare against), and let the scope audit take its first-step snapshot."""
+        if self.suite is None or self.env is None or not admission.runs:
+            return
+        for snap in self.suite.before_run(self.env, self.journal, [a.to_input() for a in admission.actions]):
+            self.journal.append("snapshot", **snap)
+
     def execute(self, command: str) -> CommandResult:
         """before → run (when admitted) → after. A denial returns exit 126 and the feedback on stderr."""
         if self.env is None:
@@ -201,6 +230,7 @@ class Guard:
             result = CommandResult(command=command, stdout="", stderr=msg + "\n", exit_code=DENIED_EXIT_CODE)
             self.journal.append("result", ref=adm.seq, exit_code=result.exit_code, duration_s=0.0, denied=True)
             return result
+        self.prepare(adm)
         result = self.env.run(command)
         extra = self.after(adm, result)
         notes = [f.render() for f in adm.feedback + extra]
@@ -216,6 +246,7 @@ class Guard:
     def on_declare(self) -> DeclareOutcome:
         """Run the declaration checks in order; the first failure rejects with its feedback code."""
         self._counts["declarations"] += 1
+        t0 = self.env.clock.now() if self.env is not None else 0.0
         self.journal.append("declare")
         checks = self._declaration_checks
         if checks is None:
@@ -238,6 +269,9 @@ class Guard:
             self.journal.append("feedback", **f.to_dict())
         self._note_codes(feedback)
         self.journal.append("declaration_outcome", accepted=accepted)
+        t1 = self.env.clock.now() if self.env is not None else 0.0
+        self.declarations.append({"t": round(t0, 6), "held_s": round(t1 - t0, 6), "accepted": accepted,
+                                  "codes": [f.code for f in feedback]})
         return DeclareOutcome(accepted=accepted, feedback=feedback, verdicts=verdicts)
 
     # -- reporting ---------------------------------------------------------------------------------------------
@@ -246,7 +280,7 @@ class Guard:
         self._codes.extend(f.code for f in fb)
 
     def stats(self) -> dict[str, Any]:
-        return {**self._counts, "feedback": list(self._codes)}
+        return {**self._counts, "feedback": list(self._codes), "declaration_log": list(self.declarations)}
 
 
 def _deny_message(denies: Sequence[Finding]) -> str:

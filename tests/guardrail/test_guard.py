@@ -156,3 +156,40 @@ def test_a_verifier_that_raises_is_an_error_verdict_not_a_crash():
     out = g.on_declare()
     assert not out.accepted
     assert out.verdicts[0].status is VerdictStatus.ERROR and "backend down" in out.verdicts[0].message
+
+
+class FakeSuite:
+    """A verifier suite at the seam: one declaration check, one step check, and a before-run snapshot."""
+
+    def __init__(self):
+        self.declare = [FixedCheck(VerdictStatus.PASS)]
+        self.step = [FixedCheck(VerdictStatus.FAIL, FeedbackCode.LOOP_DETECTED, "same read 5 times")]
+        self.criteria = {"n": 2}
+        self.before_calls = []
+
+    def before_run(self, env, journal, actions):
+        self.before_calls.append([a["verb"] for a in actions])
+        return [{"key": "k", "scope": {}, "before": 0}]
+
+
+def test_suite_supplies_checks_and_snapshots_before_the_command_runs():
+    env = FakeEnv()
+    suite = FakeSuite()
+    g = Guard(FakeEngine(), IncidentContext(), env=env, journal=Journal(None, clock=env.clock), normaliser=words,
+              suite=suite)
+    r = g.execute("set")
+    assert suite.before_calls == [["set"]]
+    kinds = [x["kind"] for x in g.journal.records()]
+    assert kinds.index("snapshot") < kinds.index("result")
+    assert "LOOP_DETECTED" in r.stderr
+    out = g.on_declare()
+    assert out.accepted and suite.declare[0].calls == 1
+    assert g.stats()["declaration_log"][0]["accepted"] is True
+
+
+def test_a_denied_command_takes_no_snapshot():
+    env = FakeEnv()
+    suite = FakeSuite()
+    g = Guard(FakeEngine(deny={"set"}), IncidentContext(), env=env, normaliser=words, suite=suite)
+    g.execute("set")
+    assert suite.before_calls == [] and env.ran == []
