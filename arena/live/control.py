@@ -7,7 +7,12 @@ a new process, a new name), and serves a component's log. Which verbs the agent 
 list, as the tasks' RBAC decides; a refused verb gets Kubernetes' Forbidden answer. Started by
 `arena.live.stack.LiveStack`.
 
-Routes: GET /pods, POST /restart/<component>?verb=<rollout|delete>, GET /logs/<component>?tail=N.
+It also plays Helm for the substrates that declare a release (`helm:` in substrate.yaml): `helm get values`
+reads the values files the release maps, `helm upgrade --set` writes them and rolls the components whose
+values changed, as the chart's StatefulSet rollout does (a `--set` outside the mapped prefixes is refused).
+
+Routes: GET /pods, POST /restart/<component>?verb=<rollout|delete>, GET /logs/<component>?tail=N,
+GET /helm/<release>/values, POST /helm/<release>/upgrade {"set": [...], "reuse_values": bool}.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
 from arena.live.names import Endpoint
 from guardrail.errors import EnvironmentError_
 
-__all__ = ["ControlPlane", "ALL_VERBS"]
+__all__ = ["ControlPlane", "ALL_VERBS", "parse_set"]
 
-ALL_VERBS = ("get", "logs", "delete", "rollout")
+ALL_VERBS = ("get", "logs", "delete", "rollout", "helm")
 
 
 class ControlPlane:
@@ -36,6 +43,7 @@ class ControlPlane:
         self.rbac = tuple(rbac)
         self.namespace = namespace
         self._httpd: ThreadingHTTPServer | None = None
+        self.revision = 1
 
     # -- what the routes answer ----------------------------------------------------------------------------------
     def pods(self) -> list[dict[str, Any]]:
@@ -75,6 +83,56 @@ class ControlPlane:
             lines = deque(f, maxlen=max(tail, 1)) if tail > 0 else list(f)
         return 200, "".join(lines)
 
+    # -- Helm ----------------------------------------------------------------------------------------------------
+    def helm_values(self, release: str) -> tuple[int, Any]:
+        found = self.stack.helm_release(release)
+        if found is None:
+            return 404, {"message": f"release: not found"}
+        helm, _ = found
+        values: dict[str, Any] = {}
+        for prefix, where in helm.values.items():
+            _put(values, prefix.split("."), yaml.safe_load((self.stack.config_dir / where.file).read_text()) or {})
+        return 200, values
+
+    def helm_upgrade(self, release: str, sets: list[str], reuse_values: bool) -> tuple[int, Any]:
+        if "helm" not in self.rbac:
+            return 403, self._forbidden("patch", "statefulsets", release)
+        found = self.stack.helm_release(release)
+        if found is None:
+            return 404, {"message": f'"{release}" has no deployed releases'}
+        helm, folder = found
+        try:
+            assignments = [a for s in sets for a in parse_set(s)]
+        except ValueError as e:
+            return 400, {"message": str(e)}
+        docs: dict[str, Any] = {}
+        for prefix, where in helm.values.items():
+            # Without --reuse-values Helm starts again from the chart's defaults: the substrate's shipped file.
+            src = (self.stack.config_dir if reuse_values else folder) / where.file
+            docs[prefix] = yaml.safe_load(src.read_text()) or {}
+        before = json.dumps(docs, sort_keys=True)
+        changed: set[str] = set()
+        for path, value in assignments:
+            prefix = next((p for p in helm.values if path[:len(p.split("."))] == p.split(".")), None)
+            if prefix is None:
+                return 400, {"message": f"the live stack does not map the value {'.'.join(path)}"}
+            old = json.dumps(docs[prefix], sort_keys=True)
+            _put(docs[prefix], path[len(prefix.split(".")):], value)
+            if json.dumps(docs[prefix], sort_keys=True) != old:
+                changed.add(prefix)
+        if not reuse_values and json.dumps(docs, sort_keys=True) != before:
+            changed |= set(helm.values)
+        rolled = []
+        for prefix in sorted(changed):
+            where = helm.values[prefix]
+            (self.stack.config_dir / where.file).write_text(
+                f"# Helm values of {release} ({prefix}), written by helm upgrade\n"
+                + yaml.safe_dump(docs[prefix], sort_keys=False))
+            res = self.stack.restart(where.rolls)
+            rolled.append({"component": where.rolls, "ready": res.ready, "new": res.new_id})
+        self.revision += 1
+        return 200, {"release": release, "revision": self.revision, "rolled": rolled}
+
     def _forbidden(self, verb: str, resource: str, name: str) -> dict[str, Any]:
         return {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                 "message": f'{resource} "{name}" is forbidden: User "system:serviceaccount:ops:agent" cannot '
@@ -99,6 +157,8 @@ class ControlPlane:
                     if "get" not in cp.rbac:
                         return self._send(403, cp._forbidden("list", "pods", ""))
                     return self._send(200, cp.pods())
+                if parts.path.startswith("/helm/") and parts.path.endswith("/values"):
+                    return self._send(*cp.helm_values(parts.path.split("/")[2]))
                 if parts.path.startswith("/logs/"):
                     return self._send(*cp.logs(parts.path[len("/logs/"):], int(q.get("tail", "-1"))))
                 self._send(404, {"reason": "NotFound"})
@@ -106,6 +166,11 @@ class ControlPlane:
             def do_POST(self) -> None:
                 parts = urlsplit(self.path)
                 q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                if parts.path.startswith("/helm/") and parts.path.endswith("/upgrade"):
+                    n = int(self.headers.get("Content-Length") or 0)
+                    body = json.loads(self.rfile.read(n) or b"{}")
+                    return self._send(*cp.helm_upgrade(parts.path.split("/")[2], list(body.get("set", [])),
+                                                       bool(body.get("reuse_values", False))))
                 if parts.path.startswith("/restart/"):
                     return self._send(*cp.restart(parts.path[len("/restart/"):], q.get("verb", "rollout")))
                 self._send(404, {"reason": "NotFound"})
@@ -122,3 +187,49 @@ class ControlPlane:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside braces: `a=1,b={x,y}` -> [`a=1`, `b={x,y}`]."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    out.append(cur)
+    return [p for p in out if p]
+
+
+def _scalar(v: str) -> Any:
+    if v in ("true", "false"):
+        return v == "true"
+    try:
+        return int(v)
+    except ValueError:
+        return v
+
+
+def parse_set(text: str) -> list[tuple[list[str], Any]]:
+    """Helm's --set syntax: `a.b=v`, several comma-separated, `{x,y}` for a list. Returns (path, value) pairs."""
+    out = []
+    for part in _split_top(text):
+        if "=" not in part:
+            raise ValueError(f"failed parsing --set data: key \"{part}\" has no value")
+        key, value = part.split("=", 1)
+        if value.startswith("{") and value.endswith("}"):
+            parsed: Any = [_scalar(x) for x in _split_top(value[1:-1])]
+        else:
+            parsed = _scalar(value)
+        out.append((key.split("."), parsed))
+    return out
+
+
+def _put(doc: dict, path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        doc = doc.setdefault(key, {})
+    if path:
+        doc[path[-1]] = value

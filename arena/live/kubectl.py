@@ -24,9 +24,10 @@ from typing import Any, Sequence
 __all__ = ["main", "run"]
 
 
-def _call(method: str, path: str) -> tuple[int, str]:
+def _call(method: str, path: str, body: Any = None) -> tuple[int, str]:
     url = os.environ.get("LIVE_CONTROL_URL", "").rstrip("/") + path
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    req = urllib.request.Request(url, method=method, data=data)
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, r.read().decode()

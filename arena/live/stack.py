@@ -41,7 +41,7 @@ from guardrail.errors import EnvironmentError_, ScenarioError
 from guardrail.yamlio import load_model
 from verifiers.protocols import RestartResult
 
-__all__ = ["SubstrateSpec", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS", "missing_requirements"]
+__all__ = ["SubstrateSpec", "HelmRelease", "LiveStack", "SUBSTRATES_DIR", "CANONICAL_PORTS", "missing_requirements"]
 
 SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
 CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
@@ -95,6 +95,22 @@ class DriverEntry(BaseModel):
     timeout_s: float = 5.0
 
 
+class HelmValues(BaseModel):
+    """Where a Helm value prefix lives on the live stack: a values file, and the component its change rolls."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    rolls: str
+
+
+class HelmRelease(BaseModel):
+    """A substrate's Helm release as the stack plays it: value prefixes mapped to the stack's files."""
+
+    model_config = ConfigDict(extra="forbid")
+    release: str
+    values: dict[str, HelmValues]
+
+
 class SubstrateSpec(BaseModel):
     """A substrate's part of the live stack: servers, bootstrap SQL, apps, drivers and the operator's env."""
 
@@ -106,6 +122,7 @@ class SubstrateSpec(BaseModel):
     apps: list[AppEntry]
     drivers: list[DriverEntry] = Field(default_factory=list)
     shell_env: dict[str, str] = Field(default_factory=dict)
+    helm: HelmRelease | None = None
 
     @classmethod
     def load(cls, name: str) -> tuple["SubstrateSpec", Path]:
@@ -279,6 +296,7 @@ class LiveStack:
         for tool in WRAPPED:
             self._script(tool, f'exec "{py}" -m arena.live.hostwrap {tool} "$@"\n')
         self._script("kubectl", f'exec "{py}" -m arena.live.kubectl "$@"\n')
+        self._script("helm", f'exec "{py}" -m arena.live.helm "$@"\n')
         # The slack-spine helper: stage a role's db config and reload it in place (no restart).
         self._script("restart-svc.sh", """set -euo pipefail
 role=${1:?usage: restart-svc.sh ROLE < '{"db": {...}}'}
@@ -324,6 +342,13 @@ echo
         while not self._watch_stop.wait(1.0):
             if self.supervisor is not None:
                 self.supervisor.reconcile()
+
+    def helm_release(self, release: str) -> tuple[HelmRelease, Path] | None:
+        """The substrate's Helm release of that name and the substrate folder (its chart defaults)."""
+        for spec, folder in self.specs:
+            if spec.helm is not None and spec.helm.release == release:
+                return spec.helm, folder
+        return None
 
     def log_path(self, name: str) -> Path | None:
         """The log file of an app or a server, by component name."""

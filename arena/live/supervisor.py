@@ -116,17 +116,25 @@ class Supervisor:
         except OSError:
             return False
 
-    def start(self, name: str) -> _Running:
-        spec = self.specs[name]
+    def _launch(self, name: str) -> _Running:
+        """Spawn and register the app's new process (under the lock, so the watcher never sees a gap)."""
         with self._lock:
-            run = self._spawn(spec)
+            run = self._spawn(self.specs[name])
             self.running[name] = run
+            return run
+
+    def _await_ready(self, name: str, run: _Running) -> None:
+        spec = self.specs[name]
         ok = wait_until(lambda: self._healthy(spec, run.instance), timeout_s=self.ready_timeout_s,
                         clock=self.clock, interval_s=0.05, abort=lambda: run.proc.poll() is not None)
         if not ok:
             why = f"exited with {run.proc.returncode}" if run.proc.poll() is not None else "never became healthy"
             self._kill(run.proc)
             raise AppStartError(f"{name} failed to start: {why}; see {self.log_path(name)}")
+
+    def start(self, name: str) -> _Running:
+        run = self._launch(name)
+        self._await_ready(name, run)
         return run
 
     def start_all(self) -> None:
@@ -147,32 +155,32 @@ class Supervisor:
         if name not in self.specs:
             raise EnvironmentError_(f"no such component: {name}")
         t0 = self.clock.now()
+        # Kill and respawn under one lock: the watcher must not take the dead old process for a crash.
         with self._lock:
             old = self.running.get(name)
             if old is not None:
                 self._kill(old.proc)
             self.restarts[name] += 1
+            new = self._launch(name)
         try:
-            new = self.start(name)
+            self._await_ready(name, new)
             ready, detail = True, ""
         except AppStartError as e:
-            new, ready, detail = None, False, str(e)
+            ready, detail = False, str(e)
         return RestartResult(
-            target=name, old_id=old.instance if old else "", new_id=new.instance if new else "", ready=ready,
-            image_before=old.image if old else "", image_after=new.image if new else "",
+            target=name, old_id=old.instance if old else "", new_id=new.instance, ready=ready,
+            image_before=old.image if old else "", image_after=new.image,
             duration_s=self.clock.now() - t0, detail=detail)
 
     def reconcile(self) -> list[str]:
         """Start again every app whose process died on its own; returns their names."""
         revived = []
-        for name, run in list(self.running.items()):
-            if run.proc.poll() is not None:
-                self.restarts[name] += 1
-                try:
-                    self.start(name)
-                except AppStartError:
-                    pass  # it stays down and is tried again on the next pass, as a CrashLoopBackOff would
-                revived.append(name)
+        with self._lock:
+            for name, run in list(self.running.items()):
+                if run.proc.poll() is not None:
+                    self.restarts[name] += 1
+                    self._launch(name)  # its readiness shows on /healthz; a CrashLoop shows as a rising count
+                    revived.append(name)
         return revived
 
     def _kill(self, proc: subprocess.Popen, timeout_s: float = 5.0) -> None:

@@ -111,7 +111,7 @@ def test_the_shell_has_the_real_clients_and_the_service_names(env):
     r = env.run('psql -X -At "postgresql://postgres:postgres@postgres:5432/app" -c "select count(*) from messages"')
     assert r.ok and int(r.stdout) >= 160, r
     assert env.run("redis-cli -h redis-queue ping").stdout.strip() == "PONG"
-    r = env.run('mysql -u root -N -e "select count(*) from site1.tabToDo"')
+    r = env.run('mysql -u root -N -e "select count(*) from _aac081bc588a7088.tabToDo"')
     assert r.ok and int(r.stdout) >= 200, r
     r = env.run("curl -sf http://svc-message:8000/healthz")
     assert r.ok and '"status": "ok"' in r.stdout, r

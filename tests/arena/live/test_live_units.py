@@ -232,3 +232,13 @@ def test_an_unknown_live_incident_is_an_input_error():
 
     with pytest.raises(InputError, match="no live wiring for ia-999"):
         LiveIncident.load("ia-999")
+
+
+def test_helm_set_syntax():
+    from arena.live.control import parse_set
+
+    assert parse_set("erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}") == [
+        (["erpnext", "redis-queue", "master", "extraFlags"], ["--maxmemory 64mb", "--maxmemory-policy noeviction"])]
+    assert parse_set("a.b=1,c=true,d=x") == [(["a", "b"], 1), (["c"], True), (["d"], "x")]
+    with pytest.raises(ValueError):
+        parse_set("novalue")

@@ -2,14 +2,14 @@
 -- mariadb-install-db also makes passwordless root@127.0.0.1, @::1 and @<hostname>, which would shadow root@'%'.
 DELETE FROM mysql.global_priv WHERE User = 'root' AND Host NOT IN ('localhost');
 FLUSH PRIVILEGES;
-CREATE USER 'root'@'%' IDENTIFIED BY 'rootpw';
+CREATE USER 'root'@'%' IDENTIFIED BY 'agentrepair-root';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;
-CREATE DATABASE site1;
-USE site1;
-CREATE USER 'site1'@'%' IDENTIFIED BY 'site1pw';
-GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, LOCK TABLES ON site1.* TO 'site1'@'%';
-CREATE TABLE site1.`tabToDo` (name varchar(140) PRIMARY KEY, description text, status varchar(20),
+CREATE DATABASE _aac081bc588a7088;
+USE _aac081bc588a7088;
+CREATE USER '_aac081bc588a7088'@'%' IDENTIFIED BY 'agentrepair-site';
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, LOCK TABLES ON _aac081bc588a7088.* TO '_aac081bc588a7088'@'%';
+CREATE TABLE _aac081bc588a7088.`tabToDo` (name varchar(140) PRIMARY KEY, description text, status varchar(20),
   modified datetime(6) NOT NULL, KEY modified (modified));
-INSERT INTO site1.`tabToDo` (name, description, status, modified)
+INSERT INTO _aac081bc588a7088.`tabToDo` (name, description, status, modified)
   SELECT CONCAT('seed-', seq), CONCAT('seeded todo ', seq), 'Open', NOW(6) FROM seq_1_to_200;
 FLUSH PRIVILEGES;
