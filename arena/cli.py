@@ -1,7 +1,7 @@
 """The benchmark's CLI commands, plugged into `guardrail` through the `guardrail.cli` entry-point group.
 
-`guardrail scenarios list|show` and `guardrail run` are built here; `guardrail bench` comes with the bench
-issue. Exit codes follow the root CLI: 0 success (a run whose gates both pass), 1 a completed run that fails
+`guardrail scenarios list|show`, `guardrail run` and `guardrail bench` (the A/B bench, arena/bench) are built
+here. Exit codes follow the root CLI: 0 success (a run whose gates both pass), 1 a completed run that fails
 its gates, 2 bad input (an InputError: one line `error: path:line: message`).
 """
 
@@ -104,7 +104,107 @@ def run(scenario_id: str, agent_spec: str, arm: str, seed: int, json_path: Path 
     raise SystemExit(0 if res.passed else 1)
 
 
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _default_agent(first_scenario: str) -> str:
+    """`calibrated` once the agent factory knows it; until then every solution script (replay:*)."""
+    from arena.agents import resolve_agent
+    from arena.scenario import load_scenario
+
+    try:
+        resolve_agent("calibrated", load_scenario(first_scenario))
+    except (InputError, TypeError):
+        return "replay:*"
+    return "calibrated"
+
+
+class _ArmTally:
+    """Pass counts per arm for the progress bar (the A/B rows only)."""
+
+    def __init__(self, ab_keys: set[str]):
+        self.ab_keys = ab_keys
+        self.n: dict[str, int] = {}
+        self.ok: dict[str, int] = {}
+
+    def add(self, row: dict[str, Any]) -> None:
+        if row["key"] in self.ab_keys:
+            self.n[row["arm"]] = self.n.get(row["arm"], 0) + 1
+            self.ok[row["arm"]] = self.ok.get(row["arm"], 0) + int(bool(row["passed"]))
+
+    def text(self) -> str:
+        return "  ".join(f"{arm} {100 * self.ok[arm] / n:.0f}%" for arm, n in sorted(self.n.items()) if n)
+
+
 @click.command()
-def bench() -> None:
-    """Guarded/unguarded A/B benchmark (built in the bench issue)."""
-    raise click.ClickException("not built yet")
+@click.option("--scenarios", "scenarios_opt", default=None, help="Comma-separated ids (default: every scenario).")
+@click.option("--agents", "agents_opt", default=None,
+              help="Comma-separated agent specs (default: calibrated; replay:* = every solution script).")
+@click.option("--arms", "arms_opt", default="guarded,unguarded", show_default=True)
+@click.option("--seeds", type=int, default=5, show_default=True, help="Seeds 0..N-1 per scenario and agent.")
+@click.option("--jobs", type=int, default=2, show_default=True, help="Worker processes.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
+              show_default=True)
+@click.option("--resume", is_flag=True, help="Keep results.jsonl and run only the episodes not in it.")
+@click.option("--responsiveness", "resp_opt", default="0.5,0.8,1.0", show_default=True,
+              help="Guarded-arm sensitivity runs ('' for none).")
+@click.option("--no-detection", is_flag=True, help="Skip replaying every solution script (section 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout instead of the progress bar.")
+def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, seeds: int, jobs: int, out_dir: Path,
+          resume: bool, resp_opt: str, no_detection: bool, as_json: bool) -> None:
+    """Guarded/unguarded A/B on the twin: results.jsonl, summary.json, report.md, report.html (exit 0 when done)."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from arena.bench.report import write_report
+    from arena.bench.runner import plan_bench, run_plan
+    from arena.bench.stats import summarise
+    from arena.scenario import _ids
+
+    known = _ids()
+    scenario_ids = _csv(scenarios_opt) or known
+    unknown = [s for s in scenario_ids if s not in known]
+    if unknown:
+        raise InputError(f"unknown scenario {', '.join(unknown)} (known: {', '.join(known) or 'none'})")
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, not {jobs}")
+    try:
+        resp = [float(x) for x in _csv(resp_opt)]
+    except ValueError as e:
+        raise InputError(f"--responsiveness takes numbers: {resp_opt!r}") from e
+    agents = _csv(agents_opt) or [_default_agent(scenario_ids[0])]
+    plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
+    results = out_dir / "results.jsonl"
+    ab_keys = {e.key() for e in plan.episodes if not e.params
+               and (e.agent in agents or ("replay:*" in agents and e.agent.startswith("replay:")))}
+    tally = _ArmTally(ab_keys)
+    t0 = time.perf_counter()
+    with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[arms]}"),
+                  TimeRemainingColumn(), disable=as_json, transient=False) as progress:
+        task = progress.add_task("bench", total=len(plan.episodes), arms="")
+
+        def on_result(row: dict[str, Any]) -> None:
+            tally.add(row)
+            progress.update(task, advance=1, arms=tally.text())
+
+        rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result)
+    wall = time.perf_counter() - t0
+    summary = summarise(rows, agents=agents, arms=plan.arms, responsiveness=plan.responsiveness, wall_s=wall,
+                        notes=plan.notes)
+    summary["scenarios"] = scenario_ids
+    summary["seeds"] = seeds
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        md, html_path = write_report(summary, out_dir)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", path=str(out_dir)) from e
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    arms_line = "  ".join(f"{arm} {100 * a['pass_rate']:.1f}%" for arm, a in summary["arms"].items()
+                          if a["pass_rate"] is not None)
+    click.echo(f"{len(rows)} episodes in {wall:.1f} s  pass@1: {arms_line}")
+    click.echo(f"report: {html_path}  ({md}, {out_dir / 'summary.json'}, {results})")

@@ -1,0 +1,218 @@
+"""The bench report: report.md and report.html from summary.json, in the issue's order.
+
+Called by `guardrail bench` (arena/cli.py) after arena.bench.stats has summarised the run. Sections: 1 Detection
+(no behavioural assumption), 2 A/B pass@1, 3 Failure modes by arm beside the paper, 4 Sensitivity to
+responsiveness, 5 Cost, 6 Per-task table. Both files come from one list of sections (title, paragraphs, tables,
+plots), so they cannot disagree; the HTML embeds the plots as inline SVG.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from arena.bench import plots
+from arena.bench.stats import PAPER_MIX, RECALL_MODES
+from arena.scenario import FAILURE_MODES
+
+__all__ = ["SECTION_TITLES", "build_sections", "write_report"]
+
+SECTION_TITLES = ("1. Detection", "2. A/B pass@1", "3. Failure modes by arm", "4. Sensitivity to responsiveness",
+                  "5. Cost", "6. Per-task table")
+
+
+@dataclass
+class Section:
+    """One report section: prose, tables (header, rows) and plots (name, SVG)."""
+
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    plots: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(ci: Any) -> str:
+    if not ci or ci[0] is None:
+        return "-"
+    return f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _num(x: Any, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def build_sections(s: Mapping[str, Any]) -> list[Section]:
+    det = s["detection"]
+    out: list[Section] = []
+
+    d = Section(SECTION_TITLES[0])
+    d.paragraphs.append(
+        f"Every solution script of every task replayed once (seed 0) in the guarded arm: {det['scripts']} scripts, "
+        f"{det['valid_scripts']} of them valid. A bad script is **caught** when its guarded episode had a policy "
+        "denial or a rejected declaration before any accepted declaration (a script stops at an accepted "
+        "declaration, so every denial or rejection it met came first). A valid script is **falsely rejected** when "
+        "its guarded episode fails, or its last declaration was never accepted (held, never resolved). "
+        "These figures assume nothing about how an agent responds to feedback.")
+    rows = []
+    for m in FAILURE_MODES:
+        b = det["by_mode"][m]
+        target = " (target >= 95%)" if m in RECALL_MODES else ""
+        rows.append([m, str(b["scripts"]), str(b["caught"]), _pct(b["recall"]) + target,
+                     ", ".join(f"{k} {v}" for k, v in sorted(b["feedback"].items())) or "-",
+                     ", ".join(b["missed"]) or "-"])
+    d.tables.append((["failure mode", "bad scripts", "caught", "recall", "feedback codes", "missed"], rows))
+    d.paragraphs.append(
+        f"False rejections: {det['false_rejections']} of {det['valid_scripts']} valid scripts "
+        f"({_pct(det['false_rejection_rate'])}; target <= 2%): {', '.join(det['false_rejected']) or 'none'}. "
+        f"Feedback on valid scripts: {', '.join(f'{k} {v}' for k, v in sorted(det['valid_feedback'].items())) or 'none'}.")
+    out.append(d)
+
+    ab = Section(SECTION_TITLES[1])
+    ab.paragraphs.append(
+        f"Agents: {', '.join(s['agents'])}. Paired arms: the same scenario, seed and agent in both; only the guard "
+        "differs. 95% CIs from a task-level bootstrap (tasks resampled with all their episodes, percentile, "
+        "4,000 resamples, seeded). A full-fix episode ran every mutating command of the task's reference script.")
+    rows = []
+    for arm, a in s["arms"].items():
+        rows.append([arm, str(a["episodes"]), _pct(a["pass_rate"]), _ci(a["ci95"]),
+                     f"{a['full_fix_episodes']} ({_pct(a['full_fix_share'])})", _pct(a["full_fix_pass_rate"]),
+                     _ci(a["full_fix_ci95"])])
+    ab.tables.append((["arm", "episodes", "pass@1", "95% CI", "full-fix episodes", "full-fix pass@1", "95% CI"],
+                      rows))
+    if "difference" in s:
+        dp, df = s["difference"]["pass_rate"], s["difference"]["full_fix_pass_rate"]
+        ab.paragraphs.append(
+            f"Guarded minus unguarded: pass@1 {_num(None if dp['diff'] is None else 100 * dp['diff'], '{:+.1f}')} pp "
+            f"{_ci(dp['ci95'])}; full-fix pass@1 "
+            f"{_num(None if df['diff'] is None else 100 * df['diff'], '{:+.1f}')} pp {_ci(df['ci95'])}.")
+    if s.get("calibration"):
+        rows = [[k, _num(v["bench"]), _num(v["paper"]),
+                 "-" if v["within_4pp"] is None else ("yes" if v["within_4pp"] else "MISSED")]
+                for k, v in s["calibration"].items()]
+        ab.paragraphs.append("Calibration: the unguarded arm beside the paper (percent; target within 4 pp).")
+        ab.tables.append((["figure", "bench", "paper", "within 4 pp"], rows))
+    ab.plots.append(("pass_rate_per_task", plots.pass_rate_per_task(s) or ""))
+    out.append(ab)
+
+    fm = Section(SECTION_TITLES[2])
+    arms = list(s["arms"])
+    rows = []
+    totals = {arm: sum(s["arms"][arm]["failure_modes"].values()) for arm in arms}
+    for m in FAILURE_MODES:
+        row = [m]
+        for arm in arms:
+            n = s["arms"][arm]["failure_modes"][m]
+            row.append(f"{n} ({_pct(n / totals[arm]) if totals[arm] else '-'})")
+        row.append(f"{PAPER_MIX[m]:.1f}%" if m in PAPER_MIX else "-")
+        rows.append(row)
+    fm.tables.append((["failure mode"] + arms + ["paper"], rows))
+    fm.plots.append(("failure_modes_by_arm", plots.failure_modes_by_arm(s, PAPER_MIX) or ""))
+    out.append(fm)
+
+    se = Section(SECTION_TITLES[3])
+    if s["sensitivity"]:
+        se.paragraphs.append("The guarded arm rerun with the agent's responsiveness (the probability that it acts "
+                             "correctly on each guard feedback code) set to each value; same tasks and seeds.")
+        se.tables.append((["responsiveness", "episodes", "guarded pass@1", "95% CI", "full-fix pass@1"],
+                          [[k, str(v["episodes"]), _pct(v["pass_rate"]), _ci(v["ci95"]),
+                            _pct(v["full_fix_pass_rate"])] for k, v in sorted(s["sensitivity"].items(),
+                                                                              key=lambda kv: float(kv[0]))]))
+        se.plots.append(("sensitivity", plots.sensitivity_curve(s) or ""))
+    else:
+        se.paragraphs.append("No sensitivity runs: " + ("; ".join(s.get("notes", [])) or
+                             "no agent in this run takes a responsiveness (replay agents do not respond)."))
+    out.append(se)
+
+    c = s["cost"]
+    co = Section(SECTION_TITLES[4])
+    co.tables.append((["figure", "value"], [
+        ["paired episodes", str(c["pairs"])],
+        ["extra steps (guarded - unguarded, mean)", _num(c["extra_steps_mean"], "{:+.2f}")],
+        ["extra virtual s before acceptance (mean / median, pairs where both declared)",
+         f"{_num(c['extra_virtual_s_before_acceptance_mean'])} / "
+         f"{_num(c['extra_virtual_s_before_acceptance_median'])} (n={c['pairs_both_declared']})"],
+        ["time to accept, median virtual s (first declaration -> acceptance)", _num(c["time_to_accept_s_median"])],
+        ["restart probes run (total / per guarded episode)",
+         f"{c['restart_probes_total']} / {_num(c['restart_probes_per_guarded_episode'], '{:.2f}')}"],
+        ["wall s per episode (guarded / unguarded)",
+         f"{_num(c['wall_s_per_episode'].get('guarded'), '{:.3f}')} / "
+         f"{_num(c['wall_s_per_episode'].get('unguarded'), '{:.3f}')}"],
+        ["bench wall s (all episodes, this invocation)", _num(s["wall_s"])],
+    ]))
+    co.plots.append(("time_to_accept", plots.time_to_accept_histogram(s) or ""))
+    out.append(co)
+
+    pt = Section(SECTION_TITLES[5])
+    rows = []
+    for t, per in sorted(s["per_task"].items()):
+        row = [t]
+        for arm in arms:
+            a = per.get(arm, {})
+            row.append(f"{_pct(a.get('pass_rate'))} ({a.get('episodes', 0)})")
+            row.append(str(a.get("full_fix", 0)))
+            row.append(", ".join(f"{k} {v}" for k, v in sorted(a.get("failure_modes", {}).items())) or "-")
+        rows.append(row)
+    header = ["task"] + [h for arm in arms for h in (f"{arm} pass@1 (n)", f"{arm} full-fix", f"{arm} failures")]
+    pt.tables.append((header, rows))
+    out.append(pt)
+    return out
+
+
+def _md(sections: list[Section], s: Mapping[str, Any]) -> str:
+    lines = ["# guardrail bench report", "",
+             f"{s['episodes']} episodes, {s['wall_s']:.1f} s wall. Figures are also in summary.json.", ""]
+    for sec in sections:
+        lines += [f"## {sec.title}", ""]
+        for p in sec.paragraphs:
+            lines += [p, ""]
+        for header, rows in sec.tables:
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "---|" * len(header))
+            lines += ["| " + " | ".join(r) + " |" for r in rows]
+            lines.append("")
+        for name, svg in sec.plots:
+            if svg:
+                lines += [f"![{name}](plots/{name}.svg)", ""]
+    return "\n".join(lines)
+
+
+def _inline(text: str) -> str:
+    out = html.escape(text)
+    parts = out.split("**")
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _html(sections: list[Section], s: Mapping[str, Any]) -> str:
+    body = [f"<h1>guardrail bench report</h1><p>{s['episodes']} episodes, {s['wall_s']:.1f} s wall.</p>"]
+    for sec in sections:
+        body.append(f"<h2>{html.escape(sec.title)}</h2>")
+        body += [f"<p>{_inline(p)}</p>" for p in sec.paragraphs]
+        for header, rows in sec.tables:
+            body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+            body.append("</table>")
+        body += [f'<div class="plot" id="{name}">{svg}</div>' for name, svg in sec.plots if svg]
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}.plot{margin:1em 0}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>guardrail bench</title><style>{style}</style>"
+            f"</head><body>{''.join(body)}</body></html>\n")
+
+
+def write_report(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
+    """Write report.md, report.html and plots/*.svg under `out`."""
+    sections = build_sections(summary)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    for sec in sections:
+        for name, svg in sec.plots:
+            if svg:
+                (out / "plots" / f"{name}.svg").write_text(svg)
+    md, ht = out / "report.md", out / "report.html"
+    md.write_text(_md(sections, summary))
+    ht.write_text(_html(sections, summary))
+    return md, ht
