@@ -89,6 +89,31 @@ class _Messages(WritableRelation):
             self.db.msgs.append(r)
 
 
+class _Outbox(WritableRelation):
+    """message_dispatch_outbox as live rows [id, message_id, channel_id, seq, kind]: one publish-dispatch effect
+    per accepted write, carrying the seq the write was given (a later renumbering does not rewrite history)."""
+
+    columns = ("id", "message_id", "channel_id", "seq", "kind")
+
+    def __init__(self, db: "SlackDatabase"):
+        self.db = db
+
+    def rows(self) -> list[list[Any]]:
+        self.db.materialize()
+        return self.db.outbox
+
+    def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
+        for old, new in changes:
+            old[:] = new
+
+    def delete(self, rows: list[list[Any]]) -> None:
+        gone = {id(r) for r in rows}
+        self.db.outbox[:] = [r for r in self.rows() if id(r) not in gone]
+
+    def insert(self, rows: list[list[Any]]) -> None:
+        self.rows().extend(rows)
+
+
 class _Cursors(WritableRelation):
     """channel_seq as live rows [channel_id, last_seq]."""
 
@@ -138,6 +163,7 @@ class SlackDatabase(SlackPostgres):
         # Real rows (postgres_model): ids, seqs and cursors the sequencer mints and psql may change.
         self.sequenced = sequenced
         self.msgs: list[list[Any]] = []
+        self.outbox: list[list[Any]] = []
         # Writes not yet turned into rows: (channel, first id, seqs). Rows are built when someone reads them
         # (psql, the gates), so an hour of writes costs a few integers per segment.
         self._pending: list[tuple[str, int, Any]] = []
@@ -150,7 +176,8 @@ class SlackDatabase(SlackPostgres):
         if sequenced:
             for c in self.channels:
                 self._mint(c, seed_messages, 0.0, app=False)
-            s.writable = {"messages": _Messages(self), "channel_seq": _Cursors(self)}
+            s.writable = {"messages": _Messages(self), "channel_seq": _Cursors(self),
+                          "message_dispatch_outbox": _Outbox(self)}
         self.server = s
         self.writer_pids: set[int] = set()  # the message pool's backends (svc-message keeps this current)
         self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
@@ -225,6 +252,7 @@ class SlackDatabase(SlackPostgres):
             org = f"org-{channel}"
             self.msgs.extend([first + k, channel, f"cm-{first + k:07d}", seq, f"message {first + k}", org, None]
                              for k, seq in enumerate(seqs))
+            self.outbox.extend([first + k, first + k, channel, seq, "publish-dispatch"] for k, seq in enumerate(seqs))
         self._pending.clear()
         return self.msgs
 
@@ -249,6 +277,7 @@ class SlackDatabase(SlackPostgres):
         # The episode starts at t = 0: the rows that exist then are the pre-agent data.
         if self.sequenced and self.pre_agent_rows is None and now >= 0:
             self.pre_agent_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.materialize()}
+            self.pre_agent_outbox = {r[0]: tuple(r) for r in self.outbox}
             self.offered_at_start = self.offered_ok
 
     def sequence_truth(self) -> dict[str, Any]:
@@ -271,6 +300,12 @@ class SlackDatabase(SlackPostgres):
             # Every write the app accepted since the start is there once, and no row came from anywhere else.
             out["data.messages.offered_ok_persisted"] = not (extra & self.foreign_ids) and \
                 len(extra) == self.offered_ok - self.offered_at_start
+            # Outbox effects: the pre-agent ones unchanged, and exactly one per write the app accepted.
+            box = {r[0]: tuple(r) for r in self.outbox}
+            out["data.outbox.pre_agent_intact"] = all(box.get(i) == v for i, v in self.pre_agent_outbox.items())
+            ids = [r[1] for r in self.outbox]
+            out["data.outbox.exactly_once"] = len(ids) == len(set(ids)) == self.next_id - len(self.foreign_ids) \
+                and set(ids) == set(range(1, self.next_id + 1)) - self.foreign_ids
         return out
 
     def blocked_channels(self) -> set[str]:
