@@ -154,6 +154,19 @@ def test_kubectl_lists_restarts_and_reads_logs_through_the_control_plane(env):
     assert "unknown command" in env.run("kubectl frobnicate").stderr
 
 
+def test_a_crashed_app_is_started_again_and_counted(env):
+    import signal
+
+    sup = env.stack.supervisor
+    before, old = sup.restarts["worker-long"], sup.running["worker-long"]
+    os.kill(old.proc.pid, signal.SIGKILL)
+    deadline = env.clock.now() + 15
+    while env.clock.now() < deadline and not (sup.running["worker-long"] is not old and sup.ready("worker-long")):
+        env.clock.sleep(0.25)
+    assert sup.running["worker-long"].instance != old.instance and sup.ready("worker-long")
+    assert env.describe().component("worker-long").restarts == before + 1
+
+
 def test_a_redis_runtime_change_is_lost_on_restart(env):
     assert env.run("redis-cli -h redis-queue config set maxmemory 3mb && redis-cli -h redis-queue config rewrite").ok
     res = env.restart("redis-queue")
