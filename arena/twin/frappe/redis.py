@@ -322,6 +322,7 @@ class RedisServer(Component):
         # Keys an operator writes by hand (SET, RPUSH on other lists, HSET): kept exactly, bytes counted.
         self.misc: dict[str, Any] = {}
         self.booted_conf: dict[str, str] = {}
+        self.replica_count = 0
         self._aof_on_at_shutdown = True
 
     @property
@@ -346,6 +347,7 @@ class RedisServer(Component):
         self.container_conf = dict(conf)
         self.booted_conf = dict(conf)
         self.rendered_flags = flags
+        self.replica_count = self.rendered_replicas()
         self.args = parse_flags(flags)
         users: dict[str, list[str]] = {}
         layered = dict(defaults().defaults)
@@ -400,6 +402,23 @@ class RedisServer(Component):
     def policy(self) -> str:
         return self.get("maxmemory-policy")
 
+    # --- replication ---------------------------------------------------------------------------------------
+    def rendered_replicas(self) -> int:
+        """Replicas the current values ask for: the chart's `replication` architecture runs
+        `replica.replicaCount` replica pods (chart default 3); a standalone master has none."""
+        if str(self.values.get(f"{self.values_path}.architecture", "standalone")) != "replication":
+            return 0
+        return int(self.values.get(f"{self.values_path}.replica.replicaCount", 3) or 0)
+
+    def connected_replicas(self) -> int:
+        # Read at start (a topology change rolls the master, arena.twin.frappe.substrate._after_upgrade).
+        return self.replica_count
+
+    def replicas_short(self) -> bool:
+        """min-replicas-to-write above the good replicas: Redis refuses every write with NOREPLICAS."""
+        need = int(self.get("min-replicas-to-write") or 0)
+        return need > 0 and self.connected_replicas() < need
+
     # --- memory and admission --------------------------------------------------------------------------
     def used_memory(self) -> float:
         return self.base_bytes + (self.jobs.bytes() if self.jobs is not None else 0.0) + self._misc_bytes()
@@ -417,7 +436,7 @@ class RedisServer(Component):
         acl = self.acl.get(user)
         if acl is None or not acl.enabled or not acl.allows(cmd):
             return f"NOPERM User {user} has no permissions to run the '{cmd}' command"
-        if int(self.get("min-replicas-to-write") or 0) > 0:
+        if self.replicas_short():
             return "NOREPLICAS Not enough good replicas to write."
         if cmd in _DENYOOM and self.over_cap() and self.policy == "noeviction":
             return "OOM command not allowed when used memory > 'maxmemory'."
@@ -454,6 +473,8 @@ class RedisServer(Component):
         out["maxmemory_policy"] = self.policy
         out["appendonly"] = self.get("appendonly")
         out["min_replicas_to_write"] = int(self.get("min-replicas-to-write") or 0)
+        out["connected_replicas"] = self.connected_replicas()
+        out["architecture"] = str(self.values.get(f"{self.values_path}.architecture", "standalone") or "standalone")
         out["acl"] = {u: a.describe() for u, a in sorted(self.acl.items())}
         # The commands RQ's worker and frappe.enqueue need, and the destructive ones, per user.
         for u, a in sorted(self.acl.items()):
@@ -496,7 +517,7 @@ class RedisServer(Component):
             shown = " ".join(f"'{a}'" for a in args[:3])
             raise RedisError(f"ERR unknown command '{argv[0]}', with args beginning with: {shown}".rstrip())
         if cmd in _DENYOOM or cmd in ("flushall", "flushdb", "del"):
-            if int(self.get("min-replicas-to-write") or 0) > 0 and cmd in _DENYOOM:
+            if self.replicas_short() and cmd in _DENYOOM:
                 raise RedisError("NOREPLICAS Not enough good replicas to write.")
             if cmd in _DENYOOM and self.over_cap() and self.policy == "noeviction":
                 self.stats["rejected_oom"] += 1
@@ -824,8 +845,11 @@ def info_text(r: RedisServer, sections: list[str], now: float) -> str:
                   f"total_commands_processed:{int(r.stats.get('total_commands_processed', 0))}",
                   f"evicted_keys:{int(r.stats.get('evicted_keys', 0))}",
                   f"rejected_connections:0", "expired_keys:0"],
-        "replication": ["role:master", "connected_slaves:0"]
-        + ([f"min_slaves_good_slaves:0"] if int(r.get("min-replicas-to-write") or 0) > 0 else [])
+        "replication": ["role:master", f"connected_slaves:{r.connected_replicas()}"]
+        + [f"slave{i}:ip=10.42.0.{40 + i},port=6379,state=online,offset=0,lag=0"
+           for i in range(r.connected_replicas())]
+        + ([f"min_slaves_good_slaves:{r.connected_replicas()}"] if int(r.get("min-replicas-to-write") or 0) > 0
+           else [])
         + ["master_failover_state:no-failover", "master_replid:" + ("0" * 40), "master_repl_offset:0"],
         "errorstats": [f"errorstat_{k}:count={int(v)}" for k, v in
                        (("OOM", r.stats.get("rejected_oom", 0)), ("NOPERM", r.stats.get("rejected_noperm", 0)),

@@ -360,7 +360,7 @@ class FrappeSubstrate(Substrate):
         longest = 0.0
         for r in (self.queue, self.cache):
             conf, flags = r.render()
-            if flags != r.rendered_flags or conf != _rendered_conf(r):
+            if flags != r.rendered_flags or conf != _rendered_conf(r) or r.rendered_replicas() != r.replica_count:
                 self.world.restart(r.name, by="agent")
                 r.say(now, f"Redis is starting (rolled by helm upgrade to revision {self.release.revision})")
                 longest = max(longest, r.ready_at - now)
