@@ -17,10 +17,10 @@ from arena.twin.engine import TwinSpec
 from guardrail.context import IncidentContext
 from guardrail.errors import ScenarioError
 from guardrail.resources import scenario_dir
-from guardrail.yamlio import read_data, validate
+from guardrail.yamlio import line_of, read_data, validate
 
 __all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "MatrixEntry", "GraderSpec",
-           "Step", "SolutionScript", "Scenario", "load_scenario", "list_scenarios", "load_script",
+           "Step", "SolutionScript", "AgentBlocksSpec", "Scenario", "load_scenario", "list_scenarios", "load_script",
            "FAILURE_MODES", "CATEGORIES"]
 
 FAILURE_MODES = ("fix_missing", "premature_declaration", "not_durable", "scope_violation", "budget_exhausted",
@@ -165,6 +165,25 @@ class SolutionScript(_M):
     script: list[Step]
 
 
+class AgentBlocksSpec(_M):
+    """Overrides of the persona agents' building blocks (read by arena.agents only; the guard never sees them).
+
+    By default the blocks are derived from the solution scripts and their matrix tags (arena/agents/blocks.py).
+    A non-empty list here replaces the derived one; `diagnostics` are added to the derived read-only commands.
+    """
+
+    reference: str = "reference"
+    diagnostics: list[str] = Field(default_factory=list)
+    alternatives: list[str] = Field(default_factory=list)
+    ephemeral: list[str] = Field(default_factory=list)
+    overbroad: list[str] = Field(default_factory=list)
+    symptom: list[str] = Field(default_factory=list)
+    partial: list[str] = Field(default_factory=list)
+
+    def script_names(self) -> list[str]:
+        return [self.reference, *self.alternatives, *self.ephemeral, *self.overbroad, *self.symptom, *self.partial]
+
+
 class _ScenarioFile(_M):
     id: str
     title: str
@@ -173,6 +192,7 @@ class _ScenarioFile(_M):
     public: IncidentContext
     twin: TwinSpec
     grader: GraderSpec
+    agent_blocks: AgentBlocksSpec | None = None
 
 
 class Scenario(BaseModel):
@@ -189,6 +209,7 @@ class Scenario(BaseModel):
     grader: GraderSpec
     path: Path
     solutions: dict[str, SolutionScript] = Field(default_factory=dict)
+    agent_blocks: AgentBlocksSpec | None = None  # persona agents only
 
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "substrate": self.substrate, "category": self.category,
@@ -242,8 +263,13 @@ def load_scenario(ref: str | Path) -> Scenario:
     unlisted = sorted(set(sols) - set(f.grader.matrix))
     if unlisted:
         raise ScenarioError(f"solutions without a grader.matrix row: {', '.join(unlisted)}", path=str(p))
+    if f.agent_blocks is not None:
+        unknown = sorted(set(f.agent_blocks.script_names()) - set(sols))
+        if unknown:
+            raise ScenarioError(f"agent_blocks names scripts with no file in solutions/: {', '.join(unknown)}",
+                                path=str(p), line=line_of(node, ("agent_blocks",)))
     return Scenario(id=f.id, title=f.title, substrate=f.substrate, category=f.category, public=f.public,
-                    twin=f.twin, grader=f.grader, path=p, solutions=sols)
+                    twin=f.twin, grader=f.grader, path=p, solutions=sols, agent_blocks=f.agent_blocks)
 
 
 def _ids() -> list[str]:

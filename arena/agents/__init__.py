@@ -1,9 +1,16 @@
 """Agents that operate an episode: `act(observation) -> Command | Declare`.
 
-The episode runner (`arena.episode.run_episode`) calls `act` once per step. For now: `replay:<solution>` (one of
-the scenario's solution scripts) and `script:PATH` (a user's YAML script); personas and LLM agents come later
-and implement the same small interface. Scripts use DESIGN.md's format: steps `run:` (optional `stdin:`),
-`sleep:` and `declare:`; steps after a declaration run only if the guard rejected it.
+The episode runner (`arena.episode.run_episode`) calls `act` once per step. `make_agent(spec, scenario, seed,
+**params)` is the single factory (the CLI, the bench and the calibration script call it):
+
+  replay:<solution>   one of the scenario's solution scripts (deterministic)
+  script:PATH         a user's YAML script (deterministic)
+  persona:<name>      a stochastic persona (arena/agents/persona.py, traits in personas.yaml); params override traits
+  calibrated          the persona mixture fitted to the paper (arena/agents/calibrated.py, calibrated.yaml)
+  llm:<model>         a tool-calling loop over an OpenAI-compatible chat API (arena/agents/llm.py)
+
+Scripts use DESIGN.md's format: steps `run:` (optional `stdin:`), `sleep:` and `declare:`; steps after a
+declaration run only if the guard rejected it.
 """
 
 from __future__ import annotations
@@ -15,7 +22,10 @@ from arena.scenario import Scenario, SolutionScript, Step, load_script
 from guardrail.errors import InputError
 from verifiers.protocols import CommandResult
 
-__all__ = ["Observation", "Command", "Declare", "Wait", "Action", "Agent", "ScriptAgent", "resolve_agent"]
+__all__ = ["Observation", "Command", "Declare", "Wait", "Action", "Agent", "ScriptAgent", "resolve_agent",
+           "make_agent", "AGENT_KINDS"]
+
+AGENT_KINDS = ("replay:<solution>", "script:PATH", "persona:<name>", "calibrated", "llm:<model>")
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,32 @@ class ScriptAgent:
 
 
 def resolve_agent(spec: str, scenario: Scenario) -> Agent:
-    """`replay:<solution>` or `script:PATH`."""
+    """The agent for `spec` at seed 0 (kept for the deterministic callers; see make_agent)."""
+    return make_agent(spec, scenario, 0)
+
+
+def make_agent(spec: str, scenario: Scenario, seed: int = 0, **params: object) -> Agent:
+    """Build the agent an episode runs. `params` tune stochastic agents (e.g. responsiveness=0.5)."""
     kind, _, arg = spec.partition(":")
+    if kind == "persona" and arg:
+        from arena.agents.persona import PersonaAgent, Traits, load_personas, unknown_persona
+
+        cat = load_personas()
+        if arg not in cat:
+            raise unknown_persona(arg, cat)
+        try:
+            traits = Traits.model_validate({**cat[arg].model_dump(), **params})
+        except ValueError as e:
+            raise InputError(f"bad trait for persona {arg!r}: {e}".splitlines()[0]) from e
+        return PersonaAgent(spec, traits, scenario, seed)
+    if kind == "calibrated" and not arg:
+        from arena.agents.calibrated import make_calibrated
+
+        return make_calibrated(scenario, seed, **params)
+    if kind == "llm" and arg:
+        from arena.agents.llm import LLMAgent
+
+        return LLMAgent.from_env(arg, **params)  # type: ignore[arg-type]
     if kind == "replay":
         if arg not in scenario.solutions:
             known = ", ".join(sorted(scenario.solutions)) or "none"
@@ -98,4 +132,4 @@ def resolve_agent(spec: str, scenario: Scenario) -> Agent:
         return ScriptAgent(spec, scenario.solutions[arg])
     if kind == "script" and arg:
         return ScriptAgent(spec, load_script(arg))
-    raise InputError(f"unknown agent {spec!r}: use replay:<solution> or script:PATH")
+    raise InputError(f"unknown agent {spec!r}: use one of {', '.join(AGENT_KINDS)}")

@@ -1,0 +1,182 @@
+"""The persona agents' building blocks: what a stochastic agent can assemble one episode from, per scenario.
+
+Sits under arena.agents; called by the persona agents (arena/agents/persona.py) when an episode starts, by the
+calibration script and by the bench (`ran_reference_fix`, the paper's "ran every action of the reference fix").
+The blocks are derived from the scenario's solution scripts, each tagged by its qualification-matrix row:
+
+  reference                      the durable fix: its steps up to its last change, then its tail (waits, checks)
+  other passing scripts          alternatives: valid fixes in another form
+  not_durable                    ephemeral forms of the fix
+  scope_violation                overbroad forms: the fix plus (or instead of) out-of-scope changes
+  residual_cause, restart*       symptom fixes (restarts that mask the cause)
+  fix_missing                    partial fixes
+  read-only commands of all      diagnostics (and the loops of a stuck agent)
+
+A scenario's `agent_blocks` section overrides any of these lists. Whether a command changes anything is decided
+by the guard's own normaliser (an operator-visible fact), never by an expected-command list. The matrix tags only
+sort scripts into kinds; an agent never learns from them whether an episode will pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence, Union
+
+from arena.scenario import AgentBlocksSpec, Scenario, SolutionScript
+
+__all__ = ["Run", "Pause", "Move", "FixForm", "AgentBlocks", "derive_blocks", "ran_reference_fix", "same_command",
+           "changes_anything"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One shell command of a plan."""
+
+    text: str
+    stdin: str | None = None
+
+    @property
+    def key(self) -> str:
+        return same_command(self.text) + ("\n" + self.stdin.strip() if self.stdin else "")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Let virtual time pass (a script's `sleep:`)."""
+
+    seconds: float
+
+
+Move = Union[Run, Pause]
+
+
+@dataclass(frozen=True)
+class FixForm:
+    """One way to carry out a repair: a script's steps up to and including its last change."""
+
+    name: str
+    steps: tuple[Move, ...]
+
+    @property
+    def changes(self) -> tuple[Run, ...]:
+        return tuple(m for m in self.steps if isinstance(m, Run) and changes_anything(m.text))
+
+
+@dataclass(frozen=True)
+class AgentBlocks:
+    """Everything a persona can assemble an episode from."""
+
+    diagnostics: tuple[Run, ...]
+    reference: FixForm
+    tail: tuple[Move, ...]  # the reference after its last change: the settle waits and checks before declaring
+    alternatives: tuple[FixForm, ...] = ()
+    ephemeral: tuple[FixForm, ...] = ()
+    overbroad: tuple[FixForm, ...] = ()
+    symptom: tuple[FixForm, ...] = ()
+    partial: tuple[FixForm, ...] = ()
+
+    @property
+    def settle_s(self) -> float:
+        """How long the reference waits after its last change (what a patient agent waits)."""
+        return sum(m.seconds for m in self.tail if isinstance(m, Pause))
+
+
+def same_command(text: str) -> str:
+    """Whitespace-insensitive form of a command, for telling whether two runs are the same action."""
+    return " ".join(text.split())
+
+
+@lru_cache(maxsize=4096)
+def changes_anything(text: str) -> bool:
+    """True when the guard's normaliser says the command mutates something (unknown counts as mutating)."""
+    from guardrail.actions import normalise
+
+    if text.strip() == "declare_repair_complete":
+        return False
+    return any(a.is_mutating for a in normalise(text))
+
+
+def _moves(script: SolutionScript) -> list[Move]:
+    out: list[Move] = []
+    for st in script.script:
+        if st.declare or (st.run is not None and st.run.strip() == "declare_repair_complete"):
+            break  # what follows a declaration is a reaction to a verdict, not part of the form
+        if st.sleep is not None:
+            out.append(Pause(float(st.sleep)))
+        elif st.run is not None:
+            out.append(Run(st.run, st.stdin))
+    return out
+
+
+def _split(name: str, script: SolutionScript) -> tuple[FixForm, tuple[Move, ...]]:
+    moves = _moves(script)
+    last = max((i for i, m in enumerate(moves) if isinstance(m, Run) and changes_anything(m.text)), default=-1)
+    return FixForm(name, tuple(moves[: last + 1])), tuple(moves[last + 1:])
+
+
+def _kind(name: str, scenario: Scenario) -> str | None:
+    row = scenario.grader.matrix.get(name)
+    if row is None:
+        return None
+    if row.failure_mode is None:
+        return "alternatives"
+    mode = row.failure_mode
+    if mode == "residual_cause" or (mode == "fix_missing" and name.startswith("restart")):
+        return "symptom"
+    return {"not_durable": "ephemeral", "scope_violation": "overbroad", "fix_missing": "partial"}.get(mode)
+
+
+def derive_blocks(scenario: Scenario) -> AgentBlocks:
+    """The scenario's blocks: derived from its tagged solution scripts, then its `agent_blocks` overrides."""
+    spec = scenario.agent_blocks or AgentBlocksSpec()
+    if spec.reference not in scenario.solutions:
+        raise ValueError(f"{scenario.id}: no reference solution {spec.reference!r} to build agents from")
+    reference, tail = _split(spec.reference, scenario.solutions[spec.reference])
+    kinds: dict[str, list[str]] = {k: [] for k in ("alternatives", "ephemeral", "overbroad", "symptom", "partial")}
+    for name in sorted(scenario.solutions):
+        if name == spec.reference:
+            continue
+        k = _kind(name, scenario)
+        if k is not None:
+            kinds[k].append(name)
+    for k in kinds:
+        if getattr(spec, k):
+            kinds[k] = list(getattr(spec, k))
+    forms: dict[str, tuple[FixForm, ...]] = {}
+    for k, names in kinds.items():
+        fs = [_split(n, scenario.solutions[n])[0] for n in names]
+        # A form with no change at all (a no-op) is not a repair of any kind.
+        forms[k] = tuple(f for f in fs if f.changes)
+    diag: dict[str, Run] = {}
+    order = [spec.reference] + sorted(n for n in scenario.solutions if n != spec.reference)
+    for n in order:
+        for m in _moves(scenario.solutions[n]):
+            if isinstance(m, Run) and not m.stdin and not changes_anything(m.text):
+                diag.setdefault(m.key, m)
+    for text in spec.diagnostics:
+        diag.setdefault(same_command(text), Run(text))
+    return AgentBlocks(diagnostics=tuple(diag.values()), reference=reference, tail=tail, **forms)
+
+
+def ran_reference_fix(blocks_or_scenario: AgentBlocks | Scenario, commands: Iterable[str | dict]) -> bool:
+    """Did an episode run every change of the reference fix? `commands` are texts or transcript entries.
+
+    Transcript entries count only when they ran (`exit_code` other than the guard's 126 denial).
+    """
+    blocks = blocks_or_scenario if isinstance(blocks_or_scenario, AgentBlocks) else derive_blocks(blocks_or_scenario)
+    ran: set[str] = set()
+    for c in commands:
+        if isinstance(c, dict):
+            if "run" not in c or c.get("exit_code") == 126:
+                continue
+            ran.add(same_command(c["run"]))
+        else:
+            ran.add(same_command(c))
+    return all(same_command(r.text) in ran for r in blocks.reference.changes)
+
+
+def missing_changes(blocks: AgentBlocks, done: Sequence[str]) -> list[Run]:
+    """The reference's changes not yet run (by command key), in the reference's order."""
+    have = set(done)
+    return [r for r in blocks.reference.changes if r.key not in have]
