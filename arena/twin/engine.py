@@ -36,6 +36,10 @@ class TwinSpec(BaseModel):
     shell_env: dict[str, str] = Field(default_factory=dict)
     # Substrate-specific wiring and fault injection, validated by the substrate's own model.
     spec: dict[str, Any] = Field(default_factory=dict)
+    # Whether the telemetry before episode start is healthy. False where the fault ships in the release (the
+    # history already has it, SREGym's HEALTHY_BASELINE = False): then no incident start is advertised, and a
+    # guard has no pre-incident baseline to lean on, as an operator would not.
+    healthy_history: bool = True
 
 
 class TwinEnvironment:
@@ -84,7 +88,15 @@ class TwinEnvironment:
         namespaces = tuple(sorted({c.namespace for c in self.world.components.values()}))
         return EnvironmentDescription(name=f"twin:{self.spec.substrate}", components=comps, namespaces=namespaces,
                                       cycle_s=self.world.profile.cycle_s,
-                                      extra={"agent_window_s": self.world.profile.agent_window_s})
+                                      extra=self._extra())
+
+    def _extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"agent_window_s": self.world.profile.agent_window_s}
+        if self.spec.healthy_history and self.world.profile.prehistory_cycles > 0:
+            # Episode start is when the incident began, as the page tells an operator; telemetry before it is
+            # the pre-incident baseline Prometheus would keep.
+            extra["incident_start_s"] = 0.0
+        return extra
 
     # --- helpers ------------------------------------------------------------------------------------------
     def rbac_allows(self, verb: str) -> bool:
