@@ -8,4 +8,25 @@ the episode runner (arena/episode.py), the gates (arena/gates.py, through `.worl
 from arena.twin.engine import TwinEnvironment, TwinSpec, build_twin
 from arena.twin.world import Component, Substrate, World, register_substrate
 
-__all__ = ["build_twin", "TwinEnvironment", "TwinSpec", "World", "Component", "Substrate", "register_substrate"]
+__all__ = ["build_twin", "make_environment", "TwinEnvironment", "TwinSpec", "World", "Component", "Substrate",
+           "register_substrate"]
+
+
+def make_environment(spec: str, context=None, *, seed: int | None = None) -> TwinEnvironment:
+    """The `guardrail.environments` entry point `twin`: `--env twin:<scenario>[@seed]` builds that scenario's twin.
+
+    Used by `guardrail mcp --env twin:ia-011` so an external agent can be tried against an incident. The context
+    argument is accepted for the entry-point protocol; the twin takes its wiring from the scenario itself.
+    """
+    from arena.scenario import load_scenario
+    from guardrail.errors import InputError
+
+    name, _, seed_s = (spec or "").partition("@")
+    if not name:
+        raise InputError("twin needs a scenario: --env twin:<scenario id>[@seed]", path="--env")
+    if seed is None:
+        try:
+            seed = int(seed_s) if seed_s else 0
+        except ValueError:
+            raise InputError(f"bad seed {seed_s!r} in --env twin:{spec}", path="--env") from None
+    return build_twin(load_scenario(name).twin, seed)
