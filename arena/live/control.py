@@ -58,7 +58,7 @@ class ControlPlane:
                         "restarts": sup.restarts.get(name, 0), "age_s": now - run.started_at if run else 0.0})
         for name, server in self.stack.servers.items():
             alive = server.alive()
-            out.append({"name": server.instance_id() or f"{name}-0", "component": name, "kind": "StatefulSet",
+            out.append({"name": f"{name}-0", "component": name, "kind": "StatefulSet",
                         "ready": alive, "status": "Running" if alive else "Error",
                         "restarts": self.stack.server_restarts.get(name, 0), "age_s": None})
         return out

@@ -68,6 +68,10 @@ def _target(ref: str) -> str:
     for p in pods or []:
         if p["name"] == ref:
             return p["component"]
+    # A StatefulSet's pod keeps its ordinal name (postgres-0) across restarts.
+    stem, _, ordinal = ref.rpartition("-")
+    if ordinal.isdigit() and any(p["component"] == stem and p["kind"] == "StatefulSet" for p in pods or []):
+        return stem
     return ref
 
 
