@@ -242,3 +242,10 @@ def test_helm_set_syntax():
     assert parse_set("a.b=1,c=true,d=x") == [(["a", "b"], 1), (["c"], True), (["d"], "x")]
     with pytest.raises(ValueError):
         parse_set("novalue")
+
+
+@pytest.mark.parametrize("shown,ms", [("150ms", 150), ("30s", 30000), ("0", 0), ("2min", 120000), ("1h", 3600000)])
+def test_postgres_durations_as_shown_by_show(shown, ms):
+    from arena.live.truth import _ms
+
+    assert _ms(shown) == ms
