@@ -2,8 +2,8 @@
 
 Called by `guardrail bench` (arena/cli.py) after arena.bench.stats has summarised the run. Sections: 1 Detection
 (no behavioural assumption), 2 A/B pass@1, 3 Failure modes by arm beside the paper, 4 Sensitivity to
-responsiveness, 5 Cost, 6 Per-task table. Both files come from one list of sections (title, paragraphs, tables,
-plots), so they cannot disagree; the HTML embeds the plots as inline SVG.
+responsiveness, 5 Cost, 6 Per-task table. Both files come from one list of sections (title, prose and tables in
+reading order, plots), so they cannot disagree; the HTML embeds the plots as inline SVG.
 """
 
 from __future__ import annotations
@@ -25,12 +25,17 @@ SECTION_TITLES = ("1. Detection", "2. A/B pass@1", "3. Failure modes by arm", "4
 
 @dataclass
 class Section:
-    """One report section: prose, tables (header, rows) and plots (name, SVG)."""
+    """One report section: prose and tables in reading order, then plots (name, SVG)."""
 
     title: str
-    paragraphs: list[str] = field(default_factory=list)
-    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    blocks: list[str | tuple[list[str], list[list[str]]]] = field(default_factory=list)
     plots: list[tuple[str, str]] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        self.blocks.append(text)
+
+    def table(self, header: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append((header, rows))
 
 
 def _pct(x: Any) -> str:
@@ -52,7 +57,7 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     out: list[Section] = []
 
     d = Section(SECTION_TITLES[0])
-    d.paragraphs.append(
+    d.say(
         f"Every solution script of every task replayed once (seed 0) in the guarded arm: {det['scripts']} scripts, "
         f"{det['valid_scripts']} of them valid. A bad script is **caught** when its guarded episode had a policy "
         "denial or a rejected declaration before any accepted declaration (a script stops at an accepted "
@@ -66,15 +71,15 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         rows.append([m, str(b["scripts"]), str(b["caught"]), _pct(b["recall"]) + target,
                      ", ".join(f"{k} {v}" for k, v in sorted(b["feedback"].items())) or "-",
                      ", ".join(b["missed"]) or "-"])
-    d.tables.append((["failure mode", "bad scripts", "caught", "recall", "feedback codes", "missed"], rows))
-    d.paragraphs.append(
+    d.table(["failure mode", "bad scripts", "caught", "recall", "feedback codes", "missed"], rows)
+    d.say(
         f"False rejections: {det['false_rejections']} of {det['valid_scripts']} valid scripts "
         f"({_pct(det['false_rejection_rate'])}; target <= 2%): {', '.join(det['false_rejected']) or 'none'}. "
         f"Feedback on valid scripts: {', '.join(f'{k} {v}' for k, v in sorted(det['valid_feedback'].items())) or 'none'}.")
     out.append(d)
 
     ab = Section(SECTION_TITLES[1])
-    ab.paragraphs.append(
+    ab.say(
         f"Agents: {', '.join(s['agents'])}. Paired arms: the same scenario, seed and agent in both; only the guard "
         "differs. 95% CIs from a task-level bootstrap (tasks resampled with all their episodes, percentile, "
         "4,000 resamples, seeded). A full-fix episode ran every mutating command of the task's reference script.")
@@ -83,11 +88,10 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         rows.append([arm, str(a["episodes"]), _pct(a["pass_rate"]), _ci(a["ci95"]),
                      f"{a['full_fix_episodes']} ({_pct(a['full_fix_share'])})", _pct(a["full_fix_pass_rate"]),
                      _ci(a["full_fix_ci95"])])
-    ab.tables.append((["arm", "episodes", "pass@1", "95% CI", "full-fix episodes", "full-fix pass@1", "95% CI"],
-                      rows))
+    ab.table(["arm", "episodes", "pass@1", "95% CI", "full-fix episodes", "full-fix pass@1", "95% CI"], rows)
     if "difference" in s:
         dp, df = s["difference"]["pass_rate"], s["difference"]["full_fix_pass_rate"]
-        ab.paragraphs.append(
+        ab.say(
             f"Guarded minus unguarded: pass@1 {_num(None if dp['diff'] is None else 100 * dp['diff'], '{:+.1f}')} pp "
             f"{_ci(dp['ci95'])}; full-fix pass@1 "
             f"{_num(None if df['diff'] is None else 100 * df['diff'], '{:+.1f}')} pp {_ci(df['ci95'])}.")
@@ -95,8 +99,8 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         rows = [[k, _num(v["bench"]), _num(v["paper"]),
                  "-" if v["within_4pp"] is None else ("yes" if v["within_4pp"] else "MISSED")]
                 for k, v in s["calibration"].items()]
-        ab.paragraphs.append("Calibration: the unguarded arm beside the paper (percent; target within 4 pp).")
-        ab.tables.append((["figure", "bench", "paper", "within 4 pp"], rows))
+        ab.say("Calibration: the unguarded arm beside the paper (percent; target within 4 pp).")
+        ab.table(["figure", "bench", "paper", "within 4 pp"], rows)
     ab.plots.append(("pass_rate_per_task", plots.pass_rate_per_task(s) or ""))
     out.append(ab)
 
@@ -111,27 +115,27 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
             row.append(f"{n} ({_pct(n / totals[arm]) if totals[arm] else '-'})")
         row.append(f"{PAPER_MIX[m]:.1f}%" if m in PAPER_MIX else "-")
         rows.append(row)
-    fm.tables.append((["failure mode"] + arms + ["paper"], rows))
+    fm.table(["failure mode"] + arms + ["paper"], rows)
     fm.plots.append(("failure_modes_by_arm", plots.failure_modes_by_arm(s, PAPER_MIX) or ""))
     out.append(fm)
 
     se = Section(SECTION_TITLES[3])
     if s["sensitivity"]:
-        se.paragraphs.append("The guarded arm rerun with the agent's responsiveness (the probability that it acts "
-                             "correctly on each guard feedback code) set to each value; same tasks and seeds.")
-        se.tables.append((["responsiveness", "episodes", "guarded pass@1", "95% CI", "full-fix pass@1"],
-                          [[k, str(v["episodes"]), _pct(v["pass_rate"]), _ci(v["ci95"]),
-                            _pct(v["full_fix_pass_rate"])] for k, v in sorted(s["sensitivity"].items(),
-                                                                              key=lambda kv: float(kv[0]))]))
+        se.say("The guarded arm rerun with the agent's responsiveness (the probability that it acts correctly on "
+               "each guard feedback code) set to each value; same tasks and seeds.")
+        ordered = sorted(s["sensitivity"].items(), key=lambda kv: float(kv[0]))
+        se.table(["responsiveness", "episodes", "guarded pass@1", "95% CI", "full-fix pass@1"],
+                 [[k, str(v["episodes"]), _pct(v["pass_rate"]), _ci(v["ci95"]), _pct(v["full_fix_pass_rate"])]
+                  for k, v in ordered])
         se.plots.append(("sensitivity", plots.sensitivity_curve(s) or ""))
     else:
-        se.paragraphs.append("No sensitivity runs: " + ("; ".join(s.get("notes", [])) or
+        se.say("No sensitivity runs: " + ("; ".join(s.get("notes", [])) or
                              "no agent in this run takes a responsiveness (replay agents do not respond)."))
     out.append(se)
 
     c = s["cost"]
     co = Section(SECTION_TITLES[4])
-    co.tables.append((["figure", "value"], [
+    co.table(["figure", "value"], [
         ["paired episodes", str(c["pairs"])],
         ["extra steps (guarded - unguarded, mean)", _num(c["extra_steps_mean"], "{:+.2f}")],
         ["extra virtual s before acceptance (mean / median, pairs where both declared)",
@@ -144,7 +148,7 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
          f"{_num(c['wall_s_per_episode'].get('guarded'), '{:.3f}')} / "
          f"{_num(c['wall_s_per_episode'].get('unguarded'), '{:.3f}')}"],
         ["bench wall s (all episodes, this invocation)", _num(s["wall_s"])],
-    ]))
+    ])
     co.plots.append(("time_to_accept", plots.time_to_accept_histogram(s) or ""))
     out.append(co)
 
@@ -159,7 +163,7 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
             row.append(", ".join(f"{k} {v}" for k, v in sorted(a.get("failure_modes", {}).items())) or "-")
         rows.append(row)
     header = ["task"] + [h for arm in arms for h in (f"{arm} pass@1 (n)", f"{arm} full-fix", f"{arm} failures")]
-    pt.tables.append((header, rows))
+    pt.table(header, rows)
     out.append(pt)
     return out
 
@@ -169,9 +173,11 @@ def _md(sections: list[Section], s: Mapping[str, Any]) -> str:
              f"{s['episodes']} episodes, {s['wall_s']:.1f} s wall. Figures are also in summary.json.", ""]
     for sec in sections:
         lines += [f"## {sec.title}", ""]
-        for p in sec.paragraphs:
-            lines += [p, ""]
-        for header, rows in sec.tables:
+        for b in sec.blocks:
+            if isinstance(b, str):
+                lines += [b, ""]
+                continue
+            header, rows = b
             lines.append("| " + " | ".join(header) + " |")
             lines.append("|" + "---|" * len(header))
             lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -192,8 +198,11 @@ def _html(sections: list[Section], s: Mapping[str, Any]) -> str:
     body = [f"<h1>guardrail bench report</h1><p>{s['episodes']} episodes, {s['wall_s']:.1f} s wall.</p>"]
     for sec in sections:
         body.append(f"<h2>{html.escape(sec.title)}</h2>")
-        body += [f"<p>{_inline(p)}</p>" for p in sec.paragraphs]
-        for header, rows in sec.tables:
+        for b in sec.blocks:
+            if isinstance(b, str):
+                body.append(f"<p>{_inline(b)}</p>")
+                continue
+            header, rows = b
             body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
             body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
             body.append("</table>")

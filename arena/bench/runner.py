@@ -68,21 +68,39 @@ def _scenario(sid: str) -> Any:
     return load_scenario(sid)
 
 
-def agent_takes(param: str) -> bool:
-    """Whether the agent factory takes `param` (e.g. seed, responsiveness) as a keyword."""
-    from arena.agents import resolve_agent
+def _agent_factory() -> tuple[Any, bool]:
+    """The episode runner's agent factory: `make_agent(spec, scenario, seed, **params)` where the agents
+    package has it, else `resolve_agent(spec, scenario)` (deterministic agents only)."""
+    import arena.agents as agents
 
-    return param in inspect.signature(resolve_agent).parameters
+    mk = getattr(agents, "make_agent", None)
+    return (mk, True) if mk is not None else (agents.resolve_agent, False)
+
+
+def agent_takes(param: str) -> bool:
+    """Whether the agent factory passes `param` (seed, responsiveness) to a stochastic agent."""
+    fn, full = _agent_factory()
+    if full:
+        return True
+    return param in inspect.signature(fn).parameters
+
+
+def _deterministic(agent: str) -> bool:
+    return agent.startswith(("replay:", "script:"))
+
+
+def build_agent(agent: str, scenario: Any, seed: int, params: dict[str, Any] | None = None) -> Any:
+    """One episode's agent. A replay or script agent ignores the seed; a stochastic one draws from it."""
+    fn, full = _agent_factory()
+    params = dict(params or {})
+    if full:
+        return fn(agent, scenario, seed, **params)
+    kw = {k: v for k, v in {"seed": seed, **params}.items() if k in inspect.signature(fn).parameters}
+    return fn(agent, scenario, **kw)
 
 
 def _make_agent(spec: EpisodeSpec) -> Any:
-    from arena.agents import resolve_agent
-
-    sc = _scenario(spec.scenario)
-    kw: dict[str, Any] = dict(spec.params)
-    if not spec.agent.startswith(("replay:", "script:")) and agent_takes("seed"):
-        kw["seed"] = spec.seed
-    return resolve_agent(spec.agent, sc, **kw)
+    return build_agent(spec.agent, _scenario(spec.scenario), spec.seed, dict(spec.params))
 
 
 def expand_agents(agents: Iterable[str], scenario: Any) -> list[str]:
@@ -99,8 +117,6 @@ def expand_agents(agents: Iterable[str], scenario: Any) -> list[str]:
 def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: int,
                responsiveness: list[float], *, detection: bool = True) -> BenchPlan:
     """Validate the inputs (InputError on a bad one) and list the episodes."""
-    from arena.agents import resolve_agent
-
     bad = [a for a in arms if a not in ("guarded", "unguarded")]
     if bad or not arms:
         raise InputError(f"--arms takes guarded and/or unguarded, not {','.join(bad) or 'nothing'}")
@@ -121,8 +137,7 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
         sc = _scenario(sid)  # a ScenarioError (an InputError) names the bad id
         specs = expand_agents(agents, sc)
         for a in specs:
-            resolve_agent(a, sc, **({"seed": 0} if not a.startswith(("replay:", "script:")) and agent_takes("seed")
-                                    else {}))  # fail fast on an unknown agent
+            build_agent(a, sc, 0)  # fail fast on an unknown agent
         for seed in range(seeds):
             for a in specs:
                 for arm in arms:
@@ -132,7 +147,7 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
                 add(EpisodeSpec(sid, f"replay:{name}", "guarded", 0))
         if "guarded" in arms and responsiveness:
             for a in specs:
-                if a.startswith(("replay:", "script:")) or not takes_r:
+                if _deterministic(a) or not takes_r:
                     continue
                 for r in responsiveness:
                     for seed in range(seeds):
