@@ -159,6 +159,8 @@ class MariaDB(Component):
         self.threads_by_user: dict[str, float] = {}
         self._cat_version = -1
         self._cat_cache: dict[str, Any] = {}
+        # Document tables whose rows another model owns (arena.twin.frappe.backlog): name -> (columns, rows).
+        self.doc_tables: Any = None
         self._expand_all()
 
     def _expand_all(self) -> None:
@@ -332,13 +334,16 @@ class MariaDB(Component):
         return key is not None and "SUPER" in (self._catalog()[key].get("grants") or {}).get("*.*", [])
 
     def privilege_error(self, user: str, priv: str, table: str) -> SqlError | None:
-        """Why a statement of class `priv` on the site schema fails for `user`, or None."""
-        if not self.has_privilege(user, priv, self.site_db):
-            return SqlError(1142, "42000", f"{priv} command denied to user '{user}'@'%' for table "
-                                           f"`{self.site_db}`.`{table}`")
+        """Why a statement of class `priv` on the site schema fails for `user`, or None.
+
+        The server refuses a write under read_only before it checks privileges (sql_parse.cc's
+        deny_updates_if_read_only_option runs first), so read_only=ON hides a revoked write privilege."""
         if priv in ("INSERT", "UPDATE", "DELETE") and self.var("read_only") and not self.is_super(user):
             return SqlError(1290, "HY000", "The MariaDB server is running with the --read-only option so it "
                                            "cannot execute this statement")
+        if not self.has_privilege(user, priv, self.site_db):
+            return SqlError(1142, "42000", f"{priv} command denied to user '{user}'@'%' for table "
+                                           f"`{self.site_db}`.`{table}`")
         return None
 
     # --- connection admission -------------------------------------------------------------------------------
@@ -400,6 +405,7 @@ class MariaDB(Component):
         # What the site account may do on its schema right now (grants, then read_only): the Desk's view.
         for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             out[f"site_can.{priv}"] = self.privilege_error(self.site_user, priv, "tabDocType") is None
+            out[f"site_grant.{priv}"] = self.has_privilege(self.site_user, priv, self.site_db)
         out["read_only"] = bool(self.var("read_only"))
         for a in self.accounts():
             out[f"account.{a.key}.max_user_connections"] = a.max_user_connections

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from arena.twin.state import UNSET
 from arena.twin.world import Component
 from guardrail.errors import ScenarioError
 from guardrail.yamlio import load_model
@@ -169,6 +170,12 @@ class JobStore:
         # before its status write): by sequence number, so an operator can find and re-deliver them.
         self.stranded_ids: list[int] = []
         self.orphan_ids = 0.0  # ids in the list whose hash was evicted (the job is lost)
+        # Jobs with an identity of their own (a seeded backlog: arena.twin.frappe.backlog): position -> id while
+        # the id sits in the list (or is stranded there), their hash status, and the ids the worker popped that
+        # the owner has not run yet.
+        self.placed: dict[int, str] = {}
+        self.status: dict[str, str] = {}
+        self.popped: list[str] = []
         self.lost = 0.0
         self.completed_total = 0.0
         self.enqueued_total = 0.0
@@ -177,6 +184,22 @@ class JobStore:
     @property
     def stranded(self) -> float:
         return float(len(self.stranded_ids))
+
+    def id_at(self, pos: int) -> str:
+        return self.placed.get(pos, job_id(pos))
+
+    def place(self, job: str) -> None:
+        """Append `job`'s id at the tail (RPUSH of a known id): the worker will run it when it gets there."""
+        pos = math.ceil(self.tail_seq - 1e-9)
+        self.placed[pos] = job
+        self.status[job] = "queued"
+        self.queued += 1.0
+        self.tail_seq = pos + 1.0
+
+    def track(self, job: str) -> None:
+        """Give the job at the tail an identity of its own (a seeded job) and enqueue it."""
+        self.place(job)
+        self.enqueued_total += 1.0
 
     def strand_head(self) -> None:
         """A worker popped the head id, then its status write failed: the job is stranded."""
@@ -194,18 +217,28 @@ class JobStore:
     def redeliver(self, job: str) -> bool:
         """RPUSH of a stranded job's id back onto the queue. False when the id is not a stranded job."""
         for i, seq in enumerate(self.stranded_ids):
-            if job_id(seq) == job:
+            if self.id_at(seq) == job:
                 del self.stranded_ids[i]
-                self.queued += 1.0
-                self.tail_seq += 1.0
+                self.placed.pop(seq, None)
+                self.place(job)
                 return True
         return False
 
+    def push_known(self, job: str) -> bool:
+        """RPUSH of the id of a job whose hash exists (finished, failed or already queued): RQ does not
+        de-duplicate, so the worker runs it again. False for an id with no hash behind it."""
+        if job not in self.status:
+            return False
+        self.place(job)
+        return True
+
     def status_of(self, job: str) -> str | None:
-        if any(job_id(s) == job for s in self.stranded_ids):
+        if any(self.id_at(s) == job for s in self.stranded_ids):
             return "queued"
+        if job in self.status:
+            return self.status[job]
         head = int(self.head_seq)
-        if any(job_id(head + i) == job for i in range(int(round(self.queued)))):
+        if any(job_id(head + i) == job for i in range(min(int(round(self.queued)), 100_000))):
             return "queued"
         return None
 
@@ -239,7 +272,14 @@ class JobStore:
         self.orphan_ids -= lost
         got = n - lost
         self.queued -= got
+        old = self.head_seq
         self.head_seq += n
+        if self.placed:
+            for pos in sorted(p for p in self.placed if old - 1e-9 <= p < self.head_seq - 1e-9
+                              and p not in self.stranded_ids):
+                job = self.placed.pop(pos)
+                self.status[job] = "started"
+                self.popped.append(job)
         return got
 
     def finish(self, n: float, now: float) -> None:
@@ -283,17 +323,20 @@ class JobStore:
         self.stranded_ids = []
         self.finished.clear()
         self.head_seq = self.tail_seq
+        self.placed = {}
+        self.status = {}
 
     def snapshot(self) -> dict[str, Any]:
         return {"queued": self.queued, "head_seq": self.head_seq, "tail_seq": self.tail_seq,
                 "finished": [list(x) for x in self.finished], "failed": self.failed, "stranded": list(self.stranded_ids),
-                "orphan_ids": self.orphan_ids}
+                "orphan_ids": self.orphan_ids, "placed": dict(self.placed), "status": dict(self.status)}
 
     def restore(self, snap: dict[str, Any], now: float) -> None:
         self.queued, self.head_seq, self.tail_seq = snap["queued"], snap["head_seq"], snap["tail_seq"]
         self.finished = deque([list(x) for x in snap["finished"]])
         self.failed, self.orphan_ids = snap["failed"], snap["orphan_ids"]
         self.stranded_ids = list(snap["stranded"])
+        self.placed, self.status = dict(snap.get("placed", {})), dict(snap.get("status", {}))
         self.expire(now)
 
 
@@ -363,6 +406,37 @@ class RedisServer(Component):
         self.acl = {"default": Acl("default", ["on", "nopass", "~*", "&*", "+@all"])}
         for u, rules in users.items():
             self.acl[u] = Acl(u, rules)
+
+    def check_flags(self, flags: list[str]) -> None:
+        """Refuse flags redis-server would refuse at start (unknown option, bad value); raises RedisError."""
+        for k, v in parse_flags(flags).items():
+            if k == "user":
+                words = v.split()
+                if not words:
+                    raise RedisError("ERR Error in user declaration: no user name")
+                Acl(words[0], words[1:])
+                continue
+            if k not in defaults().defaults:
+                raise RedisError(f"ERR Bad directive or wrong number of arguments: '{k}'")
+            if k in ("maxmemory", "maxmemory-clients") and parse_memory(v) is None:
+                raise RedisError(f"ERR argument couldn't be parsed into an integer: '{k} {v}'")
+            if k == "maxmemory-policy" and v.lower() not in defaults().policies:
+                raise RedisError(f"ERR argument(s) must be one of the following: {', '.join(defaults().policies)}")
+
+    def apply_rendered(self, now: float) -> None:
+        """Apply what the current values render to the running process, in place (a helper's CONFIG SET and
+        ACL SETUSER for every key): the declared layer and the users become the rendered ones, and the runtime
+        layer keeps only what differs from them. No restart: the data, the pod and its generation stay."""
+        before = self.settings.declared()
+        self.load_declared()
+        after = self.settings.declared()
+        explicit = set(parse_flags(self.rendered_flags)) | set(self.container_conf)
+        for k in self.settings:
+            # The helper CONFIG SETs every rendered key, so an earlier runtime override of it is replaced.
+            if k in explicit or before.get(k) != after.get(k):
+                self.settings.layered(k).runtime = UNSET
+        self.admit_bytes(0)
+        self.say(now, "Configuration applied in place (CONFIG SET, ACL SETUSER)")
 
     def reset_runtime(self) -> None:
         self.stats = {"total_commands_processed": 0, "evicted_keys": 0, "rejected_oom": 0,
@@ -658,7 +732,28 @@ class RedisServer(Component):
         a = a + n if a < 0 else a
         b = b + n if b < 0 else b
         head = int(self.jobs.head_seq)
-        return [job_id(head + i) for i in range(max(a, 0), min(b, n - 1) + 1)]
+        return [self.jobs.id_at(head + i) for i in range(max(a, 0), min(b, n - 1) + 1)]
+
+    def _cmd_lpos(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 2, "lpos", exact=False)
+        if args[0] != "rq:queue:long" or self.jobs is None:
+            lst = self.misc.get(args[0], [])
+            return lst.index(args[1]) if isinstance(lst, list) and args[1] in lst else None
+        head = int(self.jobs.head_seq)
+        for pos, job in sorted(self.jobs.placed.items()):
+            if job == args[1] and pos >= head and pos not in self.jobs.stranded_ids:
+                return pos - head
+        n = self._queue_len()
+        if n and any(job_id(head + i) == args[1] for i in range(min(n, 100_000))):
+            return next(i for i in range(n) if job_id(head + i) == args[1])
+        return None
+
+    def _cmd_zrange(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 3, "zrange", exact=False)
+        if self.jobs is None:
+            return []
+        want = {"rq:failed:long": "failed", "rq:finished:long": "finished"}.get(args[0])
+        return sorted(j for j, st in self.jobs.status.items() if st == want) if want else []
 
     def _cmd_zcard(self, args: list[str], now: float, user: str) -> Any:
         self._arity(args, 1, "zcard")
@@ -702,7 +797,7 @@ class RedisServer(Component):
         self._arity(args, 2, "rpush", exact=False)
         if args[0] == "rq:queue:long" and self.jobs is not None:
             for j in args[1:]:
-                if not self.jobs.redeliver(j):
+                if not self.jobs.redeliver(j) and not self.jobs.push_known(j):
                     # An id with no job hash behind it: the worker will pop it and find nothing.
                     self.jobs.orphan_ids += 1.0
                     self.jobs.tail_seq += 1.0

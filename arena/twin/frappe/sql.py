@@ -197,6 +197,13 @@ class SqlSession:
                 cols.append(alias or expr)
                 row.append(self._scalar(expr))
             return cols, [row]
+        dm = re.fullmatch(r"(?:`?(\w+)`?\.)?`(tab[^`]+)`", frm.strip())
+        if dm and self.db.doc_tables is not None and self.db.doc_tables(dm.group(2)) is not None:
+            err = self.db.privilege_error(self.user, "SELECT", dm.group(2))
+            if err:
+                raise err
+            cols, rows = self.db.doc_tables(dm.group(2))
+            return self._project(cols_txt, cols, rows, where)
         table = _unq(frm.strip().split()[0]).lower().replace("`", "")
         if table in ("mysql.user", "mysql.global_priv"):
             return self._select_users(cols_txt, where)

@@ -16,13 +16,15 @@ and a REVOKE in the catalog), and a queue leg shipped in the Helm values (extraF
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arena.twin.frappe.backlog import BacklogSpec, MailSink, SeededBacklog
 from arena.twin.frappe.helm import HelmRelease, helm_program
 from arena.twin.frappe.mariadb import MariaDB, SqlError
-from arena.twin.frappe.redis import JobStore, RedisServer, conf_text, start_script
+from arena.twin.frappe.redis import JobStore, RedisError, RedisServer, conf_text, start_script
 from arena.twin.frappe.rediscli import redis_cli
 from arena.twin.frappe.rq import Worker, step_queue
 from arena.twin.frappe.sql import SqlSession, mysql_client, split_statements
@@ -40,6 +42,7 @@ __all__ = ["FrappeSpec", "FrappeSubstrate", "FrappeWeb"]
 _FRAPPE_IMAGE = "ghcr.io/abundant-ai/sre-world/frappe-main@sha256:5d1c0f7a2b9e4c8d6f3a1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c"
 _MARIADB_IMAGE = "docker.io/bitnami/mariadb:11.4.4-debian-12-r1"
 _REDIS_IMAGE = "docker.io/bitnami/redis:7.2.4-debian-12-r9"
+_MAILSINK_IMAGE = "docker.io/axllent/mailpit:v1.20.4"
 
 
 class _M(BaseModel):
@@ -120,6 +123,8 @@ class FrappeSpec(_M):
     worker_long: WorkerSpec = Field(default_factory=WorkerSpec)
     helm: HelmSpec = Field(default_factory=HelmSpec)
     fault_init: FaultInit | None = None
+    # 005: the seeded Prepared Reports and emails (arena.twin.frappe.backlog) and the mail sink they go to.
+    backlog: BacklogSpec | None = None
 
 
 class FrappeWeb(Component):
@@ -132,6 +137,14 @@ class FrappeWeb(Component):
         self.pod_env = {"DB_HOST": "mariadb", "DB_PORT": "3306", "REDIS_QUEUE": "redis://redis-queue:6379",
                         "REDIS_CACHE": "redis://redis-cache:6379", "WORKER_CLASS": "gthread"}
         self._last_err = ""
+        self.backlog: SeededBacklog | None = None
+
+    def truth(self) -> dict[str, Any]:
+        out = super().truth()
+        if self.backlog is not None:
+            # The site's documents live in MariaDB; frappe-web is the site, so its truth carries them.
+            out.update({f"backlog.{k}": v for k, v in self.backlog.truth().items()})
+        return out
 
     def error_line(self, now: float, what: str, n: float) -> None:
         # One line per segment and cause: an aggregate of what the real log repeats per request.
@@ -181,6 +194,17 @@ class FrappeSubstrate(Substrate):
             r.exec = self._redis_exec(r)  # type: ignore[method-assign]
         self.db.exec = self._mysql_exec  # type: ignore[method-assign]
         self._worker_util = 0.0
+        self.seeded: SeededBacklog | None = None
+        if spec.backlog is not None:
+            sink = None
+            if spec.backlog.emails:
+                sink = w.add(MailSink("mail-sink", image=_MAILSINK_IMAGE, namespace=ns, boot_s=3.0,
+                                      hosts=("mail-sink", "mail-sink:8025", "mail-sink:1025")))
+            assert self.queue.jobs is not None
+            self.seeded = SeededBacklog(spec.backlog, self.queue.jobs, self.db, sink, spec.site_user)
+            self.seeded.seed()
+            self.web.backlog = self.seeded
+            self.db.doc_tables = self.seeded.table
 
     # --- faults at episode start ---------------------------------------------------------------------------
     def inject(self, now: float) -> None:
@@ -239,6 +263,8 @@ class FrappeSubstrate(Substrate):
         attempts = (enq + cmp_) * (1.0 - p_block)
         qs = step_queue(self.queue, self.worker, attempts, t0, t1, job_db_block=p_block,
                         db_error_reason=f"OperationalError {code}", deadline_s=self.s.rq_deadline_s)
+        if self.seeded is not None:
+            self.seeded.run_popped(t0)
         demand = attempts * (t1 - t0)
         acc = (qs.accepted / demand) if demand > 0 else (0.0 if qs.refused_reason else 1.0)
         if qs.refused_reason and demand > 0:
@@ -263,6 +289,8 @@ class FrappeSubstrate(Substrate):
     def _queue_only(self, t0: float, t1: float) -> None:
         step_queue(self.queue, self.worker, 0.0, t0, t1, job_db_block=0.0, db_error_reason="",
                    deadline_s=self.s.rq_deadline_s)
+        if self.seeded is not None:
+            self.seeded.run_popped(t0)
 
     def fixed_traffic(self, spec: Mapping[str, Any], now: float) -> dict[str, Any]:
         """The queue challenge's probe after the broker restart: N jobs enqueued through frappe-web.
@@ -314,7 +342,45 @@ class FrappeSubstrate(Substrate):
         helm = helm_program(self.release, now=now, on_upgrade=self._after_upgrade, timestamp=_helm_ts,
                             allowed=self.s.helm.writable)
         return {"mysql": mysql, "mariadb": mysql, "redis-cli": rcli,
-                "helm": lambda inv: helm(list(inv.argv), inv.stdin)}
+                "helm": lambda inv: helm(list(inv.argv), inv.stdin),
+                "reconfigure-infra.sh": lambda inv: self._reconfigure_infra(list(inv.argv), inv.stdin, now())}
+
+    def _reconfigure_infra(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int, float]:
+        """The operator's infra helper [INF: its interface is not public]: `reconfigure-infra.sh <redis-queue|
+        redis-cache>` with `{"extraFlags": [...]}` on stdin persists the server's flags in the release values (a
+        new revision, so the next start renders them) and applies the rendered config to the running server in
+        place (CONFIG SET and ACL SETUSER for every key), without restarting it."""
+        usage = ("usage: reconfigure-infra.sh <redis-queue|redis-cache> < {\"extraFlags\": [\"--maxmemory 64mb\", "
+                 "...]}\n  Persists the server's Helm extraFlags and applies them to the running server in place.\n")
+        args = argv[1:]
+        if not args or args[0] in ("-h", "--help"):
+            return usage, "", 0 if args else 2, 0.05
+        r = self._resolve_redis(args[0])
+        if r is None:
+            return "", f"reconfigure-infra.sh: unknown service '{args[0]}'\n{usage}", 2, 0.05
+        try:
+            doc = json.loads(stdin or "")
+        except ValueError as e:
+            return "", f"reconfigure-infra.sh: stdin is not JSON: {e}\n", 2, 0.05
+        flags = doc.get("extraFlags") if isinstance(doc, dict) else None
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) or set(doc) - {"extraFlags"}:
+            return "", f"reconfigure-infra.sh: expected {{\"extraFlags\": [strings]}}\n{usage}", 2, 0.05
+        try:
+            r.check_flags(flags)
+        except RedisError as e:
+            return "", f"reconfigure-infra.sh: {args[0]} refused the flags: {e}\n", 1, 0.3
+        if not r.ready(now):
+            return "", f"reconfigure-infra.sh: {args[0]}: Connection refused\n", 1, 1.0
+        node: dict[str, Any] = {}
+        cur = node
+        for part in f"{r.values_path}.master".split("."):
+            cur = cur.setdefault(part, {})
+        cur["extraFlags"] = list(flags)
+        self.release.upgrade(node, reuse=True, reset=False, now=now, description="Reconfigured by reconfigure-infra.sh")
+        r.apply_rendered(now)
+        body = {"service": args[0], "revision": self.release.revision, "persisted": True, "applied": "in-place",
+                "restarted": False, "extraFlags": list(flags)}
+        return json.dumps(body, indent=2) + "\n", "", 0, 2.0
 
     def _resolve_db(self, host: str) -> MariaDB | None:
         return self.db if host in ("mariadb", "mariadb.default.svc.cluster.local", self.db.pod) else None
