@@ -179,9 +179,11 @@ class AgentBlocksSpec(_M):
     overbroad: list[str] = Field(default_factory=list)
     symptom: list[str] = Field(default_factory=list)
     partial: list[str] = Field(default_factory=list)
+    premature: list[str] = Field(default_factory=list)
 
     def script_names(self) -> list[str]:
-        return [self.reference, *self.alternatives, *self.ephemeral, *self.overbroad, *self.symptom, *self.partial]
+        return [self.reference, *self.alternatives, *self.ephemeral, *self.overbroad, *self.symptom, *self.partial,
+                *self.premature]
 
 
 class _ScenarioFile(_M):

@@ -10,6 +10,7 @@ The blocks are derived from the scenario's solution scripts, each tagged by its 
   scope_violation                overbroad forms: the fix plus (or instead of) out-of-scope changes
   residual_cause, restart*       symptom fixes (restarts that mask the cause)
   fix_missing                    partial fixes
+  premature_declaration          premature forms: mark the incidents where declaring before settling can fail
   read-only commands of all      diagnostics (and the loops of a stuck agent)
 
 A scenario's `agent_blocks` section overrides any of these lists. Whether a command changes anything is decided
@@ -75,6 +76,18 @@ class AgentBlocks:
     overbroad: tuple[FixForm, ...] = ()
     symptom: tuple[FixForm, ...] = ()
     partial: tuple[FixForm, ...] = ()
+    premature: tuple[FixForm, ...] = ()  # the fix declared before it settled: where impatience can fail
+
+    @property
+    def with_extras(self) -> tuple[FixForm, ...]:
+        """The reference fix followed by the out-of-scope changes of one overbroad form (one per form)."""
+        have = {r.key for r in self.reference.changes}
+        out = []
+        for f in self.overbroad:
+            extra = tuple(r for r in f.changes if r.key not in have)
+            if extra:
+                out.append(FixForm(f"reference+{f.name}", self.reference.steps + extra))
+        return tuple(out)
 
     @property
     def settle_s(self) -> float:
@@ -124,7 +137,8 @@ def _kind(name: str, scenario: Scenario) -> str | None:
     mode = row.failure_mode
     if mode == "residual_cause" or (mode == "fix_missing" and name.startswith("restart")):
         return "symptom"
-    return {"not_durable": "ephemeral", "scope_violation": "overbroad", "fix_missing": "partial"}.get(mode)
+    return {"not_durable": "ephemeral", "scope_violation": "overbroad", "fix_missing": "partial",
+            "premature_declaration": "premature"}.get(mode)
 
 
 def derive_blocks(scenario: Scenario) -> AgentBlocks:
@@ -133,7 +147,8 @@ def derive_blocks(scenario: Scenario) -> AgentBlocks:
     if spec.reference not in scenario.solutions:
         raise ValueError(f"{scenario.id}: no reference solution {spec.reference!r} to build agents from")
     reference, tail = _split(spec.reference, scenario.solutions[spec.reference])
-    kinds: dict[str, list[str]] = {k: [] for k in ("alternatives", "ephemeral", "overbroad", "symptom", "partial")}
+    kinds: dict[str, list[str]] = {k: [] for k in ("alternatives", "ephemeral", "overbroad", "symptom", "partial",
+                                                           "premature")}
     for name in sorted(scenario.solutions):
         if name == spec.reference:
             continue

@@ -1,7 +1,7 @@
 """The `calibrated` agent: a mixture of personas whose unguarded arm reproduces the Incident-Arena figures.
 
 Sits under arena.agents; built by `arena.agents.make_agent("calibrated", ...)`. Each episode draws one persona
-from the mixture weights in arena/agents/calibrated.yaml (fitted by `python -m arena.agents.calibrate`), with an
+(among those whose traits have something to act on in the incident, `persona.acts_on`) from the mixture weights in arena/agents/calibrated.yaml (fitted by `python -m arena.agents.calibrate`), with an
 RNG seeded by (scenario, seed), so both arms of a paired A/B run get the same persona and the same plan.
 """
 
@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from arena.agents.persona import PersonaAgent, Traits, episode_rng, load_personas
+from arena.agents.blocks import derive_blocks
+from arena.agents.persona import PersonaAgent, Traits, acts_on, episode_rng, load_personas
 from arena.scenario import Scenario
 from guardrail.yamlio import load_model
 
@@ -47,12 +48,17 @@ def make_calibrated(scenario: Scenario, seed: int, mixture: Mixture | None = Non
     mix = mixture or load_mixture()
     cat = personas or load_personas()
     rng = episode_rng("calibrated", scenario.id, seed)
-    names = sorted(n for n, w in mix.weights.items() if w > 0)
-    unknown = [n for n in names if n not in cat]
+    unknown = [n for n in mix.weights if n not in cat]
     if unknown:
         raise ValueError(f"calibrated.yaml names unknown personas: {', '.join(unknown)}")
+    blocks = derive_blocks(scenario)
+    names = sorted(n for n, w in mix.weights.items() if w > 0 and acts_on(cat[n], blocks))
+    if not names:
+        names = ["expert"] if "expert" in cat else sorted(cat)[:1]
+        mix = Mixture(weights={names[0]: 1.0})
     name = rng.choices(names, weights=[mix.weights[n] for n in names])[0]
     traits = cat[name].model_copy(update={"responsiveness": mix.responsiveness, **params})
-    agent = PersonaAgent("calibrated", Traits.model_validate(traits.model_dump()), scenario, seed, rng=rng)
+    agent = PersonaAgent("calibrated", Traits.model_validate(traits.model_dump()), scenario, seed, blocks=blocks,
+                         rng=rng)
     agent.plan["persona"] = name
     return agent

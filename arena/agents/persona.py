@@ -25,7 +25,7 @@ from guardrail.errors import InputError
 from guardrail.yamlio import load_model
 from verifiers.protocols import FeedbackCode
 
-__all__ = ["Traits", "PersonaCatalogue", "PersonaAgent", "load_personas", "PERSONAS_FILE", "episode_rng"]
+__all__ = ["acts_on", "Traits", "PersonaCatalogue", "PersonaAgent", "load_personas", "PERSONAS_FILE", "episode_rng"]
 
 PERSONAS_FILE = Path(__file__).with_name("personas.yaml")
 DENIED_EXIT_CODE = 126  # the guard's denial (guardrail.guard.DENIED_EXIT_CODE)
@@ -58,6 +58,19 @@ class PersonaCatalogue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     personas: dict[str, Traits]
+
+
+def acts_on(traits: Traits, blocks: AgentBlocks) -> bool:
+    """Whether every trait that sets this persona apart has a building block to act on in this incident.
+
+    An ephemeral-prone persona has nothing to do differently where no ephemeral form exists, and an impatient
+    one where declaring early cannot fail; the calibrated mixture draws only among personas that act on an
+    incident, so each trait shows where it can.
+    """
+    needs = [(traits.symptom_only > 0, blocks.symptom), (traits.durability < 1, blocks.ephemeral),
+             (traits.scope_creep > 0, blocks.with_extras), (traits.fix_knowledge < 1, blocks.partial),
+             (traits.alternative > 0, blocks.alternatives), (traits.patience < 1, blocks.premature)]
+    return all(bool(have) for wanted, have in needs if wanted)
 
 
 def load_personas(path: Path = PERSONAS_FILE) -> dict[str, Traits]:
@@ -107,8 +120,8 @@ class PersonaAgent:
                 kind, form = "alternative", b.alternatives
             if u["durable"] >= t.durability and b.ephemeral:
                 kind, form = "ephemeral", b.ephemeral
-            elif u["scope"] < t.scope_creep and b.overbroad:
-                kind, form = "overbroad", b.overbroad
+            elif u["scope"] < t.scope_creep and b.with_extras:
+                kind, form = "overbroad", b.with_extras
         elif b.partial:
             kind, form = "partial", b.partial
         else:
