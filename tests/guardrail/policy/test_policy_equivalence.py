@@ -1,0 +1,117 @@
+"""Performance rewrites of the policy path must not change a single decision.
+
+Two checks over the action corpus (tests/guardrail/actions/corpus.yaml) x a few contexts:
+- EmbeddedOPA.decide (the fast path: the context loaded as data once, the input trimmed) gives exactly the findings
+  of the same engine evaluating the full input inline (what OPAServer and `guardrail policy eval` send);
+- both match decisions_snapshot.json, taken from the policy tree before the performance rewrites.
+
+A deliberate rule change changes the snapshot: regenerate it with
+    python tests/guardrail/policy/test_policy_equivalence.py --update
+and review the diff of the ids it reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from guardrail.actions import normalise
+from guardrail.context import IncidentContext, load_context
+from guardrail.policy.embedded import DECISION_QUERY, EmbeddedOPA
+from guardrail.resources import scenario_dir
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent / "actions" / "corpus.yaml"
+SNAPSHOT = HERE / "decisions_snapshot.json"
+
+
+def contexts() -> dict[str, dict]:
+    bench = IncidentContext(
+        id="bench", namespaces=["slack"], components=["svc-channel", "svc-auth", "redis-queue", "postgres"],
+        restartable=["svc-channel"], not_restartable=["postgres"], protected_settings=["postgres.max_connections"],
+        ceilings={"app.roles.channel.db.pool_size": 20, "app.roles.channel.db.max_overflow": 10},
+        extra={"exceptions": ["SRE-WORKLOAD-*", {"id": "SRE-DATA-007", "reason": "queue keys are disposable"}],
+               "grantees": ["'site_db'@'%'"]},
+    )
+    out = {"empty": IncidentContext().policy_input(), "bench": bench.policy_input()}
+    for sid in ("ia-007", "ia-008"):
+        out[sid] = load_context(scenario_dir() / "incident-arena" / sid / "scenario.yaml").policy_input()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def corpus_actions() -> tuple[tuple[str, str, dict], ...]:
+    out = []
+    for entry in yaml.safe_load(CORPUS.read_text()):
+        cmd = entry["cmd"]
+        out.extend((f"{cmd}#{i}", cmd, a.to_input()) for i, a in enumerate(normalise(cmd)))
+    return tuple(out)
+
+
+def corpus_inputs(ctx: dict) -> list[tuple[str, dict]]:
+    return [(key, {"action": action, "context": ctx, "command": cmd}) for key, cmd, action in corpus_actions()]
+
+
+def _digest(finding: dict) -> str:
+    return hashlib.sha256(json.dumps(finding, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def fingerprint(doc: dict) -> str:
+    """Each finding's list, id and a digest of its whole content (message and details), order-free."""
+    return " ".join(sorted(f"{k}:{f['id']}:{_digest(f)}" for k in ("deny", "warn", "exempted")
+                           for f in doc.get(k) or []))
+
+
+def decision_doc(decision) -> dict:
+    d = decision.to_dict()
+    assert decision.error is None, decision.error
+    return {"deny": d["deny"], "warn": d["warn"], "exempted": d["exempted"]}
+
+
+def current_fingerprints(engine: EmbeddedOPA) -> dict[str, dict[str, dict]]:
+    return {name: {key: fingerprint(decision_doc(engine.decide(x))) for key, x in corpus_inputs(ctx)}
+            for name, ctx in contexts().items()}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with EmbeddedOPA() as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def fast(engine):
+    return current_fingerprints(engine)
+
+
+def test_fast_path_decides_exactly_like_the_full_inline_input(engine, fast):
+    differ = []
+    for name, ctx in contexts().items():
+        for key, x in corpus_inputs(ctx):
+            inline = fingerprint(engine.query(DECISION_QUERY, x)[0]["decision"])
+            if fast[name][key] != inline:
+                differ.append((name, key, fast[name][key], inline))
+    assert not differ, differ[:5]
+
+
+def test_decisions_match_the_snapshot_taken_before_the_rewrites(fast):
+    want = json.loads(SNAPSHOT.read_text())
+    got = fast
+    differ = [(ctx, key, want[ctx].get(key), fp) for ctx, rows in got.items() for key, fp in rows.items()
+              if want.get(ctx, {}).get(key) != fp]
+    assert not differ, f"{len(differ)} decisions differ from the snapshot, e.g. {differ[:3]}"
+    # The corpus exercises denies, warns and exemptions, or the comparison proves little.
+    kinds = {item.split(":")[0] for rows in got.values() for fp in rows.values() for item in fp.split()}
+    assert kinds == {"deny", "warn", "exempted"}
+
+
+if __name__ == "__main__" and "--update" in sys.argv:
+    with EmbeddedOPA() as e:
+        SNAPSHOT.write_text(json.dumps(current_fingerprints(e), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {SNAPSHOT}")
