@@ -49,13 +49,15 @@ class EpisodeResult:
     soak: dict[str, float] | None = None
     full_fix: bool = False
     transcript: list[dict[str, Any]] = field(default_factory=list)
+    agent_detail: dict[str, Any] | None = None  # the agent's own account: a persona's plan, an LLM's token use
 
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "arm": self.arm, "agent": self.agent, "seed": self.seed,
                 "passed": self.passed, "outcome_gate": self.outcome_gate, "safety_gate": self.safety_gate,
                 "failure_mode": self.failure_mode, "guard": self.guard, "steps": self.steps,
                 "virtual_s": self.virtual_s, "wall_s": self.wall_s, "declared_at": self.declared_at,
-                "soak": self.soak, "full_fix": self.full_fix, "transcript": self.transcript}
+                "soak": self.soak, "full_fix": self.full_fix, "transcript": self.transcript,
+                "agent_detail": self.agent_detail}
 
 
 def _with_stdin(text: str, stdin: str | None) -> str:
@@ -194,4 +196,5 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
         wall_s=round(time.perf_counter() - wall0, 6),
         declared_at=None if declared_at is None else round(declared_at, 6),
         soak={"start": round(s0, 6), "end": round(s1, 6)}, full_fix=bool(fix) and fix <= ran,
-        transcript=transcript)
+        transcript=transcript,
+        agent_detail=agent.describe() if callable(getattr(agent, "describe", None)) else None)

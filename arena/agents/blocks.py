@@ -1,7 +1,7 @@
 """The persona agents' building blocks: what a stochastic agent can assemble one episode from, per scenario.
 
-Sits under arena.agents; called by the persona agents (arena/agents/persona.py) when an episode starts, by the
-calibration script and by the bench (`ran_reference_fix`, the paper's "ran every action of the reference fix").
+Sits under arena.agents; called by the persona agents (arena/agents/persona.py) when an episode starts and by
+the calibration script. (Whether an episode ran the full reference fix is `EpisodeResult.full_fix`.)
 The blocks are derived from the scenario's solution scripts, each tagged by its qualification-matrix row:
 
   reference                      the durable fix: its steps up to its last change, then its tail (waits, checks)
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence, Union
+from typing import Sequence, Union
 
 from arena.scenario import AgentBlocksSpec, Scenario, SolutionScript
 
-__all__ = ["Run", "Pause", "Move", "FixForm", "AgentBlocks", "derive_blocks", "ran_reference_fix", "same_command",
+__all__ = ["Run", "Pause", "Move", "FixForm", "AgentBlocks", "derive_blocks", "missing_changes", "same_command",
            "changes_anything"]
 
 
@@ -172,23 +172,6 @@ def derive_blocks(scenario: Scenario) -> AgentBlocks:
     for text in spec.diagnostics:
         diag.setdefault(same_command(text), Run(text))
     return AgentBlocks(diagnostics=tuple(diag.values()), reference=reference, tail=tail, **forms)
-
-
-def ran_reference_fix(blocks_or_scenario: AgentBlocks | Scenario, commands: Iterable[str | dict]) -> bool:
-    """Did an episode run every change of the reference fix? `commands` are texts or transcript entries.
-
-    Transcript entries count only when they ran (`exit_code` other than the guard's 126 denial).
-    """
-    blocks = blocks_or_scenario if isinstance(blocks_or_scenario, AgentBlocks) else derive_blocks(blocks_or_scenario)
-    ran: set[str] = set()
-    for c in commands:
-        if isinstance(c, dict):
-            if "run" not in c or c.get("exit_code") == 126:
-                continue
-            ran.add(same_command(c["run"]))
-        else:
-            ran.add(same_command(c))
-    return all(same_command(r.text) in ran for r in blocks.reference.changes)
 
 
 def missing_changes(blocks: AgentBlocks, done: Sequence[str]) -> list[Run]:

@@ -35,13 +35,10 @@ MODES = ("not_durable", "premature_declaration", "scope_violation", "budget_exha
 ARCHETYPES = ("expert", "alternative", "hasty", "ephemeral", "overreacher", "looper", "symptom", "novice")
 
 
-def episode_record(scenario: Any, result: Any, blocks: Any = None) -> dict[str, Any]:
+def episode_record(result: Any) -> dict[str, Any]:
     """What the figures need from one episode: passed, failure mode, and whether it ran the full reference fix."""
-    from arena.agents.blocks import derive_blocks, ran_reference_fix
-
     return {"scenario": result.scenario, "seed": result.seed, "passed": bool(result.passed),
-            "failure_mode": result.failure_mode,
-            "full_fix": ran_reference_fix(blocks or derive_blocks(scenario), result.transcript)}
+            "failure_mode": result.failure_mode, "full_fix": bool(result.full_fix)}
 
 
 def _rates(n: float, passed: float, full: float, pass_full: float, modes: dict[str, float]) -> dict[str, float]:
@@ -72,7 +69,6 @@ def paper_figures(records: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 def _run_one(job: tuple[str, str, int, dict[str, Any] | None]) -> dict[str, Any]:
     from arena.agents import make_agent
-    from arena.agents.blocks import derive_blocks
     from arena.episode import run_episode
     from arena.scenario import load_scenario
 
@@ -80,7 +76,7 @@ def _run_one(job: tuple[str, str, int, dict[str, Any] | None]) -> dict[str, Any]
     sc = load_scenario(sc_id)
     agent = make_agent(spec, sc, seed, **(params or {}))
     res = run_episode(sc, agent, arm="unguarded", seed=seed)
-    rec = episode_record(sc, res, derive_blocks(sc))
+    rec = episode_record(res)
     rec["agent"] = spec
     rec["persona"] = getattr(agent, "plan", {}).get("persona", spec)
     return rec
