@@ -187,7 +187,7 @@ class Shell:
 
     def _simple(self, piece: str, stdin: str, bodies: Mapping[int, str]) -> tuple[str, str, int, float]:
         env = dict(self.env)
-        if "$(" in piece or "`" in piece:
+        if _substitutes(piece):
             return "", "bash: command substitution is not available in this shell\n", 2, 0.0
         try:
             argv = shlex.split(self._expand(piece, env))
@@ -246,3 +246,25 @@ class Shell:
 class _Exit(Exception):
     def __init__(self, out: str = "", err: str = "", code: int = 1, dur: float = 0.0):
         self.out, self.err, self.code, self.dur = out, err, code, dur
+
+
+def _substitutes(piece: str) -> bool:
+    """Whether bash would run a command substitution here: `$(` or a backtick outside single quotes (inside
+    single quotes both are literal, e.g. a MariaDB identifier in mysql -e '... `tabPrepared Report`')."""
+    q: str | None = None
+    prev = ""
+    for i, ch in enumerate(piece):
+        if q == "'":
+            if ch == "'":
+                q = None
+        elif ch == "'" and q is None and prev != "\\":
+            q = "'"
+        elif ch == '"' and prev != "\\":
+            q = None if q == '"' else '"'
+        elif ch == "`" and prev != "\\":
+            return True
+        elif ch == "$" and piece[i + 1:i + 2] == "(" and prev != "\\":
+            return True
+        prev = ch
+    return False
+
