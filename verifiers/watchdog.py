@@ -150,14 +150,17 @@ class LoopWatchdog(VerifierBase):
                         "declared value) and fix it there."), {"restart_probe": found})
         steps = steps_of(journal)
         a: Assessment | None = None
-        if wc.check_slis:
+        # The SLIs matter only to a relapse (after a change) or to a long idle run (detect_loop's out-of-band
+        # rule); skipping the measurement otherwise gives the same verdict without the per-step SLI reads.
+        changed = last_mutation_t(journal) is not None
+        if wc.check_slis and (changed or _idle_run(steps) >= wc.idle_steps):
             try:
                 a = self._assessment(env, journal, crit)
             except Exception:  # noqa: BLE001 - without SLIs the watchdog still judges the journal
                 a = None
         # A relapse is judged after the agent's last change only: before any change, "healthy, then not" is just
         # the incident starting.
-        if a is not None and last_mutation_t(journal) is not None:
+        if a is not None and changed:
             relapse = detect_relapse(a)
             key = ("relapse", a.window_start, relapse and relapse["regressed_cycle"])
             if relapse and key not in self._reported:
@@ -185,6 +188,16 @@ class LoopWatchdog(VerifierBase):
         return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.LOOP_DETECTED, (
             f"diagnostic loop: {loop['reason']}. What you have learned so far: {learned}. Act on it: make the "
             f"change these readings point to, or read something you have not read yet."), loop)
+
+
+def _idle_run(steps: Sequence[StepView]) -> int:
+    """How many read-only steps trail the last mutating one (detect_loop's `idle`)."""
+    n = 0
+    for s in reversed(steps):
+        if s.mutating:
+            break
+        n += 1
+    return n
 
 
 def _rearmed(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
