@@ -67,19 +67,35 @@ def paper_figures(records: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 # -- running episodes ----------------------------------------------------------------------------------------------
 
+_SCENARIOS: dict[str, Any] = {}  # per worker process: each scenario loaded once
+
+
 def _run_one(job: tuple[str, str, int, dict[str, Any] | None]) -> dict[str, Any]:
     from arena.agents import make_agent
     from arena.episode import run_episode
     from arena.scenario import load_scenario
 
     sc_id, spec, seed, params = job
-    sc = load_scenario(sc_id)
-    agent = make_agent(spec, sc, seed, **(params or {}))
-    res = run_episode(sc, agent, arm="unguarded", seed=seed)
+    try:
+        if sc_id not in _SCENARIOS:
+            _SCENARIOS[sc_id] = load_scenario(sc_id)
+        sc = _SCENARIOS[sc_id]
+        agent = make_agent(spec, sc, seed, **(params or {}))
+        res = run_episode(sc, agent, arm="unguarded", seed=seed)
+    except Exception as e:  # noqa: BLE001 - scenarios change under a long run; skip and report, do not die
+        return {"scenario": sc_id, "agent": spec, "seed": seed, "error": str(e).splitlines()[0][:200]}
     rec = episode_record(res)
     rec["agent"] = spec
     rec["persona"] = getattr(agent, "plan", {}).get("persona", spec)
     return rec
+
+
+def _ok(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    bad = [r for r in recs if "error" in r]
+    for sc_id in sorted({r["scenario"] for r in bad}):
+        why = next(r["error"] for r in bad if r["scenario"] == sc_id)
+        print(f"episodes of {sc_id} failed to run and are left out: {why}", file=sys.stderr)
+    return [r for r in recs if "error" not in r]
 
 
 def _map(jobs: list[Any], n_jobs: int) -> list[dict[str, Any]]:
@@ -213,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(sc.id, f"persona:{p}", s, None) for p in applies[sc.id] for s in range(a.seeds)]
     print(f"fit: {len(jobs)} unguarded episodes ({len(personas)} personas x {len(scenarios)} scenarios x "
           f"{a.seeds} seeds, where the persona acts)", file=sys.stderr)
-    table = _table(_map(jobs, a.jobs))
+    table = _table(_ok(_map(jobs, a.jobs)))
+    applies = {sc: [p for p in ps if (p, sc) in table] for sc, ps in applies.items()}
     weights, loss = fit_weights(table, applies, personas)
     expected = _mixture_figures(table, applies, weights)
     print("\nweights: " + ", ".join(f"{p}={w:.3f}" for p, w in sorted(weights.items(), key=lambda x: -x[1])))
@@ -223,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(a.out or CALIBRATED_FILE)
     doc: dict[str, Any] = {"weights": mix.weights, "responsiveness": mix.responsiveness}
     vjobs = [(sc.id, "calibrated", 1000 + s, {"mixture": mix}) for sc in scenarios for s in range(a.verify_seeds)]
-    vrecs = _map(vjobs, a.jobs)
+    vrecs = _ok(_map(vjobs, a.jobs))
     measured = paper_figures(vrecs)
     _print_figures(f"measured: calibrated, unguarded, {len(vrecs)} episodes (seeds 1000..)", measured)
     worst = max(abs(measured[k] - PAPER[k]) * 100 for k in FIGURES)

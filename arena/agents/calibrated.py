@@ -1,8 +1,9 @@
 """The `calibrated` agent: a mixture of personas whose unguarded arm reproduces the Incident-Arena figures.
 
 Sits under arena.agents; built by `arena.agents.make_agent("calibrated", ...)`. Each episode draws one persona
-(among those whose traits have something to act on in the incident, `persona.acts_on`) from the mixture weights in arena/agents/calibrated.yaml (fitted by `python -m arena.agents.calibrate`), with an
-RNG seeded by (scenario, seed), so both arms of a paired A/B run get the same persona and the same plan.
+(among those whose traits have something to act on in the incident, `persona.acts_on`) from the mixture weights
+in arena/agents/calibrated.yaml (fitted by `python -m arena.agents.calibrate`), with an RNG seeded by
+(scenario, seed), so both arms of a paired A/B run get the same persona and the same plan.
 """
 
 from __future__ import annotations
