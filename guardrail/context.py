@@ -39,9 +39,12 @@ class Constraint(BaseModel):
     # keep_enabled: a safeguard that must not be disabled (target names it: maintenance, auth, probes...)
     # keep_active: a runtime event or window that is mandated and must stay on
     # no_restart: components that must not be restarted
+    # no_restart_masking: the agent must not restart or rescale pods to clear a fault (the repair goes in place;
+    #   the verifier's own restart probe still may restart what `restartable` lists)
     # ceiling: a capacity key that must not go above `value`
     # protected: settings or data that must not change
-    kind: Literal["keep_enabled", "keep_active", "no_restart", "ceiling", "protected", "note"] = "note"
+    kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "protected",
+                  "note"] = "note"
     targets: list[str] = Field(default_factory=list)
     value: Any = None
 

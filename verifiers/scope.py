@@ -97,7 +97,9 @@ def explanations(journal: Any) -> list[Explanation]:
         parts = ck.key.replace(":", ".").split(".")
         names = {_word(p) for p in parts[1:] if p} | {_word(w) for w in re.findall(r"[A-Za-z_][\w-]*",
                                                                                   str(ck.value or ""))}
-        out.append(Explanation(frozenset(names), frozenset(_word(str(v)) for v in ck.scope.values() if v)))
+        # A scope value's words, not its raw text: a grantee `'app'@'%'` is `app`@`%` in SHOW GRANTS.
+        scope = {w for v in ck.scope.values() if v for w in _words(str(v))}
+        out.append(Explanation(frozenset(names), frozenset(scope)))
     return out
 
 

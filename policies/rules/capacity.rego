@@ -72,6 +72,21 @@ deny contains {
 } if {
 	input.action.mutating in {true, "unknown"}
 	some [k, pattern] in protected_hits
+	not restated_flag(k)
+}
+
+# A chart's server-flags list (Bitnami extraFlags) is rewritten whole, so a protected flag in it may only be
+# restated: warn, and leave the value to the scope audit, which reads it at the declaration.
+restated_flag(k) if k.key in object.get(lib.details, "server_flags", [])
+
+warn contains {
+	"id": "SRE-CAP-004",
+	"msg": sprintf("%s is a protected setting in this incident, and this rewrite of the chart's server flags restates it as %v. Keep exactly the value it has now (check with `helm get values`); the guard checks at the declaration that it did not change.", [k.key, k.value]),
+	"details": {"key": k.key, "value": k.value, "protected": pattern},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some [k, pattern] in protected_hits
+	restated_flag(k)
 }
 
 connection_limits := {"max_connections", "max_user_connections", "maxclients", "max_client_conn", "default_pool_size"}

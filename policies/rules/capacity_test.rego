@@ -50,3 +50,19 @@ test_max_user_connections_fix_without_ceiling_only_warns if {
 	count(capacity.deny) == 0 with input as inp
 	"SRE-CAP-003" in ids(capacity.warn) with input as inp
 }
+
+restated_flags(key, value) := {"action": {
+	"tool": "helm", "verb": "upgrade", "mutating": true,
+	"keys": [{"key": "helm.redis-queue.master.extraFlags", "value": ["--maxmemory-policy noeviction"]}, {"key": key, "value": value}],
+	"details": {"reuse_values": true, "server_flags": [key]},
+}, "context": {"protected_settings": ["redis.maxmemory-policy"]}}
+
+test_protected_flag_restated_in_server_flags_warned_not_denied if {
+	not "SRE-CAP-002" in ids(capacity.deny) with input as restated_flags("redis.maxmemory-policy", "noeviction")
+	"SRE-CAP-004" in ids(capacity.warn) with input as restated_flags("redis.maxmemory-policy", "noeviction")
+}
+
+test_protected_setting_set_directly_still_denied if {
+	"SRE-CAP-002" in ids(capacity.deny) with input as setting("redis.maxmemory-policy", "noeviction", {"protected_settings": ["redis.maxmemory-policy"]})
+	not "SRE-CAP-004" in ids(capacity.warn) with input as setting("redis.maxmemory-policy", "noeviction", {"protected_settings": ["redis.maxmemory-policy"]})
+}

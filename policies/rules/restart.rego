@@ -5,7 +5,9 @@ package guardrail.rules.restart
 
 import data.guardrail.lib
 
-# A restart: kubectl delete pod, kubectl rollout restart, restart-svc.sh, docker/systemctl restart, redis SHUTDOWN.
+# A restart: kubectl delete pod, kubectl rollout restart, docker/systemctl restart, redis SHUTDOWN. Not restart-svc.sh:
+# despite its name it writes the role's config (PUT /admin/config) and reloads it (POST /admin/reload); the pod and
+# its in-memory state stay.
 is_restart if {
 	input.action.tool == "kubectl"
 	lib.verb == "delete"
@@ -17,8 +19,6 @@ is_restart if {
 	lib.verb in {"rollout restart", "rollout"}
 	object.get(lib.details, "subcommand", "restart") == "restart"
 }
-
-is_restart if input.action.tool == "restart-svc.sh"
 
 # The action normaliser marks restarts it recognises (delete pod, rollout restart).
 is_restart if input.action.details.restart == true

@@ -8,16 +8,19 @@ ctx := {"restartable": ["svc-channel", "svc-message"], "not_restartable": ["post
 
 delete_pod(name, c) := {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "pod", "name": name, "namespace": "slack"}}, "context": c}
 
-helper(role, c) := {"action": {"tool": "restart-svc.sh", "verb": "restart", "mutating": true, "target": {"kind": "component", "name": role}}, "context": c}
+helper(role, c) := {"action": {"tool": "restart-svc.sh", "verb": "reconfigure", "mutating": true, "layer": "declared", "target": {"kind": "component", "name": role}, "details": {"role": role, "reloads": true}}, "context": c}
 
-test_restart_helper_on_restartable_allowed if {
+# restart-svc.sh writes config and reloads it: not a restart, so neither the restart lists nor the reminder apply.
+test_restart_helper_is_a_reload_not_a_restart if {
 	count(restart.deny) == 0 with input as helper("channel", ctx)
-	"SRE-RESTART-003" in ids(restart.warn) with input as helper("channel", ctx)
+	count(restart.warn) == 0 with input as helper("channel", ctx)
 }
 
-test_restart_helper_full_name_allowed if count(restart.deny) == 0 with input as helper("svc-channel", ctx)
+test_restart_helper_other_role_allowed if count(restart.deny) == 0 with input as helper("auth", ctx)
 
-test_restart_helper_other_role_denied if "SRE-RESTART-002" in ids(restart.deny) with input as helper("auth", ctx)
+test_restart_helper_not_restartable_allowed if {
+	count(restart.deny) == 0 with input as helper("postgres", ctx)
+}
 
 test_delete_pod_of_not_restartable_denied if "SRE-RESTART-001" in ids(restart.deny) with input as delete_pod("postgres-0", ctx)
 

@@ -49,14 +49,67 @@ def _typed(v: str, string: bool) -> Any:
     return v
 
 
+def _split_top(text: str) -> list[str]:
+    """Split helm --set text at commas that are neither escaped nor inside a `{a,b}` list."""
+    parts, depth, cur, i = [], 0, [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            cur.append(text[i:i + 2])
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            i += 1
+            continue
+        cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
 def parse_set(text: str, *, string: bool = False) -> list[tuple[str, Any]]:
-    """`a.b=1,c=x\\,y` -> [("a.b", 1), ("c", "x,y")], as helm splits --set."""
+    """`a.b=1,c=x\\,y,d={p,q}` -> [("a.b", 1), ("c", "x,y"), ("d", ["p", "q"])], as helm's strvals parses --set
+    (a `{...}` value is a list, and its commas do not end the pair)."""
     out: list[tuple[str, Any]] = []
-    for part in re.split(r"(?<!\\),", text):
+    for part in _split_top(text):
         k, eq, v = part.partition("=")
         if not eq or not k:
             continue
-        out.append((k.strip().replace("\\.", "."), _typed(v.replace("\\,", ","), string)))
+        key = k.strip().replace("\\.", ".")
+        if v.startswith("{") and v.endswith("}"):
+            items = [x for x in re.split(r"(?<!\\),", v[1:-1])] if v[1:-1] else []
+            out.append((key, [_typed(x.replace("\\,", ","), string) for x in items]))
+            continue
+        out.append((key, _typed(v.replace("\\,", ","), string)))
+    return out
+
+
+# The Bitnami Redis chart passes `<role>.extraFlags` to redis-server as command-line flags, and redis-server takes
+# any config directive as `--name value`: so `--maxmemory 64mb` there is redis.maxmemory, declared in Helm values.
+_SERVER_FLAGS = re.compile(
+    r"^helm\.(?:(?P<prefix>.+)\.)?(?P<role>master|replica|primary|secondary)\.extraFlags(?:\[\d+\])?$")
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]+(\"[^\"]*\"|'[^']*'|[^\s-][^\s]*|-?\d[^\s]*))?")
+
+
+def server_flag_keys(key: str, value: Any, release: str) -> list[KeyChange]:
+    """The redis.<param> settings a chart's extraFlags value carries, scoped to the Redis component it belongs to
+    (the values path segment above `master`/`replica`, or the release for a Redis chart of its own)."""
+    m = _SERVER_FLAGS.match(key)
+    if m is None or value is None:
+        return []
+    text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    prefix = m.group("prefix") or ""
+    component = prefix.rsplit(".", 1)[-1] if prefix else release
+    scope = {"component": component} if component else {}
+    out = []
+    for name, val in _FLAG.findall(text):
+        out.append(KeyChange(key=f"redis.{name}", value=val.strip("\"'") if val else None, scope=scope))
     return out
 
 
@@ -113,7 +166,13 @@ class Helm:
                 details.setdefault("values_files", []).append(str(value))
                 if str(value) == "-" and inv.stdin is not None and inv.stdin.text is not None:
                     keys += self._values(inv.stdin.text, scope)
-        if p.has("--reuse-values"):
+        flags = [d for k in keys for d in server_flag_keys(k.key, k.value, release)]
+        if flags:
+            # A flags list is rewritten whole, so it restates flags it does not mean to change; rules that forbid
+            # touching a setting read this to tell a restatement from a change (the scope audit checks the value).
+            details["server_flags"] = sorted({f.key for f in flags})
+            keys += flags
+        if p.has("--reuse-values") or p.has("--reset-then-reuse-values"):
             details["reuse_values"] = True
         if p.has("--reset-values"):
             details["reset_values"] = True

@@ -1,0 +1,31 @@
+# Helm releases: `helm upgrade` with new values but neither --reuse-values nor a full values file renders the
+# release from the chart's defaults plus only the values given on this command line, so every other value the
+# release had (persistence, resources, auth, replicas, server flags) silently resets. Reads the normaliser's
+# helm details: reuse_values, values_files (`-` is a values document on stdin).
+package guardrail.rules.helm
+
+import data.guardrail.lib
+
+# Values files other than stdin: a file the guard cannot see may be the release's full values.
+full_values_file if {
+	some f in object.get(lib.details, "values_files", [])
+	f != "-"
+}
+
+deny contains {
+	"id": "SRE-HELM-001",
+	"msg": sprintf("helm upgrade %s sets values without --reuse-values: helm renders the release from the chart defaults plus only these values, so every other value the release has now (persistence, resources, auth, server flags) resets to the chart's default. Add --reuse-values (check the current values with `helm get values %s` first), or pass the release's full values with -f.", [lib.target_name, lib.target_name]),
+	"details": {"release": lib.target_name, "keys": [k.key | some k in lib.keys; startswith(k.key, "helm.")]},
+} if {
+	input.action.tool == "helm"
+	lib.verb in {"upgrade", "install"}
+	input.action.mutating == true
+	some k in lib.keys
+	startswith(k.key, "helm.")
+	not object.get(lib.details, "reuse_values", false)
+	not full_values_file
+	upgrade_of_existing
+}
+
+# `helm install` creates a release, so there is nothing to reset; `upgrade --install` may upgrade one.
+upgrade_of_existing if lib.verb == "upgrade"
