@@ -3,9 +3,11 @@
 # It gathers the `deny` and `warn` sets of every package under data.guardrail.rules (the general library in
 # rules/ and the per-technology rules in substrates/), then drops the findings an exception names. Exceptions,
 # as in conftest and gatekeeper, come from two places, each a list of rule ids or id globs ("SRE-TRAFFIC-*"):
-#   - input.context.extra.exceptions      (per incident: a list of ids, or of {"id": ..., "reason": ...})
+#   - context.extra.exceptions            (per incident: a list of ids, or of {"id": ..., "reason": ...})
 #   - data.exceptions                     (per deployment: a data.json/data.yaml beside the policies)
 package guardrail
+
+import data.guardrail.lib
 
 denies contains f if {
 	some pkg
@@ -18,7 +20,7 @@ warns contains f if {
 }
 
 exception_patterns contains id if {
-	some e in object.get(object.get(object.get(input, "context", {}), "extra", {}), "exceptions", [])
+	some e in object.get(object.get(lib.context, "extra", {}), "exceptions", [])
 	id := exception_id(e)
 }
 

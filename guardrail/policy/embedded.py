@@ -4,11 +4,20 @@ The default PolicyEngine behind the Guard and `guardrail check`; `guardrail poli
 evaluates one fixed query, `decision := data.guardrail.decision`, so OPA's prepared-query cache serves every
 decision after the first. Load and compile errors raise PolicyLoadError with the file and line; evaluation
 failures never raise from decide(): they become a fail-closed Decision (see guardrail.policy.decisions).
+
+The input's context is the same for every decision of a session and is most of the input's bytes, and turning
+input JSON into OPA values costs about as much per byte as the rules themselves. So decide() loads each distinct
+context once, as data (`data.incident_contexts[<digest>]`), and sends `{"action", "command", "context_ref"}`;
+policies/lib/sre.rego reads the context from there, or from `input.context` when no ref is given (OPAServer,
+`guardrail policy eval`, Rego tests). Past MAX_LOADED_CONTEXTS distinct contexts the input goes inline as before.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -19,9 +28,14 @@ from guardrail.policy.base import Decision
 from guardrail.policy.decisions import DecisionIds, MalformedDecision, fail_closed, from_document
 from guardrail.policy.loader import PolicyTree, load_error
 
-__all__ = ["EmbeddedOPA", "DECISION_QUERY", "compile_tree"]
+__all__ = ["EmbeddedOPA", "DECISION_QUERY", "CONTEXTS_DATA_KEY", "compile_tree"]
 
 DECISION_QUERY = "decision := data.guardrail.decision"
+# Where loaded incident contexts live in the data document (read by policies/lib/sre.rego).
+CONTEXTS_DATA_KEY = "incident_contexts"
+# Each loaded context stays in the engine for its life; a long-lived server meeting endless distinct contexts
+# stops loading them here and sends them inline (correct, only slower).
+MAX_LOADED_CONTEXTS = 256
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.
 _COMPILE_PROBE = "x := true"
 
@@ -68,6 +82,8 @@ class EmbeddedOPA:
         self._engine = compile_tree(self.tree, data=data)
         self._worker = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="opa-eval")
                         if timeout_s is not None else None)
+        self._loaded_contexts: set[str] = set()
+        self._context_lock = threading.Lock()
 
     # -- the seam ----------------------------------------------------------------------------------------------
 
@@ -75,7 +91,7 @@ class EmbeddedOPA:
         start = self._clock()
         decision_id = self._ids()
         try:
-            rows = self._eval(DECISION_QUERY, input)
+            rows = self._eval(DECISION_QUERY, self._wire_input(input))
             if not rows or "decision" not in rows[0]:
                 raise MalformedDecision("data.guardrail.decision is undefined")
             return from_document(rows[0]["decision"], decision_id=decision_id, engine=self.name,
@@ -102,6 +118,38 @@ class EmbeddedOPA:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _wire_input(self, input: Any) -> Any:
+        """The input with its context replaced by a reference to the same context loaded as data."""
+        if not isinstance(input, Mapping) or not isinstance(input.get("context"), Mapping):
+            return input
+        ref = self._context_ref(input["context"])
+        if ref is None:
+            return input
+        wire = {k: v for k, v in input.items() if k != "context"}
+        wire["context_ref"] = ref
+        return wire
+
+    def _context_ref(self, context: Mapping[str, Any]) -> str | None:
+        # Hashed on every call, not cached by object identity: a caller may change its context dict in place.
+        try:
+            text = json.dumps(context, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError):
+            return None
+        ref = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        if ref in self._loaded_contexts:
+            return ref
+        with self._context_lock:
+            if ref in self._loaded_contexts:
+                return ref
+            if len(self._loaded_contexts) >= MAX_LOADED_CONTEXTS:
+                return None
+            try:
+                self._engine.add_data({CONTEXTS_DATA_KEY: {ref: json.loads(text)}})
+            except OpaError:
+                return None
+            self._loaded_contexts.add(ref)
+        return ref
 
     def _eval(self, query: str, input: Any) -> list[dict[str, Any]]:
         if self._worker is None:

@@ -8,9 +8,15 @@ default action := {}
 
 action := input.action
 
+# The incident's public context. EmbeddedOPA loads each session's context once, as data under
+# data.incident_contexts[<digest>], and sends only the digest as input.context_ref: converting a 3 KB context
+# into OPA values on every decision cost more than all the rules. Other callers send input.context itself.
+# Rules read the context through this rule (or the sets below), never as input.context.
 default context := {}
 
-context := input.context
+context := c if {
+	c := data.incident_contexts[input.context_ref]
+} else := input.context
 
 default details := {}
 
@@ -161,7 +167,7 @@ keep_enabled := [c | some c in constraints; c.kind == "keep_enabled"]
 
 keep_active := [c | some c in constraints; c.kind == "keep_active"]
 
-not_restartable contains c if some c in input.context.not_restartable
+not_restartable contains c if some c in context.not_restartable
 
 not_restartable contains t if {
 	some c in constraints
@@ -169,9 +175,9 @@ not_restartable contains t if {
 	some t in c.targets
 }
 
-restartable contains c if some c in input.context.restartable
+restartable contains c if some c in context.restartable
 
-protected_settings contains p if some p in input.context.protected_settings
+protected_settings contains p if some p in context.protected_settings
 
 protected_settings contains t if {
 	some c in constraints
@@ -203,7 +209,7 @@ key_prefixes(key) := {concat(".", array.slice(parts, 0, n)) |
 	some n in numbers.range(1, count(parts))
 }
 
-namespaces := {n | some n in input.context.namespaces}
+namespaces := {n | some n in context.namespaces}
 
 namespace := ns if {
 	ns := target.namespace

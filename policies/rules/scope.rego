@@ -5,9 +5,9 @@ package guardrail.rules.scope
 import data.guardrail.lib
 
 outside if {
-	count(input.context.namespaces) > 0
+	count(lib.context.namespaces) > 0
 	ns := lib.namespace
-	not ns in input.context.namespaces
+	not ns in lib.context.namespaces
 }
 
 deny contains {

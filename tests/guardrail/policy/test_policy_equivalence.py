@@ -6,8 +6,9 @@ Two checks over the action corpus (tests/guardrail/actions/corpus.yaml) x a few 
 - both match decisions_snapshot.json, taken from the policy tree before the performance rewrites.
 
 A deliberate rule change changes the snapshot: regenerate it with
-    python tests/guardrail/policy/test_policy_equivalence.py --update
-and review the diff of the ids it reports.
+    python tests/guardrail/policy/test_policy_equivalence.py --update [POLICY_DIR]
+and review the diff of the ids it reports. POLICY_DIR (default: the shipped tree) may be a copy of the tree with a
+performance rewrite undone, so the snapshot holds the decisions from before it.
 """
 
 from __future__ import annotations
@@ -74,8 +75,14 @@ def decision_doc(decision) -> dict:
     return {"deny": d["deny"], "warn": d["warn"], "exempted": d["exempted"]}
 
 
-def current_fingerprints(engine: EmbeddedOPA) -> dict[str, dict[str, dict]]:
+def current_fingerprints(engine: EmbeddedOPA) -> dict[str, dict[str, str]]:
     return {name: {key: fingerprint(decision_doc(engine.decide(x))) for key, x in corpus_inputs(ctx)}
+            for name, ctx in contexts().items()}
+
+
+def inline_fingerprints(engine: EmbeddedOPA) -> dict[str, dict[str, str]]:
+    """The same, with the whole input inline: works on any policy tree, including one from before the rewrites."""
+    return {name: {key: fingerprint(engine.query(DECISION_QUERY, x)[0]["decision"]) for key, x in corpus_inputs(ctx)}
             for name, ctx in contexts().items()}
 
 
@@ -97,6 +104,8 @@ def test_fast_path_decides_exactly_like_the_full_inline_input(engine, fast):
             inline = fingerprint(engine.query(DECISION_QUERY, x)[0]["decision"])
             if fast[name][key] != inline:
                 differ.append((name, key, fast[name][key], inline))
+    # Both paths ran: the fast one sent references, and the engine holds each context once.
+    assert len(engine._loaded_contexts) == len(contexts())
     assert not differ, differ[:5]
 
 
@@ -112,6 +121,23 @@ def test_decisions_match_the_snapshot_taken_before_the_rewrites(fast):
 
 
 if __name__ == "__main__" and "--update" in sys.argv:
-    with EmbeddedOPA() as e:
-        SNAPSHOT.write_text(json.dumps(current_fingerprints(e), indent=1, sort_keys=True) + "\n")
+    args = sys.argv[sys.argv.index("--update") + 1:]
+    with EmbeddedOPA(args[0] if args else None) as e:
+        SNAPSHOT.write_text(json.dumps(inline_fingerprints(e), indent=1, sort_keys=True) + "\n")
     print(f"wrote {SNAPSHOT}")
+
+
+def test_rules_read_the_context_only_through_lib():
+    """EmbeddedOPA sends the context as a reference to data, so a rule reading input.context directly would see
+    nothing and silently never fire; lib.context resolves either form."""
+    from guardrail.resources import policy_dir
+
+    offenders = []
+    for f in sorted(Path(policy_dir()).rglob("*.rego")):
+        if f.name.endswith("_test.rego") or f.relative_to(policy_dir()).as_posix() == "lib/sre.rego":
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "input.context" in code or '(input, "context"' in code:
+                offenders.append(f"{f.name}:{n}: {line.strip()}")
+    assert not offenders, "read the context as lib.context (or lib's sets), not input.context:\n" + "\n".join(offenders)
