@@ -1,12 +1,10 @@
 """The guarded arm's guard, wired as verifiers/README.md says, and built cheaply once per worker process.
 
-Called by the bench runner (arena.bench.runner) and by `guardrail run --arm guarded` (arena/cli.py), so a single
-episode and a bench episode meet the same guard. The guard gets the whole verifier suite: the declaration checks,
-the per-step checks (the scope audit's first-step snapshot, the loop watchdog) and `before_run` (the snapshot of
-each key's value before an admitted change). The compiled policy engine and the verifier catalogue are pure
-functions of the shipped files, so a process builds them once; each episode still gets its own suite, journal
-and context. The guard also records what the bench's cost section needs: when each declaration was made and
-answered (virtual time), and how many restart probes actually restarted something.
+Called by the bench runner (arena.bench.runner). The guard is `Guard.standard`, the same one `guardrail run --arm
+guarded` builds: the whole verifier suite (declaration checks, per-step checks, before-run snapshots). The compiled
+policy engine and the verifier catalogue are pure functions of the shipped files, so a process builds them once;
+each episode still gets its own suite, journal and context. `guard_cost` reads what the bench's cost section
+needs from the guard after the episode.
 """
 
 from __future__ import annotations
@@ -15,10 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 from guardrail.context import IncidentContext
-from guardrail.guard import Admission, DeclareOutcome, Guard
+from guardrail.guard import Guard
 from verifiers.protocols import VerdictStatus
 
-__all__ = ["SuiteGuard", "bench_guard_factory"]
+__all__ = ["bench_guard_factory", "guard_cost"]
 
 
 @lru_cache(maxsize=1)
@@ -35,45 +33,17 @@ def _catalogue() -> Any:
     return load_catalogue()
 
 
-class SuiteGuard(Guard):
-    """A Guard that also runs the suite's before-run snapshots and keeps the bench's cost figures."""
-
-    def __init__(self, engine: Any, context: IncidentContext, *, env: Any, suite: Any):
-        super().__init__(engine, context, env=env, declaration_checks=suite.declare, step_checks=suite.step,
-                         criteria=suite.criteria)
-        self.suite = suite
-        self.declarations: list[dict[str, Any]] = []
-
-    def before(self, command: str) -> Admission:
-        adm = super().before(command)
-        if adm.runs and self.env is not None:
-            for snap in self.suite.before_run(self.env, self.journal, [a.to_input() for a in adm.actions]):
-                self.journal.append("snapshot", **snap)
-        return adm
-
-    def on_declare(self) -> DeclareOutcome:
-        t0 = self.env.clock.now() if self.env is not None else 0.0
-        out = super().on_declare()
-        t1 = self.env.clock.now() if self.env is not None else 0.0
-        self.declarations.append({"t": round(t0, 6), "held_s": round(t1 - t0, 6), "accepted": out.accepted,
-                                  "codes": [str(getattr(f, "code", "")) for f in out.feedback]})
-        return out
-
-    def restart_probes(self) -> int:
-        """Restart-probe verdicts that got past "nothing may be restarted" (INCONCLUSIVE restarts nothing)."""
-        n = 0
-        for r in self.journal.records("verdict"):
-            if "restart" in str(r.get("verifier", "")).lower() and r.get("status") != VerdictStatus.INCONCLUSIVE.value:
-                n += 1
-        return n
-
-    def cost(self) -> dict[str, Any]:
-        return {"declarations": list(self.declarations), "restart_probes": self.restart_probes()}
+def guard_cost(guard: Guard) -> dict[str, Any]:
+    """What the bench's cost section reads from a guard after its episode: each declaration (virtual time asked,
+    how long it was held, accepted or not, codes) and how many restart probes restarted something (a restart
+    probe's INCONCLUSIVE verdict means nothing could be restarted, so it does not count)."""
+    probes = sum(1 for r in guard.journal.records("verdict")
+                 if "restart" in str(r.get("verifier", "")).lower()
+                 and r.get("status") != VerdictStatus.INCONCLUSIVE.value)
+    return {"declarations": list(guard.declarations), "restart_probes": probes}
 
 
-def bench_guard_factory(env: Any, context: IncidentContext) -> SuiteGuard:
-    """The guarded arm's guard: the shipped policies in the embedded OPA engine, the full verifier suite."""
-    from verifiers.suite import build_suite
-
-    suite = build_suite(context.model_dump(mode="json"), catalogue=_catalogue())
-    return SuiteGuard(_engine(), context, env=env, suite=suite)
+def bench_guard_factory(env: Any, context: IncidentContext) -> Guard:
+    """The guarded arm's guard: `Guard.standard` (the shipped policies in the embedded OPA engine, the full
+    verifier suite), with the engine and the catalogue this process already built."""
+    return Guard.standard(_engine(), context, env=env, catalogue=_catalogue())

@@ -160,7 +160,7 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
 def run_one(spec: EpisodeSpec) -> dict[str, Any]:
     """Run one episode and return its results line (the episode JSON without the transcript, plus the key,
     the guard's cost figures and, for a replay agent, the script's expected verdict from the matrix)."""
-    from arena.bench.guarding import bench_guard_factory
+    from arena.bench.guarding import bench_guard_factory, guard_cost
     from arena.episode import run_episode
 
     sc = _scenario(spec.scenario)
@@ -178,7 +178,7 @@ def run_one(spec: EpisodeSpec) -> dict[str, Any]:
     row["agent"] = spec.agent
     row["params"] = dict(spec.params)
     row["key"] = spec.key()
-    row["cost"] = guards[0].cost() if guards else {"declarations": [], "restart_probes": 0}
+    row["cost"] = guard_cost(guards[0]) if guards else {"declarations": [], "restart_probes": 0}
     if spec.agent.startswith("replay:"):
         m = sc.grader.matrix.get(spec.agent.split(":", 1)[1])
         if m is not None:
