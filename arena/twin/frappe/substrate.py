@@ -12,6 +12,8 @@ enqueues a job: ok when the broker accepts it) and `rq_complete` (a job that mus
 Where the faults live (spec section 7.1): a MariaDB leg applied by the faultInit job at episode start (`inject`:
 SQL statements run as root through the same SQL engine an operator uses, so SET GLOBAL lands in the runtime layer
 and a REVOKE in the catalog), and a queue leg shipped in the Helm values (extraFlags, present from bring-up).
+Task 005 adds a seeded backlog of Prepared Reports and emails with a mail sink (arena.twin.frappe.backlog), and
+the operator's `reconfigure-infra.sh`, which persists a Redis server's flags and applies them in place.
 """
 
 from __future__ import annotations
