@@ -51,6 +51,11 @@ def test_tiny_bench_writes_every_file_with_the_summary_keys(tiny: Path):
     # Pairing: every (scenario, agent, seed) ran in both arms.
     pairs = {(r["scenario"], r["agent"], r["seed"]) for r in rows}
     assert all(sum((r["scenario"], r["agent"], r["seed"]) == p for r in rows) == 2 for p in pairs)
+    # Each declaration is logged once: the rejected ones plus the accepted one, if any.
+    for r in rows:
+        if r["arm"] == "guarded":
+            decls = r["cost"]["declarations"]
+            assert len(decls) == r["guard"]["declarations_rejected"] + (r["declared_at"] is not None), decls
     assert "<svg" in (tiny / "report.html").read_text()
 
 
