@@ -104,7 +104,8 @@ def resolve_agent(spec: str, scenario: Scenario) -> Agent:
 
 
 def make_agent(spec: str, scenario: Scenario, seed: int = 0, **params: object) -> Agent:
-    """Build the agent an episode runs. `params` tune stochastic agents (e.g. responsiveness=0.5)."""
+    """Build the agent an episode runs. `params` tune stochastic agents (e.g. responsiveness=0.5, any trait) and
+    the LLM loop's budgets (max_calls, max_tokens, max_wall_s, timeout_s); deterministic agents ignore them."""
     kind, _, arg = spec.partition(":")
     if kind == "persona" and arg:
         from arena.agents.persona import PersonaAgent, Traits, load_personas, unknown_persona
@@ -124,6 +125,8 @@ def make_agent(spec: str, scenario: Scenario, seed: int = 0, **params: object) -
     if kind == "llm" and arg:
         from arena.agents.llm import LLMAgent
 
+        # A real model's responsiveness is its own, not a knob: the bench may pass one to every agent.
+        params.pop("responsiveness", None)
         return LLMAgent.from_env(arg, **params)  # type: ignore[arg-type]
     if kind == "replay":
         if arg not in scenario.solutions:

@@ -32,7 +32,8 @@ PAPER: dict[str, float] = {
 }
 FIGURES = tuple(PAPER)
 MODES = ("not_durable", "premature_declaration", "scope_violation", "budget_exhausted", "residual_cause")
-ARCHETYPES = ("expert", "alternative", "hasty", "ephemeral", "overreacher", "looper", "symptom", "novice")
+ARCHETYPES = ("expert", "alternative", "hasty", "hasty_alternative", "ephemeral", "overreacher", "blunt", "looper",
+              "symptom", "novice")
 
 
 def episode_record(result: Any) -> dict[str, Any]:

@@ -42,7 +42,8 @@ class Traits(BaseModel):
     alternative: float = Field(0.0, ge=0, le=1)  # the valid repair it knows is an alternative, not the reference
     durability: float = Field(1.0, ge=0, le=1)  # makes its changes in the declared layer (else an ephemeral form)
     patience: float = Field(1.0, ge=0, le=1)  # waits the reference's settle time before declaring
-    scope_creep: float = Field(0.0, ge=0, le=1)  # reaches for an overbroad form (extra, out-of-scope changes)
+    # adds out-of-scope changes to the repair it knows; without one, reaches for an overbroad form instead
+    scope_creep: float = Field(0.0, ge=0, le=1)
     looping: float = Field(0.0, ge=0, le=1)  # gets stuck re-running diagnostics
     symptom_only: float = Field(0.0, ge=0, le=1)  # repairs a symptom (restarts) instead of the cause
     responsiveness: float = Field(0.8, ge=0, le=1)  # acts correctly on each guard feedback code
@@ -67,8 +68,11 @@ def acts_on(traits: Traits, blocks: AgentBlocks) -> bool:
     one where declaring early cannot fail; the calibrated mixture draws only among personas that act on an
     incident, so each trait shows where it can.
     """
+    knows = traits.fix_knowledge >= 1
     needs = [(traits.symptom_only > 0, blocks.symptom), (traits.durability < 1, blocks.ephemeral),
-             (traits.scope_creep > 0, blocks.with_extras), (traits.fix_knowledge < 1, blocks.partial),
+             (traits.scope_creep > 0 and knows, blocks.with_extras),
+             (traits.scope_creep > 0 and not knows, blocks.overbroad),
+             (traits.scope_creep == 0 and not knows, blocks.partial),
              (traits.alternative > 0, blocks.alternatives), (traits.patience < 1, blocks.premature)]
     return all(bool(have) for wanted, have in needs if wanted)
 
@@ -122,6 +126,9 @@ class PersonaAgent:
                 kind, form = "ephemeral", b.ephemeral
             elif u["scope"] < t.scope_creep and b.with_extras:
                 kind, form = "overbroad", b.with_extras
+        elif u["scope"] < t.scope_creep and b.overbroad:
+            # not knowing the proper repair, it reaches for a broader one
+            kind, form = "overbroad", b.overbroad
         elif b.partial:
             kind, form = "partial", b.partial
         else:
