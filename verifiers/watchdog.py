@@ -8,7 +8,8 @@ the SLIs (one measurement, no waiting). Two findings, each reported once per epi
 - RESIDUAL_CAUSE: the SLIs recovered after the last change and then regressed with no further change (a
   symptom-only repair), or the restart probe found the fault re-armed by a restart.
 
-`detect_loop` and `detect_relapse` are the pure judges; `LoopWatchdog` gathers their inputs.
+`detect_loop` and `detect_relapse` are the pure judges; `LoopWatchdog` gathers their inputs. It reads the journal
+incrementally (`StepLog`): each step costs the same however long the session has run.
 """
 
 from __future__ import annotations
@@ -45,18 +46,77 @@ def steps_of(journal: Any) -> list[StepView]:
     for r in journal.records():
         if r.get("kind") == "result" and r.get("ref") is not None:
             outputs[int(r["ref"])] = r
-    out = []
-    for e in journal.executed():
-        res = outputs.get(int(e.get("seq") or 0), {})
-        text = str(res.get("stdout_head") or res.get("stdout") or res.get("stderr_head") or "")
-        # The first two lines: a table's header alone says little, its first row says what was seen.
-        first = " / ".join([ln.strip() for ln in text.splitlines() if ln.strip()][:2])
-        actions = e.get("actions") or ()
-        # A command with no recognised action is opaque to us; like the guard, count it as mutating.
-        mutating = any(is_mutating_action(a) for a in actions) if actions else True
-        out.append(StepView(int(e.get("seq") or 0), _norm(str(e.get("command") or "")), mutating,
-                            e.get("exit_code"), " ".join(first.split())[:160]))
-    return out
+    return [_step(e, outputs.get(int(e.get("seq") or 0), e)) for e in journal.executed()]
+
+
+def _step(command: Mapping[str, Any], result: Mapping[str, Any]) -> StepView:
+    text = str(result.get("stdout_head") or result.get("stdout") or result.get("stderr_head") or "")
+    # The first two lines: a table's header alone says little, its first row says what was seen.
+    first = " / ".join([ln.strip() for ln in text.splitlines() if ln.strip()][:2])
+    actions = command.get("actions") or ()
+    # A command with no recognised action is opaque to us; like the guard, count it as mutating.
+    mutating = any(is_mutating_action(a) for a in actions) if actions else True
+    return StepView(int(command.get("seq") or 0), _norm(str(command.get("command") or "")), mutating,
+                    result.get("exit_code"), " ".join(first.split())[:160])
+
+
+class StepLog:
+    """What the watchdog has read of one journal so far: the steps since the last change, counts, new verdicts."""
+
+    def __init__(self) -> None:
+        self.journal_id: int | None = None
+        self.last_seq = 0  # the newest record read
+        self.n_steps = 0
+        self.last_step_seq = 0
+        self.idle: list[StepView] = []  # the trailing run of read-only steps
+        self.last_mutation_t: float | None = None  # as verifiers.base.last_mutation_t
+        self._awaiting: dict[int, Mapping[str, Any]] = {}  # commands that ran, until their result
+
+    def update(self, journal: Any) -> list[Mapping[str, Any]]:
+        """Read the records added since the last call; returns them."""
+        if self.journal_id != id(journal):
+            self.__init__()
+            self.journal_id = id(journal)
+        since = getattr(journal, "since", None)
+        new = list(since(self.last_seq)) if since is not None else [
+            r for r in journal.records() if int(r.get("seq") or 0) > self.last_seq]
+        for r in new:
+            self.last_seq = max(self.last_seq, int(r.get("seq") or 0))
+            kind = r.get("kind")
+            if kind == "command" and r.get("ran"):
+                self._awaiting[int(r.get("seq") or 0)] = r
+            elif kind == "result" and r.get("ref") is not None:
+                cmd = self._awaiting.pop(int(r["ref"]), None)
+                if cmd is None:
+                    continue
+                if int(cmd.get("seq") or 0) < self.last_step_seq:
+                    self._rebuild(journal)  # a result out of command order: recount from the whole journal
+                    continue
+                self._add(_step(cmd, r), cmd, r)
+        return new
+
+    def _add(self, step: StepView, cmd: Mapping[str, Any], res: Mapping[str, Any]) -> None:
+        self.n_steps += 1
+        self.last_step_seq = step.seq
+        if step.mutating:
+            self.idle = []
+        else:
+            self.idle.append(step)
+        t = res.get("t", cmd.get("t"))
+        if t is not None and any(is_mutating_action(a) for a in cmd.get("actions") or ()):
+            self.last_mutation_t = float(t) if self.last_mutation_t is None else max(self.last_mutation_t, float(t))
+
+    def _rebuild(self, journal: Any) -> None:
+        steps = steps_of(journal)
+        self.n_steps = len(steps)
+        self.last_step_seq = steps[-1].seq if steps else 0
+        idle: list[StepView] = []
+        for st in reversed(steps):
+            if st.mutating:
+                break
+            idle.append(st)
+        self.idle = idle[::-1]
+        self.last_mutation_t = last_mutation_t(journal)
 
 
 def summary(steps: Sequence[StepView]) -> list[dict[str, Any]]:
@@ -120,8 +180,11 @@ class LoopWatchdog(VerifierBase):
         self._bands: list | None = None
         self._reported: set[Any] = set()
         self._loop_fired: tuple[int, int] | None = None  # (last seq, step count) when last reported
+        self._log = StepLog()
+        self._rearmed: list[tuple[Any, Mapping[str, Any]]] = []  # restart-probe findings not yet reported
 
-    def _assessment(self, env: Environment, journal: Any, crit: Criteria) -> Assessment | None:
+    def _assessment(self, env: Environment, journal: Any, crit: Criteria,
+                    last: float | None = None) -> Assessment | None:
         cc = crit.convergence
         if self._bands is None:
             self._bands, _ = self.conv.bands(env, cc)
@@ -129,7 +192,6 @@ class LoopWatchdog(VerifierBase):
             return None
         cycle_s = self.conv.cycle_s(env, cc)
         now = env.clock.now()
-        last = last_mutation_t(journal)
         start = last if last is not None else now - 3 * cycle_s
         start = max(start, now - 8 * cycle_s)  # bounded look-back keeps a step cheap
         series = self.conv.measure(env, self._bands, start, cycle_s)
@@ -138,24 +200,29 @@ class LoopWatchdog(VerifierBase):
     def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
         crit = Criteria.coerce(criteria)
         wc = crit.watchdog
-        # The restart probe found the fault re-armed by a restart: the cause is still in place.
-        for r in journal.records():
-            if r.get("kind") == "verdict" and r.get("seq") not in self._reported:
+        log = self._log
+        for r in log.update(journal):
+            if r.get("kind") == "verdict":
                 found = _rearmed(r)
                 if found is not None:
-                    self._reported.add(r.get("seq"))
-                    return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.RESIDUAL_CAUSE, (
-                        "the restart probe brought the fault back: the repair removed a symptom, not the cause. "
-                        "Find what re-creates the fault at start-up (a boot-time job, an image setting, a "
-                        "declared value) and fix it there."), {"restart_probe": found})
-        steps = steps_of(journal)
+                    self._rearmed.append((r.get("seq"), found))
+        # The restart probe found the fault re-armed by a restart: the cause is still in place.
+        while self._rearmed:
+            seq, found = self._rearmed.pop(0)
+            if seq in self._reported:
+                continue
+            self._reported.add(seq)
+            return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.RESIDUAL_CAUSE, (
+                "the restart probe brought the fault back: the repair removed a symptom, not the cause. "
+                "Find what re-creates the fault at start-up (a boot-time job, an image setting, a "
+                "declared value) and fix it there."), {"restart_probe": found})
         a: Assessment | None = None
         # The SLIs matter only to a relapse (after a change) or to a long idle run (detect_loop's out-of-band
         # rule); skipping the measurement otherwise gives the same verdict without the per-step SLI reads.
-        changed = last_mutation_t(journal) is not None
-        if wc.check_slis and (changed or _idle_run(steps) >= wc.idle_steps):
+        changed = log.last_mutation_t is not None
+        if wc.check_slis and (changed or len(log.idle) >= wc.idle_steps):
             try:
-                a = self._assessment(env, journal, crit)
+                a = self._assessment(env, journal, crit, log.last_mutation_t)
             except Exception:  # noqa: BLE001 - without SLIs the watchdog still judges the journal
                 a = None
         # A relapse is judged after the agent's last change only: before any change, "healthy, then not" is just
@@ -175,29 +242,20 @@ class LoopWatchdog(VerifierBase):
         if a is not None and a.cycles:
             out_of_band = a.cycles[-1].state == "fail"
             detail = "; ".join(f"{r.band.label()} = {r.value:.4g}" for r in a.cycles[-1].failures[:3])
-        loop = detect_loop(steps, wc, slis_out_of_band=out_of_band, sli_detail=detail)
+        # The trailing read-only run is all detect_loop looks at; the step count and last seq stand for the rest.
+        loop = detect_loop(log.idle, wc, slis_out_of_band=out_of_band, sli_detail=detail)
         if loop is None:
             return Verdict(VerdictStatus.PASS, self.name, message="no loop")
         if self._loop_fired is not None:
             fired_seq, fired_n = self._loop_fired
             same_run = loop["since_seq"] <= fired_seq
-            if same_run and len(steps) - fired_n < wc.window_steps:
+            if same_run and log.n_steps - fired_n < wc.window_steps:
                 return Verdict(VerdictStatus.PASS, self.name, message="loop already reported", evidence=loop)
-        self._loop_fired = (steps[-1].seq, len(steps))
+        self._loop_fired = (log.last_step_seq, log.n_steps)
         learned = "; ".join(f"`{d['command']}` x{d['times']} showed {d['showed']!r}" for d in loop["learned"][:6])
         return Verdict(VerdictStatus.FAIL, self.name, FeedbackCode.LOOP_DETECTED, (
             f"diagnostic loop: {loop['reason']}. What you have learned so far: {learned}. Act on it: make the "
             f"change these readings point to, or read something you have not read yet."), loop)
-
-
-def _idle_run(steps: Sequence[StepView]) -> int:
-    """How many read-only steps trail the last mutating one (detect_loop's `idle`)."""
-    n = 0
-    for s in reversed(steps):
-        if s.mutating:
-            break
-        n += 1
-    return n
 
 
 def _rearmed(record: Mapping[str, Any]) -> Mapping[str, Any] | None:

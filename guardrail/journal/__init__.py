@@ -1,23 +1,32 @@
-"""The guard's journal: append-only JSONL, one fsync'd record per line.
+"""The guard's journal: append-only JSONL, one record per line.
 
-Written by the Guard (every command, decision, result, snapshot, declaration and verdict) before anything runs;
-read by the verifiers (through `verifiers.protocols.JournalView`), by `guardrail audit`, and by rollback. A crash
-can tear only the last line: reading skips it and loses nothing before it; re-opening for append truncates the
-torn tail and records that it did.
+Written by the Guard (every command, decision, result, snapshot, declaration and verdict); read by the verifiers
+(through `verifiers.protocols.JournalView`), by `guardrail audit`, and by rollback. Durability: every record is
+fsync'd before append() returns, except the group-committed kinds (`result`, `feedback`: what already happened),
+which become durable with the next fsync'd record or at close. So the record of a command is on disk before the
+command runs, as are snapshots, declarations and verdicts. A crash can tear only the last line: reading skips it
+and loses nothing before it; re-opening for append truncates the torn tail and records that it did.
+
+Memory stays flat over a long session: a file-backed journal keeps only what the verifiers read on every step
+(the executed() list, counts per kind, the last TAIL_RECORDS records); records() reads the rest back from the file.
+`Journal(None)` has no file and keeps every record in memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
 import time
+from collections import Counter, deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from guardrail.errors import InputError, JournalError
 
-__all__ = ["Journal", "read_journal", "JournalReadResult"]
+__all__ = ["Journal", "JournalRecords", "read_journal", "JournalReadResult", "GROUP_COMMIT_KINDS"]
 
 
 class JournalReadResult(list):
@@ -54,17 +63,31 @@ def read_journal(path: str | Path) -> JournalReadResult:
     return out
 
 
+# Kinds whose fsync waits for the next durable record (or close): results and feedback describe a command that
+# already ran, and the command's own record, fsync'd before it ran, is the durability point.
+GROUP_COMMIT_KINDS = frozenset({"result", "feedback"})
+# Records kept in memory for readers that want the newest (e.g. the last command record of a session).
+TAIL_RECORDS = 256
+
+
 class Journal:
     """Append-only record of one guarded session. `Journal(None)` keeps records in memory only (benchmarks)."""
 
     def __init__(self, path: str | Path | None = None, *, session: str = "default", fsync: bool = True,
-                 clock: Any = None):
+                 clock: Any = None, group_commit: bool = True):
         self.path = Path(path) if path is not None else None
         self.session = session
         self._fsync = fsync
+        self._group_commit = group_commit
         self._clock = clock
         self._lock = threading.Lock()
-        self._records: list[dict[str, Any]] = []
+        # Every record, only when there is no file to read them back from.
+        self._records: list[dict[str, Any]] | None = [] if self.path is None else None
+        self._tail: deque[dict[str, Any]] = deque(maxlen=TAIL_RECORDS)
+        self._counts: Counter[str] = Counter()
+        self._executed: list[dict[str, Any]] = []
+        self._awaiting_result: dict[int, dict[str, Any]] = {}  # commands that ran, by seq, until their result
+        self._unsynced = False
         self._fh = None
         self._seq = 0
         if self.path is not None:
@@ -78,7 +101,8 @@ class Journal:
         torn = 0
         if self.path.exists():
             existing = read_journal(self.path)
-            self._records = list(existing)
+            for rec in existing:
+                self._index(rec)
             self._seq = max((int(r.get("seq", 0)) for r in existing), default=0)
             if existing.torn:
                 torn = existing.torn_bytes
@@ -93,7 +117,7 @@ class Journal:
             self.append("recovery", torn_bytes=torn, note="a torn last record from an earlier crash was dropped")
 
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """Append one record and make it durable before returning it."""
+        """Append one record; it is durable when this returns, unless its kind is group-committed."""
         with self._lock:
             self._seq += 1
             rec = {"seq": self._seq, "kind": kind, "session": self.session, "wall": round(time.time(), 6)}
@@ -105,15 +129,50 @@ class Journal:
                     line = json.dumps(rec, separators=(",", ":"), default=_jsonable).encode() + b"\n"
                     self._fh.write(line)
                     if self._fsync:
-                        os.fsync(self._fh.fileno())
+                        if self._group_commit and kind in GROUP_COMMIT_KINDS:
+                            self._unsynced = True
+                        else:
+                            os.fsync(self._fh.fileno())
+                            self._unsynced = False
                 except (OSError, TypeError, ValueError) as e:
                     raise JournalError(f"{self.path}: cannot append record: {e}") from e
-            self._records.append(rec)
+            self._index(rec)
             return rec
+
+    def _index(self, rec: dict[str, Any]) -> None:
+        """Keep what readers need without the whole history: counts, the tail, and the executed() list."""
+        if self._records is not None:
+            self._records.append(rec)
+        self._tail.append(rec)
+        kind = rec.get("kind")
+        self._counts[kind] += 1
+        if kind == "command" and rec.get("ran"):
+            self._awaiting_result[rec["seq"]] = rec
+        elif kind == "result":
+            cmd = self._awaiting_result.pop(rec.get("ref"), None)
+            if cmd is not None:
+                entry = {"seq": cmd["seq"], "t": rec.get("t", cmd.get("t")), "command": cmd["command"],
+                         "exit_code": rec.get("exit_code"), "actions": cmd.get("actions", [])}
+                # Results arrive in command order under the guard; a late one is put back in its place.
+                if self._executed and self._executed[-1]["seq"] > entry["seq"]:
+                    bisect.insort(self._executed, entry, key=lambda e: e["seq"])
+                else:
+                    self._executed.append(entry)
+
+    def sync(self) -> None:
+        """Make every record written so far durable (group-committed ones included)."""
+        with self._lock:
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        if self._fh is not None and self._unsynced:
+            os.fsync(self._fh.fileno())
+            self._unsynced = False
 
     def close(self) -> None:
         with self._lock:
             if self._fh is not None:
+                self._sync_locked()
                 self._fh.close()
                 self._fh = None
 
@@ -125,30 +184,77 @@ class Journal:
 
     # -- reading (verifiers.protocols.JournalView) -------------------------------------------------------------
 
-    def records(self, kind: str | None = None) -> list[Mapping[str, Any]]:
+    def records(self, kind: str | None = None) -> "JournalRecords":
+        """Every record (of one kind), oldest first. A sequence: the newest few come from memory, the rest from
+        the file when it is read as a whole."""
         with self._lock:
-            return [r for r in self._records if kind is None or r["kind"] == kind]
+            n = self._counts[kind] if kind is not None else sum(self._counts.values())
+            tail = [r for r in self._tail if kind is None or r["kind"] == kind]
+        return JournalRecords(self, kind, n, tail)
+
+    def since(self, seq: int) -> list[Mapping[str, Any]]:
+        """The records after `seq`, oldest first: what an incremental reader (the loop watchdog) has not seen."""
+        with self._lock:
+            if not self._tail or self._tail[0]["seq"] <= seq + 1:
+                return [r for r in self._tail if r["seq"] > seq]
+            if self._records is not None:
+                return [r for r in self._records if r["seq"] > seq]
+        return [r for r in self._all(None) if r["seq"] > seq]
+
+    def _all(self, kind: str | None) -> list[Mapping[str, Any]]:
+        with self._lock:
+            if self._records is not None:
+                recs: list[dict[str, Any]] = self._records
+            else:
+                assert self.path is not None
+                recs = read_journal(self.path)
+            return [r for r in recs if kind is None or r["kind"] == kind]
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
         return iter(self.records())
 
     def __len__(self) -> int:
-        return len(self._records)
+        return sum(self._counts.values())
+
+    def counts(self) -> dict[str, int]:
+        """Records per kind."""
+        with self._lock:
+            return dict(self._counts)
 
     def executed(self) -> list[Mapping[str, Any]]:
         """Commands that ran, with their actions and exit codes, in order."""
         with self._lock:
-            results = {r["ref"]: r for r in self._records if r["kind"] == "result"}
-            out = []
-            for r in self._records:
-                if r["kind"] != "command" or not r.get("ran"):
-                    continue
-                res = results.get(r["seq"])
-                if res is None:
-                    continue
-                out.append({"seq": r["seq"], "t": res.get("t", r.get("t")), "command": r["command"],
-                            "exit_code": res.get("exit_code"), "actions": r.get("actions", [])})
-            return out
+            return list(self._executed)
+
+
+class JournalRecords(Sequence):
+    """A journal's records as a sequence: length and the newest items from memory, everything else on demand."""
+
+    def __init__(self, journal: Journal, kind: str | None, n: int, tail: list[Mapping[str, Any]]):
+        self._journal, self._kind, self._n, self._tail = journal, kind, n, tail
+        self._full: list[Mapping[str, Any]] | None = None
+
+    def _everything(self) -> list[Mapping[str, Any]]:
+        if self._full is None:
+            self._full = self._journal._all(self._kind)[: self._n]
+        return self._full
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, int) and -len(self._tail) <= i < 0:
+            return self._tail[i]
+        return self._everything()[i]
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        return iter(self._everything())
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, tuple, Sequence)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"JournalRecords({list(self)!r})"
 
 
 def _jsonable(o: Any) -> Any:

@@ -97,3 +97,73 @@ def test_sigkill_mid_session_leaves_readable_journal(tmp_path):
     assert len(recs) >= 50
     assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
     assert all(json.dumps(r) for r in recs)
+
+
+def _session(j, n):
+    for i in range(n):
+        mutating = i % 3 == 0
+        rec = j.append("command", command=f"c{i}", ran=i % 5 != 4,
+                       actions=[{"tool": "redis-cli", "mutating": mutating}], decisions=[{"pad": "x" * 300}])
+        j.append("result", ref=rec["seq"], exit_code=0 if rec["ran"] else 126, stdout_head=f"out{i}")
+
+
+def test_a_long_file_backed_session_keeps_only_a_bounded_tail_in_memory(tmp_path, monkeypatch):
+    import guardrail.journal as journal_mod
+
+    p = tmp_path / "j.jsonl"
+    j = Journal(p)
+    _session(j, 1000)
+    assert len(j._tail) == journal_mod.TAIL_RECORDS and j._records is None
+    on_disk = read_journal(p)
+    assert list(j.records()) == list(on_disk) and len(j.records()) == 2000
+    assert [r["seq"] for r in j.records("result")] == [r["seq"] for r in on_disk if r["kind"] == "result"]
+    # The newest records, the counts and the executed() index need no read of the file.
+    monkeypatch.setattr(journal_mod, "read_journal", lambda *a: pytest.fail("read the whole file"))
+    assert j.records("command")[-1]["command"] == "c999"
+    assert len(j.records("command")) == 1000 and j.counts() == {"command": 1000, "result": 1000}
+    assert [r["seq"] for r in j.since(1995)] == [1996, 1997, 1998, 1999, 2000]
+    ex = j.executed()
+    assert len(ex) == 800 and ex[-1]["command"] == "c998" and ex[-1]["exit_code"] == 0
+    j.close()
+
+
+def test_executed_is_rebuilt_on_reopen_and_reads_back_old_records(tmp_path):
+    p = tmp_path / "j.jsonl"
+    with Journal(p) as j:
+        _session(j, 300)
+        before = j.executed()
+    with Journal(p) as j:
+        assert j.executed() == before
+        assert j.since(3)[0]["seq"] == 4  # older than the tail: read back from the file
+        assert len(j.records()) == 600
+
+
+def test_a_result_is_group_committed_and_the_next_command_makes_it_durable(tmp_path, monkeypatch):
+    import guardrail.journal as journal_mod
+
+    synced = []
+    monkeypatch.setattr(journal_mod.os, "fsync", lambda fd: synced.append(fd))
+    j = Journal(tmp_path / "j.jsonl")
+    j.append("command", command="a", ran=True)
+    assert len(synced) == 1  # the command is on disk before it runs
+    j.append("result", ref=1, exit_code=0)
+    j.append("feedback", code="WARN", message="m")
+    assert len(synced) == 1
+    j.append("command", command="b", ran=True)
+    assert len(synced) == 2  # one fsync covers the earlier result too
+    j.append("result", ref=4, exit_code=0)
+    j.close()
+    assert len(synced) == 3  # close leaves nothing unsynced
+    strict = Journal(tmp_path / "k.jsonl", group_commit=False)
+    strict.append("command", command="a", ran=True)
+    strict.append("result", ref=1, exit_code=0)
+    assert len(synced) == 5
+    strict.close()
+    assert len(synced) == 5
+
+
+def test_in_memory_journal_keeps_every_record():
+    j = Journal(None)
+    _session(j, 400)
+    assert len(j.records()) == 800 and j.records()[0]["seq"] == 1
+    assert [r["seq"] for r in j.since(2)][:2] == [3, 4]

@@ -84,3 +84,78 @@ def test_the_incident_starting_is_not_a_relapse():
     j = FakeJournal(env.clock)
     j.run(env, "kubectl get pods", READ)
     assert LoopWatchdog(CTX).check(env, j, None).passed
+
+
+def _trailing_idle(steps):
+    out = []
+    for s in reversed(steps):
+        if s.mutating:
+            break
+        out.append(s)
+    return out[::-1]
+
+
+def test_the_incremental_step_log_agrees_with_a_full_read_after_every_step():
+    import random
+
+    from verifiers.base import last_mutation_t
+    from verifiers.watchdog import StepLog, steps_of
+
+    rng = random.Random(7)
+    env = _env(lambda *a: (0.3, 100))
+    j = FakeJournal(env.clock)
+    log = StepLog()
+    held = None
+    for i in range(120):
+        kind = rng.random()
+        if kind < 0.1:  # denied: journalled, never ran
+            rec = j.append("command", command=f"deny {i}", actions=READ, ran=False)
+            j.append("result", ref=rec["seq"], exit_code=126, denied=True)
+        elif kind < 0.15 and held is None:  # its result comes later, after other commands
+            held = j.append("command", command=f"slow {i}", actions=READ, ran=True)
+        elif kind < 0.45:
+            j.run(env, "fix", [action("redis-cli", "config set", [{"key": "redis.maxmemory", "value": "1gb"}])])
+        elif kind < 0.5:
+            j.run(env, f"opaque {i}", [])  # no actions: a mutating step, but not a mutation for last_mutation_t
+        else:
+            j.run(env, rng.choice(["kubectl get pods", "kubectl logs x", "redis-cli info"]), READ)
+        if held is not None and rng.random() < 0.3:
+            j.append("result", ref=held["seq"], exit_code=0, stdout_head="late")
+            held = None
+        env.clock.sleep(5)
+        log.update(j)
+        full = steps_of(j)
+        assert log.n_steps == len(full)
+        assert log.idle == _trailing_idle(full)
+        assert log.last_mutation_t == last_mutation_t(j)
+
+
+class _SinceOnlyJournal(FakeJournal):
+    """A journal that lets a reader see only what is new; a full read fails the test."""
+
+    full_reads_allowed = True
+
+    def since(self, seq):
+        return [r for r in self._records if r["seq"] > seq]
+
+    def records(self):
+        assert self.full_reads_allowed, "the watchdog re-read the whole journal"
+        return super().records()
+
+    def executed(self):
+        assert self.full_reads_allowed, "the watchdog re-read the whole journal"
+        return super().executed()
+
+
+def test_each_watchdog_step_reads_only_the_new_records():
+    env = _env(lambda *a: (0.3, 100))
+    j = _SinceOnlyJournal(env.clock)
+    wd = LoopWatchdog({"id": "t"})  # no SLOs: the verdict comes from the journal alone
+    j.full_reads_allowed = False
+    verdicts = []
+    for i in range(300):
+        j.run(env, "fix" if i % 7 == 0 else "kubectl get pods", None if i % 7 == 0 else READ)
+        env.clock.sleep(5)
+        verdicts.append(wd.check(env, j, None))
+    assert all(v.status is not VerdictStatus.ERROR for v in verdicts)
+    assert any(v.code is FeedbackCode.LOOP_DETECTED for v in verdicts)
