@@ -10,7 +10,9 @@ waiting; a request whose time comes after the run's end is not sent, so a satura
 sent < scheduled). The service time (send to reply) is reported beside it. Allowed commands are reported back with `after` (socket) as a shim does; over MCP, `exec` runs in a
 no-op environment so the figures measure the guard and the transport, not bash. Afterwards every session's
 journal is read back: each request carries a unique marker, which must appear exactly once (no drops, no
-duplicates), and each journal's seq must run 1..N without gaps. The server's RSS is sampled once a second.
+duplicates), and each journal's seq must run 1..N without gaps. The server's RSS is sampled once a second, and its
+CPU time per decision and the load average are reported beside the latencies: on a shared machine a p99 well above
+the CPU cost is time spent waiting for a core.
 
 Prints a table and writes bench/results/guard_load.json.
 """
@@ -103,6 +105,13 @@ def serve(args: argparse.Namespace) -> None:
 
 
 # -- the load generator -------------------------------------------------------------------------------------
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system), from /proc: the server's work, apart from waiting."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kb(pid: int) -> int:
@@ -199,6 +208,7 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     proc = start_server("socket", workdir, args.sessions, 0, args.engines)
     sampler = RssSampler(proc.pid)
     sampler.start()
+    cpu0, load0 = cpu_s(proc.pid), os.getloadavg()
     interval = args.sessions / args.rate
     out: dict[int, Any] = {}
     t0 = time.perf_counter() + 0.5
@@ -210,9 +220,10 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cpu = cpu_s(proc.pid) - cpu0
     sampler.stop()
     stop_server(proc)
-    return summarise("socket", out, wall, sampler.samples, workdir / "journals")
+    return summarise("socket", out, wall, sampler.samples, workdir / "journals", cpu, load0)
 
 
 def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -224,6 +235,7 @@ def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     proc = start_server("http", workdir, args.sessions, port, args.engines)
     sampler = RssSampler(proc.pid)
     sampler.start()
+    cpu0, load0 = cpu_s(proc.pid), os.getloadavg()
     interval = args.sessions / args.rate
     url = f"http://127.0.0.1:{port}/mcp"
     out: dict[int, Any] = {}
@@ -267,9 +279,10 @@ def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         return time.perf_counter() - t0
 
     wall = anyio.run(main)
+    cpu = cpu_s(proc.pid) - cpu0
     sampler.stop()
     stop_server(proc)
-    return summarise("mcp-http", out, wall, sampler.samples, workdir / "journals")
+    return summarise("mcp-http", out, wall, sampler.samples, workdir / "journals", cpu, load0)
 
 
 def _free_port() -> int:
@@ -321,7 +334,8 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path) -> dict[str, Any]:
+def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path, server_cpu_s: float = 0.0,
+              load_before: tuple = ()) -> dict[str, Any]:
     lat = [x for o in out.values() for x in o["latencies"]]
     svc = [x for o in out.values() for x in o["service"]]
     markers = [m for o in out.values() for m in o["markers"]]
@@ -344,6 +358,10 @@ def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path
         # From the actual send, not the schedule: the server's own time per request, queueing excluded.
         "service_p50_ms": round(pct(svc, 50) * 1000, 3),
         "service_p99_ms": round(pct(svc, 99) * 1000, 3),
+        # The guard server's CPU per decision (all its threads): work, as opposed to time spent waiting for a core.
+        "server_cpu_ms_per_decision": round(server_cpu_s * 1000 / len(lat), 3) if lat else None,
+        "server_cpu_share": round(server_cpu_s / wall, 3) if wall else None,
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "rss_mb": {"first": round(kb[0] / 1024, 1) if kb else None, "last": round(kb[-1] / 1024, 1) if kb else None,
                    "max": round(max(kb) / 1024, 1) if kb else None,
                    "early_mean": round(statistics.fmean(head) / 1024, 1) if kb else None,
@@ -358,16 +376,17 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
     from rich.table import Table
 
     t = Table(title=f"guard load: {args.sessions} sessions, {args.rate}/s total, {args.duration}s")
-    cols = ["transport", "sent/scheduled", "rate/s", "err", "p50 ms", "p99 ms", "svc p50/p99 ms", "dropped",
-            "dup", "seq gaps", "RSS MB early→late (max)"]
+    cols = ["transport", "sent/scheduled", "rate/s", "err", "p50 ms", "p99 ms", "svc p50/p99 ms", "server cpu ms",
+            "dropped", "dup", "seq gaps", "RSS MB early→late (max)", "load avg"]
     for c in cols:
         t.add_column(c, justify="right")
     for r in results:
         j, m = r["journal"], r["rss_mb"]
         t.add_row(r["transport"], f"{r['decisions']}/{r['scheduled']}", str(r["achieved_rate"]), str(r["errors"]),
                   str(r["p50_ms"]), str(r["p99_ms"]), f"{r['service_p50_ms']}/{r['service_p99_ms']}",
-                  str(j["dropped"]), str(j["duplicated"]),
-                  str(j["sessions_with_seq_gaps"]), f"{m['early_mean']}→{m['late_mean']} ({m['max']})")
+                  str(r["server_cpu_ms_per_decision"]), str(j["dropped"]), str(j["duplicated"]),
+                  str(j["sessions_with_seq_gaps"]), f"{m['early_mean']}→{m['late_mean']} ({m['max']})",
+                  f"{r['load_average']['before'][0]:.1f}→{r['load_average']['after'][0]:.1f}")
     Console(width=160).print(t)
 
 
