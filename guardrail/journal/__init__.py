@@ -196,7 +196,13 @@ class Journal:
         """The records after `seq`, oldest first: what an incremental reader (the loop watchdog) has not seen."""
         with self._lock:
             if not self._tail or self._tail[0]["seq"] <= seq + 1:
-                return [r for r in self._tail if r["seq"] > seq]
+                # From the newest back: an incremental reader usually wants the last record or two.
+                out = []
+                for r in reversed(self._tail):
+                    if r["seq"] <= seq:
+                        break
+                    out.append(r)
+                return out[::-1]
             if self._records is not None:
                 return [r for r in self._records if r["seq"] > seq]
         return [r for r in self._all(None) if r["seq"] > seq]

@@ -141,3 +141,14 @@ def test_rules_read_the_context_only_through_lib():
             if "input.context" in code or '(input, "context"' in code:
                 offenders.append(f"{f.name}:{n}: {line.strip()}")
     assert not offenders, "read the context as lib.context (or lib's sets), not input.context:\n" + "\n".join(offenders)
+
+
+def test_a_context_changed_in_place_is_decided_with_its_new_content(engine):
+    ctx = IncidentContext(namespaces=["slack"]).policy_input()
+    x = {"action": normalise("kubectl delete pod svc-channel-0 -n slack")[0].to_input(), "context": ctx,
+         "command": "kubectl delete pod svc-channel-0 -n slack"}
+    assert "SRE-RESTART-001" not in engine.decide(x).rule_ids
+    ctx["not_restartable"].append("svc-channel")  # the same dict object, new content
+    assert "SRE-RESTART-001" in engine.decide(x).rule_ids
+    ctx["not_restartable"].clear()
+    assert "SRE-RESTART-001" not in engine.decide(x).rule_ids
