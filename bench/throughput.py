@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import tempfile
 import threading
 import time
@@ -72,16 +73,25 @@ class PeakRSS:
         self._t.join()
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children: unlike wall time, not inflated by other load."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_size(target: int, agent: str, jobs: int, scenarios: list[str]) -> dict:
     seeds = max(1, round(target / (2 * len(scenarios))))
     plan = plan_bench(scenarios, [agent], ["guarded", "unguarded"], seeds, [], detection=False)
     with tempfile.TemporaryDirectory() as d, PeakRSS() as rss:
+        c0 = _cpu_s()
         t0 = time.perf_counter()
         rows = run_plan(plan, Path(d) / "results.jsonl", jobs=jobs)
         wall = time.perf_counter() - t0
+        cpu = _cpu_s() - c0  # the workers have exited (the pool shut down), so RUSAGE_CHILDREN includes them
     arm_wall = {arm: round(sum(r["wall_s"] for r in rows if r["arm"] == arm), 3) for arm in ("guarded", "unguarded")}
     return {"target": target, "episodes": len(rows), "seeds": seeds, "wall_s": round(wall, 3),
-            "episodes_per_s": round(len(rows) / wall, 2), "peak_rss_mb": round(rss.peak_kb / 1024, 1),
+            "episodes_per_s": round(len(rows) / wall, 2), "cpu_s": round(cpu, 2),
+            "cpu_s_per_episode": round(cpu / max(1, len(rows)), 4), "peak_rss_mb": round(rss.peak_kb / 1024, 1),
             "episode_wall_s_by_arm": arm_wall,
             "pass_rate": {arm: round(sum(r["passed"] for r in rows if r["arm"] == arm)
                                      / max(1, sum(r["arm"] == arm for r in rows)), 3)
@@ -113,19 +123,21 @@ def main() -> None:
     sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     runs = []
     print(f"{len(scenarios)} scenarios, agent {a.agent}, --jobs {a.jobs}")
-    print(f"{'target':>7} {'episodes':>8} {'wall s':>8} {'ep/s':>7} {'peak MB':>8} {'s/ep guarded':>13} "
-          f"{'s/ep unguarded':>15}")
+    print(f"{'target':>7} {'episodes':>8} {'wall s':>8} {'ep/s':>7} {'cpu s/ep':>9} {'peak MB':>8} "
+          f"{'s/ep guarded':>13} {'s/ep unguarded':>15}")
     for n in sizes:
         r = run_size(n, a.agent, a.jobs, scenarios)
         runs.append(r)
         half = r["episodes"] / 2
         print(f"{r['target']:>7} {r['episodes']:>8} {r['wall_s']:>8.1f} {r['episodes_per_s']:>7.2f} "
-              f"{r['peak_rss_mb']:>8.1f} {r['episode_wall_s_by_arm']['guarded'] / half:>13.3f} "
+              f"{r['cpu_s_per_episode']:>9.3f} {r['peak_rss_mb']:>8.1f} {r['episode_wall_s_by_arm']['guarded'] / half:>13.3f} "
               f"{r['episode_wall_s_by_arm']['unguarded'] / half:>15.3f}")
     base = runs[0]
     for r in runs:
         r["wall_per_episode_vs_smallest"] = round((r["wall_s"] / r["episodes"]) / (base["wall_s"] / base["episodes"]), 3)
-    doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count()}, "agent": a.agent,
+        r["cpu_per_episode_vs_smallest"] = round(r["cpu_s_per_episode"] / base["cpu_s_per_episode"], 3)
+    doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                       "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}, "agent": a.agent,
            "jobs": a.jobs, "scenarios": len(scenarios), "runs": runs,
            "targets": {"wall_s_400": 60, "peak_rss_mb": 500}}
     if a.profile:
@@ -134,8 +146,10 @@ def main() -> None:
         print(text)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"linear check (wall per episode relative to the smallest run): "
-          + ", ".join(f"{r['episodes']}: {r['wall_per_episode_vs_smallest']}" for r in runs))
+    print("linear check (per episode, relative to the smallest run; 1.0 = linear): "
+          + ", ".join(f"{r['episodes']}: wall {r['wall_per_episode_vs_smallest']} cpu {r['cpu_per_episode_vs_smallest']}"
+                      for r in runs))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (wall time includes others' load)")
     print(f"wrote {OUT}")
 
 
