@@ -374,6 +374,7 @@ class Parser:
 # ------------------------------------------------------------------------------------------------ the session
 Row = dict[str, Any]
 _OUTER = "\x00outer"  # a row's key listing the columns that came from an enclosing query
+_NAMES: dict[tuple[str, ...], dict[str, list[str]]] = {}  # row key layout -> bare column name -> keys
 
 
 def _pg_text(v: Any) -> str:
@@ -719,7 +720,7 @@ class SqlSession:
             limit = int(p.value_text())
         p.done()
 
-        rows = self._from_rows(sources, p, outer)
+        rows = self._from_rows(sources, p, outer, where)
         if where is not None:
             rows = [r for r in rows if self._truth(self._eval(where, r))]
         for e, _ in items:
@@ -819,7 +820,7 @@ class SqlSession:
             out.extend(f"{alias}.{c}" for c in self._relation(tbl)[0])
         return out
 
-    def _from_rows(self, sources, p: Parser, outer: Row | None = None) -> list[Row]:
+    def _from_rows(self, sources, p: Parser, outer: Row | None = None, where: Expr | None = None) -> list[Row]:
         start: Row = {}
         if outer:
             start = dict(outer)
@@ -827,13 +828,27 @@ class SqlSession:
         if not sources:
             return [start]
         rows: list[Row] = [start]
-        for tbl, alias, on, left in sources:
+        for n, (tbl, alias, on, left) in enumerate(sources):
             cols, data = self._relation(tbl)
-            right = [{f"{alias}.{c}": v for c, v in zip(cols, r)} for r in data]
+            if len(sources) == 1 and where is not None:
+                data = self._prefilter(data, list(cols), alias, where, start)
+            keys = [f"{alias}.{c}" for c in cols]
+            right = [dict(zip(keys, r)) for r in data]
+            if n == 0 and on is None and not start:
+                rows = right  # the first relation with nothing to join to: its rows as they are
+                continue
+            probe = self._join_probe(on, alias, list(cols), right) if n > 0 and on is not None else None
             joined: list[Row] = []
             for lrow in rows:
                 matched = False
-                for rrow in right:
+                cands = right
+                if probe is not None:
+                    key_expr, index = probe
+                    try:
+                        cands = index.get(_join_key(self._eval(key_expr, lrow)), [])
+                    except SQLError:
+                        cands = right
+                for rrow in cands:
                     merged = {**lrow, **rrow}
                     if on is None or self._truth(self._eval(on, merged)):
                         joined.append(merged)
@@ -842,6 +857,52 @@ class SqlSession:
                     joined.append({**lrow, **{f"{alias}.{c}": None for c in cols}})
             rows = joined
         return rows
+
+    @staticmethod
+    def _eq_terms(e: Expr | None) -> list[tuple[Expr, Expr]]:
+        """The `a = b` terms among an expression's top-level ANDs."""
+        out, stack = [], [e] if e is not None else []
+        while stack:
+            x = stack.pop()
+            if x.op == "bin" and x.name == "AND":
+                stack.extend(x.args)
+            elif x.op == "bin" and x.name == "=":
+                out.append((x.args[0], x.args[1]))
+        return out
+
+    def _prefilter(self, data, cols: list[str], alias: str, where: Expr, outer: Row):
+        """Keep only the rows that can satisfy `col = literal` or `col = outer.col` terms of the WHERE (an index
+        scan); the WHERE itself is still evaluated on what remains."""
+        for a, b in self._eq_terms(where):
+            for mine, other in ((a, b), (b, a)):
+                if mine.op != "col" or mine.args[0] not in (alias, None) or mine.name not in cols:
+                    continue
+                if other.op == "lit":
+                    value = other.args[0]
+                elif other.op == "col" and other.args[0] not in (None, alias) and \
+                        f"{other.args[0]}.{other.name}" in outer:
+                    value = outer[f"{other.args[0]}.{other.name}"]
+                else:
+                    continue
+                i = cols.index(mine.name)
+                if isinstance(value, str) and _join_key(value)[0] == "s":
+                    # A non-numeric text value equals only the same text (or a value whose text it is).
+                    data = [r for r in data if r[i] == value or (type(r[i]) is not str and _eq(r[i], value))]
+                else:
+                    data = [r for r in data if _eq(r[i], value)]
+        return data
+
+    def _join_probe(self, on: Expr, alias: str, cols: list[str], right: list[Row]):
+        """A hash index on the joined relation for an `alias.col = other.col` term of ON (a hash join)."""
+        for a, b in self._eq_terms(on):
+            for mine, other in ((a, b), (b, a)):
+                if mine.op == "col" and mine.args[0] == alias and mine.name in cols and other.op == "col" \
+                        and other.args[0] not in (None, alias):
+                    index: dict[Any, list[Row]] = {}
+                    for r in right:
+                        index.setdefault(_join_key(r[f"{alias}.{mine.name}"]), []).append(r)
+                    return other, index
+        return None
 
     def _relation(self, name: str) -> tuple[list[str], list[list[Any]]]:
         s = self.server
@@ -1045,7 +1106,7 @@ class SqlSession:
             cands = from_rows
             if index is not None:
                 col_i, idx = index
-                cands = idx.get(_sort_key(row[col_i]), [])
+                cands = idx.get(_join_key(row[col_i]), [])
             for other in cands:
                 merged = {**other, **mine}
                 if where is None or self._truth(self._eval(where, merged)):
@@ -1072,7 +1133,7 @@ class SqlSession:
                 if mine.args[0] == alias and mine.name in cols and other.args[0] not in (None, alias):
                     idx: dict[Any, list[Row]] = {}
                     for r in from_rows:
-                        idx.setdefault(_sort_key(self._lookup(r, other.args[0], other.name)), []).append(r)
+                        idx.setdefault(_join_key(self._lookup(r, other.args[0], other.name)), []).append(r)
                     return cols.index(mine.name), idx
         return None
 
@@ -1194,7 +1255,17 @@ class SqlSession:
             if key in row:
                 return row[key]
             raise SQLError(f"column {qual}.{name} does not exist", sqlstate="42703")
-        hits = [k for k in row if k.split(".", 1)[-1] == name]
+        keys = tuple(row)
+        names = _NAMES.get(keys)
+        if names is None:
+            # Rows from the same sources share their keys: resolve each bare name once per key layout.
+            names = {}
+            for k in keys:
+                names.setdefault(k.split(".", 1)[-1], []).append(k)
+            if len(_NAMES) > 4096:
+                _NAMES.clear()
+            _NAMES[keys] = names
+        hits = names.get(name, [])
         if len(hits) == 1:
             return row[hits[0]]
         if len(hits) > 1:
@@ -1275,6 +1346,8 @@ class SqlSession:
             return None if a is None or b is None else _pg_text(a) + _pg_text(b)
         if a is None or b is None:
             return None
+        if e.name == "=" and type(a) is type(b) and type(a) in (int, str):
+            return a == b  # the common case (ids, channel names) needs no coercion
         if e.name in ("LIKE", "ILIKE"):
             pat = "^" + re.escape(str(b)).replace("%", ".*").replace("_", ".") + "$"
             return re.match(pat, str(a), re.I if e.name == "ILIKE" else 0) is not None
@@ -1423,6 +1496,22 @@ def _coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
     if isinstance(a, list) or isinstance(b, list):
         return _pg_text(a), _pg_text(b)
     return a, b
+
+
+def _join_key(v: Any) -> Any:
+    """A hash key under which values that `=` finds equal meet (numbers and numeric text alike)."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, float)):
+        return ("n", float(v))
+    if isinstance(v, str):
+        try:
+            return ("n", float(v))
+        except ValueError:
+            return ("s", v)
+    return ("s", _pg_text(v))
 
 
 def _eq(a: Any, b: Any) -> bool:

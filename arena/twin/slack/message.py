@@ -53,6 +53,7 @@ LEAK_AGE_S = 15.0  # a causal holder: idle in transaction, holding a channel_seq
 KV_CHECKPOINT = "s13.checkpoint"
 RMW_WINDOW_MS = 40.0  # [INF] the rmw allocator's read-to-write gap (two DB round trips under load)
 MSG_COLUMNS = ("id", "channel_id", "client_msg_id", "seq", "body", "org_id", "deleted_at")
+_IMMUTABLE = (0, 1, 2, 4, 5)  # id, channel_id, client_msg_id, body, org_id
 
 
 def rmw_duplicate_share(channel_rps: float) -> float:
@@ -72,14 +73,21 @@ class _Messages(WritableRelation):
         return self.db.materialize()
 
     def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
+        self.db.seq_epoch += 1
         for old, new in changes:
+            # A message's identity and content are immutable; only its seq may be renumbered.
+            if any(old[i] != new[i] for i in _IMMUTABLE) or (old[6] is None and new[6] is not None):
+                self.db.touched_ids.add(old[0])
             old[:] = new
 
     def delete(self, rows: list[list[Any]]) -> None:
+        self.db.seq_epoch += 1
         gone = {id(r) for r in rows}
+        self.db.deleted_ids.update(r[0] for r in rows)
         self.db.msgs[:] = [r for r in self.db.materialize() if id(r) not in gone]
 
     def insert(self, rows: list[list[Any]]) -> None:
+        self.db.seq_epoch += 1
         self.db.materialize()
         for r in rows:
             if r[0] is None:
@@ -104,13 +112,18 @@ class _Outbox(WritableRelation):
 
     def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
         for old, new in changes:
+            if old != new:
+                self.db.outbox_touched.add(old[0])
             old[:] = new
 
     def delete(self, rows: list[list[Any]]) -> None:
         gone = {id(r) for r in rows}
+        self.db.outbox_touched.update(r[0] for r in rows)
+        self.db.outbox_lost += len(rows)
         self.db.outbox[:] = [r for r in self.rows() if id(r) not in gone]
 
     def insert(self, rows: list[list[Any]]) -> None:
+        self.db.outbox_foreign += len(rows)
         self.rows().extend(rows)
 
 
@@ -168,9 +181,19 @@ class SlackDatabase(SlackPostgres):
         # (psql, the gates), so an hour of writes costs a few integers per segment.
         self._pending: list[tuple[str, int, Any]] = []
         self.foreign_ids: set[int] = set()
+        # What SQL changed (the data checks read these, not a rescan of every row): messages whose identity or
+        # content changed or that were deleted; outbox rows changed, removed or added.
+        self.touched_ids: set[int] = set()
+        self.deleted_ids: set[int] = set()
+        self.outbox_touched: set[int] = set()
+        self.outbox_lost = 0
+        self.outbox_foreign = 0
+        # The seq scan, incremental over the append-only rows until SQL rewrites them (seq_epoch).
+        self.seq_epoch = 0
+        self._scan: tuple[int, int, dict[str, list[Any]], int] = (-1, 0, {}, 0)
         self.cursor_rows: list[list[Any]] = [[c, 0] for c in self.channels]
         self.next_id = 0
-        self.pre_agent_rows: dict[int, tuple] | None = None
+        self.pre_agent_ids: set[int] | None = None
         self.seq_mode: Callable[[], str] = lambda: "atomic"
         self._dup_acc: dict[str, float] = {c: 0.0 for c in self.channels}
         if sequenced:
@@ -275,37 +298,56 @@ class SlackDatabase(SlackPostgres):
 
     def _mark_if_due(self, now: float) -> None:
         # The episode starts at t = 0: the rows that exist then are the pre-agent data.
-        if self.sequenced and self.pre_agent_rows is None and now >= 0:
-            self.pre_agent_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.materialize()}
-            self.pre_agent_outbox = {r[0]: tuple(r) for r in self.outbox}
+        if self.sequenced and self.pre_agent_ids is None and now >= 0:
+            self.pre_agent_ids = {r[0] for r in self.materialize()}
             self.offered_at_start = self.offered_ok
 
+    def _seq_scan(self) -> dict[str, list[Any]]:
+        """Per channel [seen seqs, count, duplicates, min, max] over the live rows; rescanned after SQL rewrote them,
+        else extended with the rows appended since the last look."""
+        msgs = self.materialize()
+        epoch, upto, by, _ = self._scan
+        if epoch != self.seq_epoch or upto > len(msgs):
+            epoch, upto, by = self.seq_epoch, 0, {}
+        for r in msgs[upto:]:
+            if r[6] is not None:
+                continue
+            seq = int(r[3])
+            st = by.get(r[1])
+            if st is None:
+                st = by[r[1]] = [set(), 0, 0, seq, seq]
+            if seq in st[0]:
+                st[2] += 1
+            else:
+                st[0].add(seq)
+            st[1] += 1
+            st[3], st[4] = min(st[3], seq), max(st[4], seq)
+        self._scan = (epoch, len(msgs), by, 0)
+        return by
+
     def sequence_truth(self) -> dict[str, Any]:
-        by: dict[str, list[int]] = {}
-        for r in self.materialize():
-            if r[6] is None:
-                by.setdefault(r[1], []).append(int(r[3]))
-        dense = all(sorted(v) == list(range(1, len(v) + 1)) for v in by.values())
-        dups = sum(len(v) - len(set(v)) for v in by.values())
+        by = self._seq_scan()
+        dups = sum(st[2] for st in by.values())
+        dense = dups == 0 and all(st[3] == 1 and st[4] == st[1] for st in by.values())
         cursors = {r[0]: int(r[1]) for r in self.cursor_rows}
         cursor_ok = (len(self.cursor_rows) == len(cursors) and set(cursors) == set(self.channels)
-                     and all(cursors[c] == max(by.get(c, [0])) for c in self.channels))
+                     and all(cursors[c] == (by[c][4] if c in by else 0) for c in self.channels))
         out = {"pg.sequence.dense": dense, "pg.sequence.duplicates": dups, "pg.sequence.cursors_consistent": cursor_ok,
                "pg.sequence.channels": sorted(by)}
-        if self.pre_agent_rows is not None:
-            now_rows = {r[0]: (r[1], r[2], r[4], r[5]) for r in self.msgs if r[6] is None}
-            intact = all(now_rows.get(i) == v for i, v in self.pre_agent_rows.items())
-            extra = set(now_rows) - set(self.pre_agent_rows)
-            out["data.messages.pre_agent_intact"] = intact
-            # Every write the app accepted since the start is there once, and no row came from anywhere else.
-            out["data.messages.offered_ok_persisted"] = not (extra & self.foreign_ids) and \
-                len(extra) == self.offered_ok - self.offered_at_start
-            # Outbox effects: the pre-agent ones unchanged, and exactly one per write the app accepted.
-            box = {r[0]: tuple(r) for r in self.outbox}
-            out["data.outbox.pre_agent_intact"] = all(box.get(i) == v for i, v in self.pre_agent_outbox.items())
-            ids = [r[1] for r in self.outbox]
-            out["data.outbox.exactly_once"] = len(ids) == len(set(ids)) == self.next_id - len(self.foreign_ids) \
-                and set(ids) == set(range(1, self.next_id + 1)) - self.foreign_ids
+        if self.pre_agent_ids is not None:
+            pre = self.pre_agent_ids
+            lost = self.deleted_ids | self.touched_ids
+            out["data.messages.pre_agent_intact"] = not (lost & pre)
+            # Every write the app accepted since the start is there once, unchanged, and no row came from elsewhere.
+            app_lost = lost - pre
+            present_foreign = self.foreign_ids - self.deleted_ids
+            extra = len(self.msgs) - len(pre - self.deleted_ids) - len(present_foreign)
+            out["data.messages.offered_ok_persisted"] = not app_lost and not present_foreign and \
+                extra == self.offered_ok - self.offered_at_start
+            # Outbox effects: the pre-agent ones unchanged, and exactly one per message the app or seed wrote.
+            out["data.outbox.pre_agent_intact"] = not (self.outbox_touched & pre)
+            out["data.outbox.exactly_once"] = self.outbox_lost == 0 and self.outbox_foreign == 0 and \
+                len(self.outbox) == self.next_id - len(self.foreign_ids)
         return out
 
     def blocked_channels(self) -> set[str]:
