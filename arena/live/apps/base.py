@@ -161,7 +161,14 @@ class AppService:
             request_queue_size = 128
 
         httpd = Server((addr, int(port)), Handler)
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
+        def _terminate(*_a) -> None:
+            threading.Thread(target=httpd.shutdown, daemon=True).start()
+            # Handlers blocked in the database (a send waiting on a row lock) must not keep the process alive.
+            timer = threading.Timer(3.0, os._exit, (0,))
+            timer.daemon = True
+            timer.start()
+
+        signal.signal(signal.SIGTERM, _terminate)
         print(f"{self.name} {self.instance} listening on {addr}:{port}", flush=True)
         try:
             httpd.serve_forever(poll_interval=0.2)
