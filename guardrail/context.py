@@ -42,8 +42,9 @@ class Constraint(BaseModel):
     # no_restart_masking: the agent must not restart or rescale pods to clear a fault (the repair goes in place;
     #   the verifier's own restart probe still may restart what `restartable` lists)
     # ceiling: a capacity key that must not go above `value`
+    # finite: a capacity key that must keep some limit (no number stated; 0 or -1 meaning "unlimited" breaks it)
     # protected: settings or data that must not change
-    kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "protected",
+    kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "finite", "protected",
                   "note"] = "note"
     targets: list[str] = Field(default_factory=list)
     value: Any = None

@@ -128,11 +128,32 @@ def baseline_bands(
     return out
 
 
+LATENCY = frozenset({"latency_p90_ms", "latency_p95_ms", "latency_p99_ms"})
+
+
 def merge_bands(slo: Sequence[Band], baseline: Sequence[Band], defaults: Sequence[Band] = ()) -> list[Band]:
-    """SLO bands always; a baseline or default band only where no SLO covers that SLI, labels and phase."""
+    """SLO bands always; a baseline or default band only where no SLO covers that SLI, labels and phase.
+
+    A latency SLO on any percentile is the latency contract for its driver, so it covers every latency percentile
+    of that driver; and the unlabelled (all-driver) latency is covered once the SLOs give a latency contract for
+    every driver the baseline measured. Otherwise a mandated slowdown the incident keeps on (a compliance window)
+    could never converge to the pre-incident latency, though it meets every stated objective."""
+
+    def family(sli: str) -> str:
+        return "latency" if sli in LATENCY else sli
+
+    slo_latency_labels = {b.labels for b in slo if b.sli in LATENCY}
+    measured = {b.labels for b in list(baseline) + list(defaults) if b.sli in LATENCY and b.labels}
+    every_driver = bool(measured) and measured <= slo_latency_labels
 
     def covers(b: Band, other: Band) -> bool:
-        return b.sli == other.sli and b.labels == other.labels and (b.phase is None or b.phase == other.phase)
+        if b.phase is not None and b.phase != other.phase:
+            return False
+        if b.sli == other.sli and b.labels == other.labels:
+            return True
+        if b.source != "slo" or family(b.sli) != "latency" or family(other.sli) != "latency":
+            return False
+        return b.labels == other.labels or (not other.labels and every_driver)
 
     out = list(slo)
     for extra in list(baseline) + list(defaults):

@@ -49,18 +49,25 @@ warn contains {
 
 deny contains {
 	"id": "SUB-REDIS-003",
-	"msg": sprintf("%s = %q switches Redis persistence off, so a restart loses the data. Keep appendonly yes and the save schedule.", [k.key, k.value]),
+	"msg": sprintf("%s = %q switches Redis persistence off, so a restart loses the data. Keep appendonly yes, appendfsync everysec (or always) and the save schedule.", [k.key, k.value]),
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
 	some k in lib.keys
-	k.key in {"redis.appendonly", "redis.save"}
+	k.key in {"redis.appendonly", "redis.save", "redis.appendfsync"}
 	off_value(k)
 }
 
 off_value(k) if {
 	k.key == "redis.appendonly"
 	lib.is_false(k.value)
+}
+
+# appendfsync no leaves flushing to the OS: a crash loses up to ~30 s of acknowledged writes. everysec and
+# always both keep the append-only file durable.
+off_value(k) if {
+	k.key == "redis.appendfsync"
+	lower(trim(sprintf("%v", [k.value]), "\"' ")) == "no"
 }
 
 off_value(k) if {

@@ -40,3 +40,7 @@ test_noeviction_through_helm_flags_allowed if {
 		"raw": "helm upgrade frappe chart --reuse-values --set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'",
 	}}
 }
+
+test_appendfsync_no_denied if "SUB-REDIS-003" in ids(redis.deny) with input as config_set("redis-queue", "redis.appendfsync", "no")
+
+test_appendfsync_always_allowed if count(redis.deny) == 0 with input as config_set("redis-queue", "redis.appendfsync", "always")

@@ -94,23 +94,36 @@ def parse_set(text: str, *, string: bool = False) -> list[tuple[str, Any]]:
 # any config directive as `--name value`: so `--maxmemory 64mb` there is redis.maxmemory, declared in Helm values.
 _SERVER_FLAGS = re.compile(
     r"^helm\.(?:(?P<prefix>.+)\.)?(?P<role>master|replica|primary|secondary)\.extraFlags(?:\[\d+\])?$")
-_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]+(\"[^\"]*\"|'[^']*'|[^\s-][^\s]*|-?\d[^\s]*))?")
+_ONE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]+(.*))?$", re.S)
+
+
+def redis_flag_keys(value: Any, component: str) -> list[KeyChange]:
+    """The redis.<param> settings a list of redis-server flags carries (`--user name rules...` is an ACL rule,
+    keyed redis.acl.<name> as ACL SETUSER is), scoped to the Redis component."""
+    items = [str(v) for v in value] if isinstance(value, list) else re.split(r"\s+(?=--[a-z])", str(value))
+    scope = {"component": component} if component else {}
+    out = []
+    for item in items:
+        m = _ONE_FLAG.match(item.strip())
+        if m is None:
+            continue
+        name, rest = m.group(1), (m.group(2) or "").strip()
+        if name == "user" and rest:
+            user, _, rules = rest.partition(" ")
+            out.append(KeyChange(key=f"redis.acl.{user}", value=rules.strip() or None, scope=scope))
+            continue
+        out.append(KeyChange(key=f"redis.{name}", value=rest.strip("\"'") if rest else None, scope=scope))
+    return out
 
 
 def server_flag_keys(key: str, value: Any, release: str) -> list[KeyChange]:
-    """The redis.<param> settings a chart's extraFlags value carries, scoped to the Redis component it belongs to
-    (the values path segment above `master`/`replica`, or the release for a Redis chart of its own)."""
+    """A chart's extraFlags value as redis settings, for the Redis component it belongs to (the values path segment
+    above `master`/`replica`, or the release for a Redis chart of its own)."""
     m = _SERVER_FLAGS.match(key)
     if m is None or value is None:
         return []
-    text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
     prefix = m.group("prefix") or ""
-    component = prefix.rsplit(".", 1)[-1] if prefix else release
-    scope = {"component": component} if component else {}
-    out = []
-    for name, val in _FLAG.findall(text):
-        out.append(KeyChange(key=f"redis.{name}", value=val.strip("\"'") if val else None, scope=scope))
-    return out
+    return redis_flag_keys(value, prefix.rsplit(".", 1)[-1] if prefix else release)
 
 
 @register

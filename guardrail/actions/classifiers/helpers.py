@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from guardrail.actions.classifiers.base import flatten, json_object, register
+from guardrail.actions.classifiers.helm import redis_flag_keys
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -73,6 +74,13 @@ class ReconfigureInfra:
         if obj is not None:
             details["body"] = obj
             keys = [KeyChange(key=k, value=v) for k, v in flatten(obj, prefix)]
+            # A Redis server's extraFlags (the Bitnami chart's shape) carry redis settings: key them as such, and
+            # mark them restated, since the list is rewritten whole (see helm.server_flag_keys).
+            flags = [f for k in keys if k.key.endswith(".extraFlags") and k.value is not None
+                     for f in redis_flag_keys(k.value, component)]
+            if flags:
+                details["server_flags"] = sorted({f.key for f in flags})
+                keys += flags
         else:
             details["stdin"] = why
         for a in args:
