@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,live]'
 	# The embedded OPA engine declares Python >= 3.14 but works on 3.11: a separate step.
 	$(BIN)/python -m pip install -q --ignore-requires-python opa-golib-python-bindings==0.4.4
 	rm -f $(VENV)/.installed-*
