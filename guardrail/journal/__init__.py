@@ -85,7 +85,7 @@ class Journal:
         self._records: list[dict[str, Any]] | None = [] if self.path is None else None
         self._tail: deque[dict[str, Any]] = deque(maxlen=TAIL_RECORDS)
         self._counts: Counter[str] = Counter()
-        self._executed: list[dict[str, Any]] = []
+        self._executed: list[tuple[int, str]] = []  # (seq, the executed() entry as JSON)
         self._awaiting_result: dict[int, dict[str, Any]] = {}  # commands that ran, by seq, until their result
         self._unsynced = False
         self._fh = None
@@ -153,11 +153,13 @@ class Journal:
             if cmd is not None:
                 entry = {"seq": cmd["seq"], "t": rec.get("t", cmd.get("t")), "command": cmd["command"],
                          "exit_code": rec.get("exit_code"), "actions": cmd.get("actions", [])}
+                # Kept as JSON text: a third of the memory of the dicts, and decoded only when a verifier asks.
+                item = (entry["seq"], json.dumps(entry, separators=(",", ":"), default=_jsonable))
                 # Results arrive in command order under the guard; a late one is put back in its place.
-                if self._executed and self._executed[-1]["seq"] > entry["seq"]:
-                    bisect.insort(self._executed, entry, key=lambda e: e["seq"])
+                if self._executed and self._executed[-1][0] > item[0]:
+                    bisect.insort(self._executed, item, key=lambda e: e[0])
                 else:
-                    self._executed.append(entry)
+                    self._executed.append(item)
 
     def sync(self) -> None:
         """Make every record written so far durable (group-committed ones included)."""
@@ -230,7 +232,8 @@ class Journal:
     def executed(self) -> list[Mapping[str, Any]]:
         """Commands that ran, with their actions and exit codes, in order."""
         with self._lock:
-            return list(self._executed)
+            texts = [text for _, text in self._executed]
+        return [json.loads(t) for t in texts]
 
 
 class JournalRecords(Sequence):
