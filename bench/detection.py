@@ -11,6 +11,9 @@ verifier suite) and the same definitions (`arena.bench.stats`), so the figures h
   rejected declaration before any accepted one (a script stops at an accepted declaration);
 - false rejection: a valid script (failure_mode null) whose guarded episode failed, or whose last declaration
   was never accepted.
+A second column, `held/prevented`, counts bad scripts that were caught OR whose guarded episode passed: a premature
+declaration the guard held (the convergence check waits in the environment's clock until the SLIs are in band) is
+neither denied nor rejected, yet the failure does not happen. It is shown beside recall, never in place of it.
 
 `--why` also replays each missed and each falsely rejected script once more with the guard's journal kept, and
 prints what the guard said (denied rule ids, warnings, declaration verdicts): the starting point for a fix.
@@ -66,32 +69,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--why", action="store_true", help="explain each miss and false rejection")
+    ap.add_argument("--resume", action="store_true", help="reuse the episodes already in detection.jsonl")
     args = ap.parse_args(argv)
 
     ids = [s for s in args.scenarios.split(",") if s] or [s.id for s in list_scenarios()]
     plan = plan_bench(ids, [], ["guarded"], 1, [], detection=True)
     t0 = time.perf_counter()
-    rows = run_plan(plan, args.out.with_suffix(".jsonl"), jobs=args.jobs)
+    rows = run_plan(plan, args.out.with_suffix(".jsonl"), jobs=args.jobs, resume=args.resume)
     wall = time.perf_counter() - t0
     det = _detection(rows)
 
     print(f"{len(rows)} scripts replayed in {wall:.0f} s wall ({args.jobs} jobs)\n")
-    print(f"{'failure mode':<24}{'scripts':>8}{'caught':>8}{'recall':>9}  target  missed")
+    prevented = {m: sum(1 for r in rows if r.get("expected", {}).get("failure_mode") == m
+                        and (r["passed"] or r["agent"].split(":", 1)[1] not in
+                             {x.split("/", 1)[1] for x in det["by_mode"][m]["missed"] if x.startswith(r["scenario"] + "/")}))
+                 for m in FAILURE_MODES}
+    print(f"{'failure mode':<24}{'scripts':>8}{'caught':>8}{'recall':>9}{'held/prevented':>16}  target  missed")
     for m in FAILURE_MODES:
         b = det["by_mode"][m]
         if not b["scripts"]:
             continue
         target = ">=95%" if m in RECALL_MODES else "-"
-        print(f"{m:<24}{b['scripts']:>8}{b['caught']:>8}{100 * b['recall']:>8.1f}%  {target:<6}  "
+        print(f"{m:<24}{b['scripts']:>8}{b['caught']:>8}{100 * b['recall']:>8.1f}%"
+              f"{100 * prevented[m] / b['scripts']:>15.1f}%  {target:<6}  "
               f"{', '.join(b['missed'])}")
     fr = det["false_rejection_rate"]
     print(f"{'valid (false rejections)':<24}{det['valid_scripts']:>8}{det['false_rejections']:>8}"
-          f"{100 * (fr or 0):>8.1f}%  <=2%    {', '.join(det['false_rejected'])}")
+          f"{100 * (fr or 0):>8.1f}%{'':>16}  <=2%    {', '.join(det['false_rejected'])}")
 
     out = {"wall_s": round(wall, 3), "scenarios": ids, "definition": {
         "caught": "a policy denial or a rejected declaration before any accepted declaration",
         "false_rejection": "a valid script whose guarded episode failed or whose last declaration was not accepted"},
         "detection": det,
+        "caught_or_prevented": {m: {"scripts": det["by_mode"][m]["scripts"], "count": prevented[m]}
+                                for m in FAILURE_MODES if det["by_mode"][m]["scripts"]},
         "scripts": sorted(({"scenario": r["scenario"], "script": r["agent"].split(":", 1)[1],
                             "expected": r.get("expected"), "passed": r["passed"],
                             "failure_mode": r["failure_mode"], "guard": r["guard"]} for r in rows),

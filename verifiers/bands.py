@@ -131,13 +131,14 @@ def baseline_bands(
 LATENCY = frozenset({"latency_p90_ms", "latency_p95_ms", "latency_p99_ms"})
 
 
-def merge_bands(slo: Sequence[Band], baseline: Sequence[Band], defaults: Sequence[Band] = ()) -> list[Band]:
+def merge_bands(slo: Sequence[Band], baseline: Sequence[Band], defaults: Sequence[Band] = (), *,
+                latency_slo_is_contract: bool = False) -> list[Band]:
     """SLO bands always; a baseline or default band only where no SLO covers that SLI, labels and phase.
 
-    A latency SLO on any percentile is the latency contract for its driver, so it covers every latency percentile
-    of that driver; and the unlabelled (all-driver) latency is covered once the SLOs give a latency contract for
-    every driver the baseline measured. Otherwise a mandated slowdown the incident keeps on (a compliance window)
-    could never converge to the pre-incident latency, though it meets every stated objective."""
+    With `latency_slo_is_contract` (the incident mandates a runtime slowdown that stays on, so the pre-incident
+    latency is not the state to return to), a latency SLO on any percentile covers every latency percentile of its
+    driver, and the unlabelled (all-driver) latency once the SLOs give a latency contract for every driver the
+    baseline measured. Otherwise the baseline's latency bands stay: they are what holds a partial repair back."""
 
     def family(sli: str) -> str:
         return "latency" if sli in LATENCY else sli
@@ -151,7 +152,8 @@ def merge_bands(slo: Sequence[Band], baseline: Sequence[Band], defaults: Sequenc
             return False
         if b.sli == other.sli and b.labels == other.labels:
             return True
-        if b.source != "slo" or family(b.sli) != "latency" or family(other.sli) != "latency":
+        if not latency_slo_is_contract or b.source != "slo" or family(b.sli) != "latency" \
+                or family(other.sli) != "latency":
             return False
         return b.labels == other.labels or (not other.labels and every_driver)
 

@@ -521,7 +521,13 @@ class ConvergenceCheck(VerifierBase):
                 defaults.append(Band("restarts", "<=", 0.0, (("component", comp),), None, "default", False))
         if not slo and not base:
             notes["warning"] = "no public SLOs and no baseline: only restarts and backlog are judged"
-        return merge_bands(slo, base, defaults), notes
+        # A runtime window the incident mandates to stay on (keep_active) keeps latency above the pre-incident
+        # baseline by design: there the public latency SLOs are the contract, not the baseline's latency.
+        mandated = [c.get("id") for c in self.context.raw.get("constraints") or ()
+                    if isinstance(c, Mapping) and c.get("kind") == "keep_active"]
+        if mandated:
+            notes["latency_contract"] = f"public latency SLOs, not the baseline (mandated: {', '.join(map(str, mandated))})"
+        return merge_bands(slo, base, defaults, latency_slo_is_contract=bool(mandated)), notes
 
     def window_start(self, env: Environment, journal: Any, checked_at: float) -> float:
         if self.fixed_window_start is not None:
