@@ -166,3 +166,12 @@ def test_bad_specs_and_traits_are_input_errors():
         make_agent("persona:expert", SC, 0, durability=2.0)
     with pytest.raises(InputError, match="unknown agent"):
         make_agent("oracle", SC, 0)
+
+
+def test_no_fix_knowledge_with_scope_creep_uses_an_overbroad_form_instead_of_the_reference():
+    overbroad = {r.key for f in BLOCKS.overbroad for r in f.changes} - REF_KEYS
+    for seed in range(4):
+        acts = drive(make_agent("persona:blunt", SC, seed))
+        assert keys(acts) & overbroad, "it makes an overbroad form's out-of-scope change"
+        novice = drive(make_agent("persona:novice", SC, seed))
+        assert not keys(novice) & overbroad and not REF_KEYS <= keys(novice)
