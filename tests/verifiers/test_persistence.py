@@ -356,3 +356,18 @@ def test_declared_sources_value_sets_the_release_and_path():
     v = PersistenceCheck(ctx).check(env, j, None)
     assert v.code is FeedbackCode.NOT_DURABLE and "helm upgrade frappe" in v.message
     assert "helm get values frappe -o json" in v.evidence["keys"][0]["commands"]
+
+
+def test_catalogue_keys_grants_and_admin_switches_to_their_durable_stores():
+    from verifiers.catalogue import load_catalogue
+
+    cat = load_catalogue()
+    # A GRANT is keyed <dialect>.grant: the grant tables, not an @@GLOBAL variable called `grant`.
+    entry, _ = cat.lookup("mariadb.grant", {"grantee": "'app'@'%'"})
+    assert entry.id == "grant-tables"
+    assert cat.lookup("mariadb.max_user_connections", {})[0].id == "mariadb-global-mycnf"
+    # An admin-API switch reads its declared value where the context's declared_sources says it lives.
+    entry, groups = cat.lookup("app.sequencer.mode", {}, {"app.sequencer.mode": "helm/slack:app.roles.m.env.MODE"})
+    assert entry.id == "app-admin-switch"
+    assert (groups["name"], groups["field"], groups["release"], groups["values_path"]) == \
+        ("sequencer", "mode", "slack", "app.roles.m.env.MODE")
