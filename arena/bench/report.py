@@ -63,15 +63,18 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         "denial or a rejected declaration before any accepted declaration (a script stops at an accepted "
         "declaration, so every denial or rejection it met came first). A valid script is **falsely rejected** when "
         "its guarded episode fails, or its last declaration was never accepted (held, never resolved). "
-        "These figures assume nothing about how an agent responds to feedback.")
+        "These figures assume nothing about how an agent responds to feedback. A script that was not caught can still "
+        "pass in the guarded arm: the guard holds every declaration until the SLIs converge, which is how it answers a "
+        "premature declaration without rejecting it (the `passed guarded anyway` column).")
     rows = []
     for m in FAILURE_MODES:
         b = det["by_mode"][m]
         target = " (target >= 95%)" if m in RECALL_MODES else ""
-        rows.append([m, str(b["scripts"]), str(b["caught"]), _pct(b["recall"]) + target,
+        rows.append([m, str(b["scripts"]), str(b["caught"]), _pct(b["recall"]) + target, str(b["guarded_passed"]),
                      ", ".join(f"{k} {v}" for k, v in sorted(b["feedback"].items())) or "-",
                      ", ".join(b["missed"]) or "-"])
-    d.table(["failure mode", "bad scripts", "caught", "recall", "feedback codes", "missed"], rows)
+    d.table(["failure mode", "bad scripts", "caught", "recall", "passed guarded anyway", "feedback codes", "missed"],
+            rows)
     d.say(
         f"False rejections: {det['false_rejections']} of {det['valid_scripts']} valid scripts "
         f"({_pct(det['false_rejection_rate'])}; target <= 2%): {', '.join(det['false_rejected']) or 'none'}. "

@@ -140,6 +140,9 @@ def _detection(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         rs = bad.get(m, [])
         n_caught = sum(caught(r) for r in rs)
         by_mode[m] = {"scripts": len(rs), "caught": n_caught, "recall": (n_caught / len(rs)) if rs else None,
+                      # not "caught", but the guarded episode passed anyway (e.g. a premature declaration held
+                      # until the SLIs converged, then accepted)
+                      "guarded_passed": sum(bool(r["passed"]) for r in rs),
                       "missed": sorted(f"{r['scenario']}/{r['agent'].split(':', 1)[1]}" for r in rs if not caught(r)),
                       "feedback": dict(Counter(c for r in rs for c in r.get("guard", {}).get("feedback", [])))}
     fr = [r for r in valid if false_rejection(r)]
