@@ -114,7 +114,9 @@ def test_decisions_match_the_snapshot_taken_before_the_rewrites(fast):
     got = fast
     differ = [(ctx, key, want[ctx].get(key), fp) for ctx, rows in got.items() for key, fp in rows.items()
               if want.get(ctx, {}).get(key) != fp]
-    assert not differ, f"{len(differ)} decisions differ from the snapshot, e.g. {differ[:3]}"
+    assert not differ, (
+        f"{len(differ)} decisions differ from the snapshot, e.g. {differ[:3]}. If a rule was changed on purpose, "
+        "review these and regenerate: python tests/guardrail/policy/test_policy_equivalence.py --update")
     # The corpus exercises denies, warns and exemptions, or the comparison proves little.
     kinds = {item.split(":")[0] for rows in got.values() for fp in rows.values() for item in fp.split()}
     assert kinds == {"deny", "warn", "exempted"}
