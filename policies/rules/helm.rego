@@ -29,3 +29,35 @@ deny contains {
 
 # `helm install` creates a release, so there is nothing to reset; `upgrade --install` may upgrade one.
 upgrade_of_existing if lib.verb == "upgrade"
+
+# A protected path the incident names as `<component>.<setting>` (redis-queue.architecture) is the same setting as
+# the chart values path that ends in it (erpnext.redis-queue.architecture): an umbrella chart nests its subcharts.
+deny contains {
+	"id": "SRE-HELM-002",
+	"msg": sprintf("%s changes %s, which this incident protects. Leave it as it is; repair the cause through the settings the incident allows.", [k.key, t]),
+	"details": {"key": k.key, "value": k.value, "protected": t},
+} if {
+	input.action.tool == "helm"
+	input.action.mutating == true
+	some k in lib.keys
+	startswith(k.key, "helm.")
+	some t in lib.protected_exact
+	contains(t, ".")
+	not startswith(t, "helm.")
+	endswith(k.key, concat("", [".", t]))
+}
+
+# New server flags re-render the component's pod template, and the chart rolls its pods: a restart.
+deny contains {
+	"id": "SRE-HELM-003",
+	"msg": sprintf("This helm upgrade changes %s's server flags, so the chart re-renders its pod template and restarts it, and %s must not be restarted in this incident. Apply the setting in place through the way the incident names (its reconfigure helper or the server's own config command, made durable there).", [c, c]),
+	"details": {"component": c, "keys": object.get(lib.details, "server_flags", [])},
+} if {
+	input.action.tool == "helm"
+	input.action.mutating == true
+	some k in lib.keys
+	k.key in object.get(lib.details, "server_flags", [])
+	c := k.scope.component
+	some n in lib.not_restartable
+	lib.bare(n) == lib.bare(c)
+}

@@ -34,3 +34,37 @@ test_upgrade_without_values_allowed if {
 		"keys": [], "details": {"chart": "c"},
 	}}
 }
+
+nested(key, value, ctx) := {"action": {
+	"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"},
+	"keys": [{"key": key, "value": value, "scope": {"release": "frappe"}}], "details": {"reuse_values": true},
+}, "context": ctx}
+
+topology := {"constraints": [{"id": "t", "kind": "protected", "text": "keep the topology", "targets": ["redis-queue.architecture"]}]}
+
+test_nested_values_path_of_protected_setting_denied if {
+	"SRE-HELM-002" in ids(helm.deny) with input as nested("helm.erpnext.redis-queue.architecture", "replication", topology)
+}
+
+test_other_values_path_allowed if count(helm.deny) == 0 with input as nested("helm.erpnext.redis-queue.master.persistence", true, topology)
+
+test_similar_suffix_not_on_segment_boundary_allowed if {
+	count(helm.deny) == 0 with input as nested("helm.erpnext.myredis-queue.architecture", "replication", topology)
+}
+
+flags_for(component, ctx) := {"action": {
+	"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"},
+	"keys": [
+		{"key": "helm.erpnext.redis-queue.master.extraFlags", "value": ["--maxmemory 64mb"], "scope": {"release": "frappe"}},
+		{"key": "redis.maxmemory", "value": "64mb", "scope": {"component": component}},
+	],
+	"details": {"reuse_values": true, "server_flags": ["redis.maxmemory"]},
+}, "context": ctx}
+
+test_server_flags_of_not_restartable_component_denied if {
+	"SRE-HELM-003" in ids(helm.deny) with input as flags_for("redis-queue", {"not_restartable": ["redis-queue"]})
+}
+
+test_server_flags_of_restartable_component_allowed if {
+	count(helm.deny) == 0 with input as flags_for("redis-queue", {"not_restartable": ["redis-cache"]})
+}
