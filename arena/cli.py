@@ -71,19 +71,20 @@ def default_guard_factory(env: Any, context: Any) -> Any:
 
 @click.command()
 @click.argument("scenario_id")
-@click.option("--agent", "agent_spec", required=True, help="replay:<solution> or script:PATH")
+@click.option("--agent", "agent_spec", required=True,
+              help="replay:<solution>, script:PATH, persona:<name>, calibrated or llm:<model>")
 @click.option("--arm", type=click.Choice(["unguarded", "guarded"]), default="unguarded", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the episode JSON here ('-' for stdout).")
 def run(scenario_id: str, agent_spec: str, arm: str, seed: int, json_path: Path | None) -> None:
     """Run one episode on the twin and grade it (exit 0 pass, 1 fail, 2 bad input)."""
-    from arena.agents import resolve_agent
+    from arena.agents import make_agent
     from arena.episode import run_episode
     from arena.scenario import load_scenario
 
     sc = load_scenario(scenario_id)
-    agent = resolve_agent(agent_spec, sc)
+    agent = make_agent(agent_spec, sc, seed)
     factory = default_guard_factory if arm == "guarded" else None
     res = run_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
     doc = res.to_json()
