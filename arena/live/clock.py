@@ -6,20 +6,9 @@ their readiness polling waits through an injected clock (tests can pass a fake),
 
 from __future__ import annotations
 
-import time
+from verifiers.clock import RealClock as WallClock
 
 __all__ = ["WallClock", "wait_until"]
-
-
-class WallClock:
-    """Real seconds since the epoch; `sleep` really waits."""
-
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
 
 
 def wait_until(predicate, *, timeout_s: float, clock, interval_s: float = 0.02, abort=None) -> bool:

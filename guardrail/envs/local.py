@@ -15,23 +15,13 @@ from typing import Mapping
 
 from guardrail.context import IncidentContext
 from guardrail.errors import EnvironmentError_
+from verifiers.clock import RealClock as WallClock
 from verifiers.protocols import CommandResult, EnvironmentDescription, RestartResult, Sample
 
 __all__ = ["WallClock", "LocalEnvironment", "make"]
 
 # Like a shell that lost its child to a timeout (coreutils `timeout` exits 124).
 TIMEOUT_EXIT_CODE = 124
-
-
-class WallClock:
-    """Real time; the one place where waiting means the process really waits."""
-
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
 
 
 class LocalEnvironment:
