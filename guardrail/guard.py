@@ -271,7 +271,8 @@ class Guard:
         self.journal.append("declaration_outcome", accepted=accepted)
         t1 = self.env.clock.now() if self.env is not None else 0.0
         self.declarations.append({"t": round(t0, 6), "held_s": round(t1 - t0, 6), "accepted": accepted,
-                                  "codes": [f.code for f in feedback]})
+                                  "codes": [f.code for f in feedback],
+                                  "held_failing_cycles": _failing_cycles_after(verdicts, t0)})
         return DeclareOutcome(accepted=accepted, feedback=feedback, verdicts=verdicts)
 
     # -- reporting ---------------------------------------------------------------------------------------------
@@ -281,6 +282,17 @@ class Guard:
 
     def stats(self) -> dict[str, Any]:
         return {**self._counts, "feedback": list(self._codes), "declaration_log": list(self.declarations)}
+
+
+def _failing_cycles_after(verdicts: Sequence[Verdict], t0: float) -> int:
+    """Load cycles that ended out of band after the declaration, in the verdicts' evidence: how long the guard
+    held a declaration that came before the SLIs had recovered."""
+    n = 0
+    for v in verdicts:
+        for c in v.evidence.get("cycles", ()) if isinstance(v.evidence, Mapping) else ():
+            if isinstance(c, Mapping) and c.get("state") == "fail" and float(c.get("t_end", 0.0)) > t0:
+                n += 1
+    return n
 
 
 def _deny_message(denies: Sequence[Finding]) -> str:

@@ -61,11 +61,13 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         f"Every solution script of every task replayed once (seed 0) in the guarded arm: {det['scripts']} scripts, "
         f"{det['valid_scripts']} of them valid. A bad script is **caught** when its guarded episode had a policy "
         "denial or a rejected declaration before any accepted declaration (a script stops at an accepted "
-        "declaration, so every denial or rejection it met came first). A valid script is **falsely rejected** when "
+        "declaration, so every denial or rejection it met came first). A premature declaration is also caught when "
+        "the guard held it through at least one load cycle that ended out of band after the declaration: holding "
+        "the declaration until the SLIs converge is how the guard answers that failure mode without rejecting it. "
+        "A valid script is **falsely rejected** when "
         "its guarded episode fails, or its last declaration was never accepted (held, never resolved). "
-        "These figures assume nothing about how an agent responds to feedback. A script that was not caught can still "
-        "pass in the guarded arm: the guard holds every declaration until the SLIs converge, which is how it answers a "
-        "premature declaration without rejecting it (the `passed guarded anyway` column).")
+        "These figures assume nothing about how an agent responds to feedback. The `passed guarded anyway` column "
+        "counts bad scripts whose guarded episode passed.")
     rows = []
     for m in FAILURE_MODES:
         b = det["by_mode"][m]
