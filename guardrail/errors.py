@@ -9,9 +9,13 @@
     └── EnvironmentError_     the environment failed to run a command or answer a query
 
 An InputError names the file and, where known, the line, so the CLI can print one line: `path:line: message`.
+It is a verifiers.datafile.DataFileError, the shape every bad data file raises (a persistence catalogue's
+CatalogueError too), and the CLI turns any DataFileError into that line and exit 2.
 """
 
 from __future__ import annotations
+
+from verifiers.datafile import DataFileError
 
 __all__ = [
     "GuardrailError",
@@ -28,20 +32,8 @@ class GuardrailError(Exception):
     """Base of every error sre-guardrail raises on purpose."""
 
 
-class InputError(GuardrailError):
+class InputError(GuardrailError, DataFileError):
     """Bad user input. Carries the file and line so the CLI prints `path:line: message` and exits 2."""
-
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
-        self.path = path
-        self.line = line
-        self.message = message
-        super().__init__(self.one_line())
-
-    def one_line(self) -> str:
-        where = self.path or "<input>"
-        if self.line is not None:
-            where = f"{where}:{self.line}"
-        return f"{where}: {self.message}"
 
 
 class ScenarioError(InputError):

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from guardrail.errors import InputError
+from verifiers.datafile import DataFileError
 
 __all__ = ["main", "cli"]
 
@@ -23,7 +23,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except InputError as e:
+        except DataFileError as e:  # InputError, and a verifier catalogue's CatalogueError
             click.echo(f"error: {e.one_line()}", err=True)
             ctx.exit(2)
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from verifiers.datafile import load_model
 from verifiers.errors import CatalogueError
 
 __all__ = [
@@ -337,46 +338,8 @@ def builtin_paths() -> list[Path]:
     return sorted(_HERE.glob("*.yaml"))
 
 
-def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
-    best = (node.start_mark.line + 1) if node is not None else None
-    for part in loc:
-        nxt = None
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            for k, v in node.value:
-                if getattr(k, "value", None) == part:
-                    best, nxt = k.start_mark.line + 1, v
-                    break
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            nxt = node.value[part]
-            best = nxt.start_mark.line + 1
-        if nxt is None:
-            break
-        node = nxt
-    return best
-
-
 def load_file(path: str | Path) -> CatalogueFile:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise CatalogueError(f"cannot read: {e.strerror or e}", path=str(p)) from e
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise CatalogueError(f"bad YAML: {getattr(e, 'problem', None) or e}", path=str(p),
-                             line=(mark.line + 1) if mark else None) from e
-    if not isinstance(data, dict):
-        raise CatalogueError("expected a mapping with `entries:` at the top level", path=str(p), line=1)
-    try:
-        return CatalogueFile.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(err["loc"])
-        field = ".".join(str(x) for x in loc) or "<root>"
-        raise CatalogueError(f"{field}: {err['msg']}", path=str(p), line=_line_of(node, loc)) from e
+    return load_model(CatalogueFile, path, error=CatalogueError, what="a mapping with `entries:`")
 
 
 def load_catalogue(extra: Sequence[str | Path] = (), *, builtin: bool = True) -> Catalogue:
