@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import yaml
 
+from guardrail.actions.helmvals import split_top, value_of
 from arena.twin.state import DeclaredStore
 
 __all__ = ["HelmRelease", "parse_set", "deep_merge", "helm_program"]
@@ -37,54 +38,17 @@ def deep_merge(base: Any, over: Any) -> Any:
     return copy.deepcopy(over)
 
 
-def _typed(v: str, string: bool) -> Any:
-    if string:
-        return v
-    if v in ("true", "false"):
-        return v == "true"
-    if v == "null":
-        return None
-    if re.fullmatch(r"-?\d+", v) and not (len(v) > 1 and v.lstrip("-").startswith("0")):
-        return int(v)
-    return v
-
-
-def _split_top(s: str, sep: str) -> list[str]:
-    out, buf, depth, i = [], [], 0, 0
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\" and i + 1 < len(s):
-            buf.append(s[i:i + 2])
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        if ch == sep and depth == 0:
-            out.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-        i += 1
-    out.append("".join(buf))
-    return out
-
-
 def parse_set(expr: str, string: bool = False) -> dict[str, Any]:
     """Helm's strvals: `a.b=c,d[0]=e,f={x,y}` -> nested values. Raises ValueError like helm on bad input."""
     out: dict[str, Any] = {}
-    for pair in _split_top(expr, ","):
+    for pair in split_top(expr):
         if not pair:
             continue
         if "=" not in pair:
             raise ValueError(f"key \"{pair}\" has no value")
         key, _, val = pair.partition("=")
         parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key)]
-        if val.startswith("{") and val.endswith("}"):
-            value: Any = [_typed(x.replace("\\,", ","), string) for x in _split_top(val[1:-1], ",") if x != ""]
-        else:
-            value = _typed(val.replace("\\,", ","), string)
+        value: Any = value_of(val, string)
         node: Any = out
         for j, part in enumerate(parts):
             m = re.fullmatch(r"(.+?)\[(\d+)\]", part)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from guardrail.actions.helmvals import split_top, value_of
 from guardrail.actions.classifiers.base import OptionSpec, flatten, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
@@ -36,57 +37,15 @@ _WRITE = {"upgrade", "install", "rollback", "uninstall", "delete", "del", "un", 
 _LOCAL = {"repo", "plugin", "registry", "pull", "fetch", "package", "push", "create"}
 
 
-def _typed(v: str, string: bool) -> Any:
-    # helm --set infers booleans, null and integers; --set-string keeps the text.
-    if string:
-        return v
-    if v in ("true", "false"):
-        return v == "true"
-    if v == "null":
-        return None
-    if re.fullmatch(r"-?[0-9]+", v):
-        return int(v)
-    return v
-
-
-def _split_top(text: str) -> list[str]:
-    """Split helm --set text at commas that are neither escaped nor inside a `{a,b}` list."""
-    parts, depth, cur, i = [], 0, [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            cur.append(text[i:i + 2])
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}" and depth:
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            i += 1
-            continue
-        cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
-
-
 def parse_set(text: str, *, string: bool = False) -> list[tuple[str, Any]]:
     """`a.b=1,c=x\\,y,d={p,q}` -> [("a.b", 1), ("c", "x,y"), ("d", ["p", "q"])], as helm's strvals parses --set
     (a `{...}` value is a list, and its commas do not end the pair)."""
     out: list[tuple[str, Any]] = []
-    for part in _split_top(text):
+    for part in split_top(text):
         k, eq, v = part.partition("=")
         if not eq or not k:
             continue
-        key = k.strip().replace("\\.", ".")
-        if v.startswith("{") and v.endswith("}"):
-            items = [x for x in re.split(r"(?<!\\),", v[1:-1])] if v[1:-1] else []
-            out.append((key, [_typed(x.replace("\\,", ","), string) for x in items]))
-            continue
-        out.append((key, _typed(v.replace("\\,", ","), string)))
+        out.append((k.strip().replace("\\.", "."), value_of(v, string)))
     return out
 
 
