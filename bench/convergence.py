@@ -265,17 +265,7 @@ def twin_episode(sid: str, name: str, script: Path, seed: int) -> dict[str, Any]
             return v
 
         conv.check = recorded
-        g = Guard(_engine(load_engine), ctx, env=env, declaration_checks=suite.declare, step_checks=suite.step)
-        before = g.before
-
-        def wired(cmd):
-            adm = before(cmd)
-            if adm.runs:
-                for snap in suite.before_run(env, g.journal, [a.to_input() for a in adm.actions]):
-                    g.journal.append("snapshot", **snap)
-            return adm
-
-        g.before = wired
+        g = Guard(_engine(load_engine), ctx, env=env, suite=suite)
         held["env"], held["guard"] = env, g
         return g
 

@@ -30,27 +30,8 @@ def guarded(record: list):
 
     def factory(env, ctx):
         suite = build_suite(ctx.model_dump(mode="json"))
-        g = Guard(engine, ctx, env=env, declaration_checks=suite.declare, step_checks=suite.step)
-        before = g.before
-
-        def wired(cmd):
-            adm = before(cmd)
-            if adm.runs:
-                for snap in suite.before_run(env, g.journal, [a.to_input() for a in adm.actions]):
-                    g.journal.append("snapshot", **snap)
-            return adm
-
-        g.before = wired
-        declare = g.on_declare
-
-        def on_declare():
-            t0 = env.clock.now()
-            out = declare()
-            record.append({"t": t0, "held_s": env.clock.now() - t0, "accepted": out.accepted,
-                           "codes": [f.code for f in out.feedback]})
-            return out
-
-        g.on_declare = on_declare
+        g = Guard(engine, ctx, env=env, suite=suite)
+        g.declarations = record  # the guard's own declaration log: t, held_s, accepted, codes
         return g
 
     return factory
