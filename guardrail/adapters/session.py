@@ -110,8 +110,12 @@ class GuardSession:
             return result, self.journal.records("command")[-1]
 
     def before(self, command: str) -> Admission:
+        """Decide a command that runs outside the guard (a shell shim execs it): journal the decision and, when
+        admitted, the prior values of what it touches."""
         with self.lock:
-            return self.guard.before(command)
+            adm = self.guard.before(command)
+            self.guard.prepare(adm)
+            return adm
 
     def after(self, admission: Admission, result: CommandResult) -> list:
         with self.lock:
@@ -170,24 +174,21 @@ class GuardSessions:
         journal = Journal(path, session=key, fsync=self._fsync, clock=env.clock if env is not None else None)
         # Each session gets its own copy of the context: nothing one agent does can leak into another's.
         context = self.context.model_copy(deep=True)
-        declare, step = self._suite(context)
         guard = Guard(self.engine, context, env=env, journal=journal, mode=self.mode, normaliser=self._normaliser,
-                      declaration_checks=declare, step_checks=step, criteria=self._criteria)
+                      declaration_checks=self._checks, criteria=self._criteria, suite=self._suite(context))
         journal.append("session_start", context=self.context.id, mode=self.mode.value,
                        env=env.describe().name if env is not None else None)
         return GuardSession(key=key, guard=guard, journal=journal, env=env)
 
-    def _suite(self, context: IncidentContext) -> tuple[Sequence[Any] | None, Sequence[Any]]:
-        """The session's verifiers. The scope audit's first-step snapshot and its declaration check must be one
-        instance, so both come from one suite per session."""
+    def _suite(self, context: IncidentContext) -> Any:
+        """The session's verifier suite (declaration checks, step checks, before-run snapshots), or None when the
+        caller configured its own declaration checks. One suite per session: the scope audit's first-step
+        snapshot and its declaration check must be one instance."""
         if self._checks is not None:
-            return self._checks, ()
-        try:
-            from verifiers.suite import build_suite
-        except ImportError:
-            return None, ()
-        suite = build_suite(context.model_dump(mode="json"))
-        return suite.declare, suite.step
+            return None
+        from verifiers.suite import build_suite
+
+        return build_suite(context.model_dump(mode="json"))
 
     def keys(self) -> list[str]:
         with self._lock:
