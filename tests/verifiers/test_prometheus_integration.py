@@ -216,8 +216,14 @@ def test_convergence_reaches_the_same_verdicts_on_prometheus_as_on_synthetic_sam
     v_fault = ConvergenceCheck(CTX).check(env, j, {**CRIT, "convergence": {**CRIT["convergence"],
                                                                             "max_wait_cycles": 2.5}})
     assert v_fault.status is VerdictStatus.FAIL, v_fault.message
+    # The latest failing cycle may be the one under way, judged on whichever of its segments are finished: on a
+    # loaded machine that can be a short peak segment where only latency is beyond doubt. So the message names
+    # SLIs the fault degrades, and over the cycles judged both ratio SLIs were seen out of band.
+    degraded = {"error_ratio", "goodput", "latency_p99_ms", "latency_p95_ms", "backlog"}
     failing = {f["sli"] for f in v_fault.evidence["failing"]}
-    assert "error_ratio{driver=write_readback}" in failing and "goodput" in failing, failing
+    assert failing and {f.split("{")[0] for f in failing} <= degraded, failing
+    seen = {f["sli"] for c in v_fault.evidence["cycles"] for f in c["failed"]}
+    assert {"error_ratio{driver=write_readback}", "goodput"} <= seen, v_fault.evidence["cycles"]
 
     # The fix: errors stop at once, and the backlog drains over about a cycle. Declared at once.
     t_fix = time.time()
