@@ -286,6 +286,7 @@ class PostgresServer:
         self.table_locks: dict[str, int] = {}  # relation -> pid holding an explicit LOCK TABLE
         self._next_pid = pid_seed
         self._next_oid = 16384
+        self.relation_oids: dict[str, int] = {}  # relation name -> oid, given out by relation_oid()
         self.starts = 1
         # Where the postgres container's log lines go (the component's `say`); a list when standalone.
         self.log: list[tuple[float, str]] = []
@@ -354,6 +355,24 @@ class PostgresServer:
     def _oid(self) -> int:
         self._next_oid += 1
         return self._next_oid
+
+    def relation_oid(self, name: str) -> int | None:
+        """The oid of an application relation by name (`channel_seq`, `public."channel_seq"`), as `::regclass`
+        resolves it; None when no such relation exists. Oids are given out on first use and kept."""
+        n = name.strip()
+        if n.lower().startswith("public."):
+            n = n[7:]
+        n = n[1:-1] if len(n) > 1 and n[0] == n[-1] == '"' else n.lower()
+        known = set(self.tables) | set(self.extra_tables) | set(self.views) | set(self.writable) | \
+            {r for r, _ in self.row_locks} | set(self.table_locks)
+        if n not in known:
+            return None
+        if n not in self.relation_oids:
+            self.relation_oids[n] = self._oid()
+        return self.relation_oids[n]
+
+    def relation_name(self, oid: int) -> str | None:
+        return next((n for n, o in self.relation_oids.items() if o == oid), None)
 
     def set_catalog(self, database: str, role: str, name: str, value: str | None) -> None:
         """ALTER ROLE/DATABASE ... SET (value) or RESET (None). database/role '' mean 'all'."""

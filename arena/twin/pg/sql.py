@@ -398,6 +398,22 @@ class Timestamp(float):
         return _timestamp_text(float(self))
 
 
+class Oid(int):
+    """A value of an oid column (pg_locks.relation): text compares with it only as a number, as in PostgreSQL."""
+
+
+class RegClass(Oid):
+    """A relation's oid that prints as the relation's name (`'channel_seq'::regclass`, `relation::regclass`)."""
+
+    def __new__(cls, oid: int, name: str) -> "RegClass":
+        v = super().__new__(cls, oid)
+        v.relname = name
+        return v
+
+    def __str__(self) -> str:
+        return self.relname
+
+
 class Interval(float):
     """An interval in seconds; prints like PostgreSQL (HH:MM:SS.ffffff)."""
 
@@ -954,14 +970,16 @@ class SqlSession:
                 dboid = s.databases[b.database].oid
                 xid = 7_000_000 + b.pid  # a stable transaction id per holder, for display
                 for rel in dict.fromkeys(r for r, _ in b.locks):
-                    rows.append(["relation", dboid, rel, None, None, None, None, b.pid, "RowShareLock", True, None])
+                    rows.append(["relation", dboid, Oid(s.relation_oid(rel)), None, None, None, None, b.pid,
+                                 "RowShareLock", True, None])
                 if b.locks:
                     rows.append(["transactionid", None, None, None, None, None, xid, b.pid, "ExclusiveLock", True,
                                  None])
                 if b.waiting_for is not None:
                     holder = s.row_locks.get(b.waiting_for)
-                    rows.append(["relation", dboid, b.waiting_for[0], None, None, None, None, b.pid,
-                                 "RowExclusiveLock", True, None])
+                    waited = Oid(s.relation_oid(b.waiting_for[0]))
+                    rows.append(["relation", dboid, waited, None, None, None, None, b.pid, "RowExclusiveLock", True,
+                                 None])
                     rows.append(["transactionid", None, None, None, None, None,
                                  7_000_000 + holder if holder is not None else None, b.pid, "ShareLock", False,
                                  _timestamp(b.state_change)])
@@ -1308,6 +1326,21 @@ class SqlSession:
             v = self._eval(e.args[0], row, ctx)
             if e.name in ("int", "integer", "bigint", "int4", "int8"):
                 return None if v is None else int(float(v))
+            if e.name == "regclass" and v is not None:
+                # Text resolves to the relation's oid (or fails, as PostgreSQL's regclass input does).
+                if isinstance(v, int) and not isinstance(v, bool):
+                    return RegClass(v, self.server.relation_name(v) or str(int(v)))
+                oid = self.server.relation_oid(_pg_text(v))
+                if oid is None:
+                    raise SQLError(f'relation "{_pg_text(v)}" does not exist', sqlstate="42P01")
+                return RegClass(oid, self.server.relation_name(oid) or _pg_text(v))
+            if e.name == "oid" and v is not None:
+                if isinstance(v, int) and not isinstance(v, bool):
+                    return Oid(int(v))
+                try:
+                    return Oid(int(_pg_text(v)))
+                except ValueError:
+                    raise SQLError(f'invalid input syntax for type oid: "{_pg_text(v)}"', sqlstate="22P02") from None
             if e.name in ("regrole", "regdatabase") and isinstance(v, int):
                 if v == 0:
                     return "-"
@@ -1472,6 +1505,8 @@ class _EvalCtx:
 
 
 def _coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
+    if isinstance(a, Oid) or isinstance(b, Oid):
+        return _oid_pair(a, b)
     if isinstance(a, (Timestamp, Interval)) or isinstance(b, (Timestamp, Interval)):
         if isinstance(a, str):
             a = parse_interval(a) if isinstance(b, Interval) else a
@@ -1495,6 +1530,23 @@ def _coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
             return a, str(b)
     if isinstance(a, list) or isinstance(b, list):
         return _pg_text(a), _pg_text(b)
+    return a, b
+
+
+def _oid_pair(a: Any, b: Any) -> tuple[Any, Any]:
+    """Operands of a comparison with an oid: text is read as oid input, so a relation name is an error unless the
+    oid is a regclass (whose input is a name)."""
+    def as_oid(text: str, other: Any) -> Any:
+        try:
+            return int(text)
+        except ValueError:
+            if isinstance(other, RegClass):
+                return int(other) if text in (other.relname, f"public.{other.relname}") else -1
+            raise SQLError(f'invalid input syntax for type oid: "{text}"', sqlstate="22P02") from None
+    if isinstance(a, str):
+        a = as_oid(a, b)
+    if isinstance(b, str):
+        b = as_oid(b, a)
     return a, b
 
 
