@@ -184,6 +184,27 @@ class PersistenceReader:
                             "before": before})
         return out
 
+    def _in_container_matches_source(self, env: Environment, ck: ChangedKey, entry: CatalogueEntry,
+                                     vs: Mapping[str, Any], commands: list[str]) -> KeyReading | None:
+        """An in-container edit is lost at the next pod start, unless what a fresh container gets from the declared
+        source is the same (the source was changed to match since). Only for entries whose effective read sees the
+        in-container state itself; an unreadable side leaves the edit judged ephemeral (None)."""
+        if not entry.in_container_compare or entry.effective is None or entry.declared is None \
+                or entry.declared.same_as_effective:
+            return None
+        try:
+            eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
+            dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
+        except (RuntimeError, Missing):
+            return None
+        eff, dec = normalize(eff_raw, entry.normalize), normalize(dec_raw, entry.normalize)
+        if eff is None or eff != dec:
+            return None
+        return KeyReading(ck, "durable", entry.id, eff_raw, dec_raw, render(entry.effective.source, vs),
+                          render(entry.declared.source, vs), "", (
+                              "changed in-container, and the declared source now gives a fresh container the same "
+                              "content"), tuple(commands))
+
     def read(self, env: Environment, ck: ChangedKey, prior: Any = None) -> KeyReading:
         found = self.entry_for(ck)
         if found is None:
@@ -192,18 +213,29 @@ class PersistenceReader:
                 f"`declared` reads, and the `durable` way) in a YAML file passed to the guard's catalogue"))
         entry, groups = found
         commands: list[str] = []
+        in_container = any(v.startswith(w) for v in ck.via for w in entry.in_container_via)
         try:
             vs = self.variables(entry, groups, ck)
             durable_way = " ".join(render(entry.durable, vs).split())
         except Missing as m:
-            return KeyReading(ck, "unreadable", entry.id, message=(
-                f"catalogue entry {entry.id} needs ${{{m.args[0]}}}, which neither the action nor the context "
-                f"gives (set it in the context's extra, or add a scope to the change)"))
-        if any(v.startswith(w) for v in ck.via for w in entry.in_container_via):
+            if not in_container:
+                return KeyReading(ck, "unreadable", entry.id, message=(
+                    f"catalogue entry {entry.id} needs ${{{m.args[0]}}}, which neither the action nor the context "
+                    f"gives (set it in the context's extra, or add a scope to the change)"))
+            # An in-container change is lost at the next pod start whether or not its source can be read.
+            try:
+                durable_way = " ".join(render(entry.durable, {**groups, "key": ck.key}).split())
+            except Missing:
+                durable_way = " ".join(entry.durable.split())
+            vs = {}
+        if in_container:
+            same = self._in_container_matches_source(env, ck, entry, vs, commands) if vs else None
+            if same is not None:
+                return same
             note = entry.ephemeral_note or "a change made inside a running container"
-            return KeyReading(ck, "in_container", entry.id, durable_way=durable_way, message=(
-                f"{ck.label()} was changed in-container ({', '.join(ck.via)}): {note}; it is lost when the pod is "
-                f"replaced"))
+            return KeyReading(ck, "in_container", entry.id, durable_way=durable_way, commands=tuple(commands),
+                              message=(f"{ck.label()} was changed in-container ({', '.join(ck.via)}): {note}; it is "
+                                       f"lost when the pod is replaced"))
         if entry.effective is None and entry.declared is not None and entry.declared.same_as_effective:
             return KeyReading(ck, "durable", entry.id, declared_source=render(entry.declared.source, vs),
                               durable_way=durable_way, message="written to a durable store")

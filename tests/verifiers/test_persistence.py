@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, ManualClock, action, comp
 from verifiers.catalogue import load_catalogue, normalize, parse_output, ParseStep
@@ -371,3 +372,53 @@ def test_catalogue_keys_grants_and_admin_switches_to_their_durable_stores():
     assert entry.id == "app-admin-switch"
     assert (groups["name"], groups["field"], groups["release"], groups["values_path"]) == \
         ("sequencer", "mode", "slack", "app.roles.m.env.MODE")
+
+
+def _slack_file_env(file_text: str, configmap_text: str) -> FakeEnv:
+    env = FakeEnv()
+    env.handle(r"kubectl exec .* sed .*", lambda m: "")
+    env.handle(r"kubectl exec -n default deploy/svc-channel -- cat /srv/app/config/app\.yaml", lambda m: file_text)
+    env.handle(r"kubectl get configmap app-config -n default -o yaml",
+               lambda m: yaml.safe_dump({"kind": "ConfigMap", "data": {"app.yaml": configmap_text}}))
+    return env
+
+
+def _file_edit(env: FakeEnv, j: FakeJournal) -> None:
+    j.run(env, "kubectl exec deploy/svc-channel -- sed -i s/pool_size: 3/pool_size: 20/ /srv/app/config/app.yaml",
+          [action("file", "write", [{"key": "file:/srv/app/config/app.yaml"}], layer="runtime",
+                  via=["kubectl exec"], target={"kind": "deployment", "name": "svc-channel"})])
+
+
+SLACK_CTX = {"id": "slack", "namespaces": ["default"], "components": ["svc-channel"],
+             "extra": {"config_map": "app-config"}}
+
+
+def test_an_in_container_file_edit_whose_configmap_now_matches_is_durable():
+    # The agent edited the file in the container, then made the same change in the ConfigMap the file is projected
+    # from: a fresh container renders the same file, so nothing is lost.
+    text = "roles:\n  channel:\n    db:\n      pool_size: 20\n"
+    env = _slack_file_env(text, text)
+    j = FakeJournal(env.clock)
+    _file_edit(env, j)
+    v = PersistenceCheck(SLACK_CTX).check(env, j, None)
+    assert v.status is VerdictStatus.PASS, v.message
+    key = v.evidence["keys"][0]
+    assert key["status"] == "durable" and key["declared_source"] == "ConfigMap app-config key app.yaml"
+
+
+def test_an_in_container_file_edit_that_differs_from_its_configmap_is_not_durable():
+    env = _slack_file_env("roles:\n  channel:\n    db:\n      pool_size: 20\n",
+                          "roles:\n  channel:\n    db:\n      pool_size: 3\n")
+    j = FakeJournal(env.clock)
+    _file_edit(env, j)
+    v = PersistenceCheck(SLACK_CTX).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE and v.evidence["keys"][0]["status"] == "in_container"
+
+
+def test_an_in_container_file_edit_without_a_known_source_stays_not_durable():
+    text = "roles:\n  channel:\n    db:\n      pool_size: 20\n"
+    env = _slack_file_env(text, text)
+    j = FakeJournal(env.clock)
+    _file_edit(env, j)
+    v = PersistenceCheck({**SLACK_CTX, "extra": {}}).check(env, j, None)  # no config_map in the context
+    assert v.code is FeedbackCode.NOT_DURABLE and "/srv/app/config/app.yaml" in v.message

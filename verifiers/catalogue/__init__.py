@@ -135,6 +135,9 @@ class CatalogueEntry(BaseModel):
     durable: str
     in_container_via: list[str] = Field(default_factory=list)
     ephemeral_note: str = ""
+    # The effective read sees the in-container state itself (the edited file), so an in-container change that now
+    # equals the declared source (a fresh container would get the same) is not lost on a pod replacement.
+    in_container_compare: bool = False
 
     @field_validator("match")
     @classmethod
