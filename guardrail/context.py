@@ -44,8 +44,10 @@ class Constraint(BaseModel):
     # ceiling: a capacity key that must not go above `value`
     # finite: a capacity key that must keep some limit (no number stated; 0 or -1 meaning "unlimited" breaks it)
     # protected: settings or data that must not change
+    # keep_denied: an access rule (targets: ACL keys such as redis.acl.*) that must keep denying the commands in
+    #   `value` (["FLUSHALL", "FLUSHDB"])
     kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "finite", "protected",
-                  "note"] = "note"
+                  "keep_denied", "note"] = "note"
     targets: list[str] = Field(default_factory=list)
     value: Any = None
 
