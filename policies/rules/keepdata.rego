@@ -28,3 +28,20 @@ deny contains {
 	table := object.get(lib.details, "table", "")
 	kept_table(table)
 }
+
+# An outbox, audit trail, ledger or journal is a record of what already happened: consumers have acted on its
+# rows (a transactional outbox's rows were offered downstream). Rewriting a kept one changes history, so it is
+# as bad as deleting from it; other kept tables may be repaired in place.
+append_only(t) if regex.match(`(?i)(^|[._])(outbox|audit|audit_log|ledger|journal)($|[._])|_outbox$|^outbox_`, t)
+
+deny contains {
+	"id": "SRE-DATA-010",
+	"msg": sprintf("UPDATE of %s rewrites an append-only record (an outbox, audit trail, ledger or journal) this incident says to keep: its rows describe effects that already happened. Leave the record as it is; repair the state it points at instead.", [table]),
+	"details": {"table": table},
+} if {
+	input.action.tool in {"psql", "mysql", "sql"}
+	lib.verb == "update"
+	table := object.get(lib.details, "table", "")
+	kept_table(table)
+	append_only(table)
+}

@@ -15,3 +15,19 @@ test_delete_from_schema_qualified_kept_table_denied if "SRE-DATA-009" in ids(kee
 test_update_of_kept_table_allowed if count(keepdata.deny) == 0 with input as sql("update", "messages")
 
 test_delete_from_other_table_allowed if count(keepdata.deny) == 0 with input as sql("delete", "sessions")
+
+outbox_ctx := {"constraints": [{"id": "keep", "kind": "protected", "text": "keep every message", "targets": ["messages", "message_dispatch_outbox", "audit_log", "payments_ledger"]}]}
+
+upd(table) := {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"sql_kind": "dml", "table": table, "has_where": true}}, "context": outbox_ctx}
+
+test_update_of_kept_outbox_denied if "SRE-DATA-010" in ids(keepdata.deny) with input as upd("message_dispatch_outbox")
+
+test_update_of_kept_audit_log_denied if "SRE-DATA-010" in ids(keepdata.deny) with input as upd("audit_log")
+
+test_update_of_kept_ledger_denied if "SRE-DATA-010" in ids(keepdata.deny) with input as upd("public.payments_ledger")
+
+test_update_of_kept_ordinary_table_allowed if count(keepdata.deny) == 0 with input as upd("messages")
+
+test_update_of_an_outbox_nobody_said_to_keep_allowed if {
+	count(keepdata.deny) == 0 with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "message_dispatch_outbox", "has_where": true}}, "context": ctx}
+}
