@@ -7,9 +7,15 @@ GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;
 CREATE DATABASE _aac081bc588a7088;
 USE _aac081bc588a7088;
 CREATE USER '_aac081bc588a7088'@'%' IDENTIFIED BY 'agentrepair-site';
-GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, LOCK TABLES ON _aac081bc588a7088.* TO '_aac081bc588a7088'@'%';
+-- As the scenario's account row (twin.spec.mariadb.accounts): ALL PRIVILEGES on the site schema, as Frappe grants it.
+GRANT ALL PRIVILEGES ON _aac081bc588a7088.* TO '_aac081bc588a7088'@'%';
 CREATE TABLE _aac081bc588a7088.`tabToDo` (name varchar(140) PRIMARY KEY, description text, status varchar(20),
   modified datetime(6) NOT NULL, KEY modified (modified));
 INSERT INTO _aac081bc588a7088.`tabToDo` (name, description, status, modified)
   SELECT CONCAT('seed-', seq), CONCAT('seeded todo ', seq), 'Open', NOW(6) FROM seq_1_to_200;
+-- Frappe's DocType registry: protected data the site never writes during the incident (its rows and checksum).
+CREATE TABLE _aac081bc588a7088.`tabDocType` (name varchar(140) PRIMARY KEY, module varchar(140), istable int NOT NULL
+  DEFAULT 0, modified datetime(6) NOT NULL);
+INSERT INTO _aac081bc588a7088.`tabDocType` (name, module, istable, modified)
+  SELECT CONCAT('DocType ', seq), 'Core', seq % 7 = 0, '2026-01-01 00:00:00' FROM seq_1_to_120;
 FLUSH PRIVILEGES;
