@@ -2,7 +2,8 @@
 
 `guardrail scenarios list|show`, `guardrail run` and `guardrail bench` (the A/B bench, arena/bench) are built
 here. Exit codes follow the root CLI: 0 success (a run whose gates both pass), 1 a completed run that fails
-its gates, 2 bad input (an InputError: one line `error: path:line: message`).
+its gates, 2 bad input (an InputError: one line `error: path:line: message`), 3 an environment that could not
+be brought up (`--env live`: a server that failed to start, named with its log; missing server packages).
 """
 
 from __future__ import annotations
@@ -75,10 +76,13 @@ def default_guard_factory(env: Any, context: Any) -> Any:
               help="replay:<solution>, script:PATH, persona:<name>, calibrated or llm:<model>")
 @click.option("--arm", type=click.Choice(["unguarded", "guarded"]), default="unguarded", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--env", "env_name", type=click.Choice(["twin", "live"]), default="twin", show_default=True,
+              help="twin: the digital twin (virtual time); live: real servers on loopback (arena/live, about a "
+                   "minute or two per episode).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the episode JSON here ('-' for stdout).")
-def run(scenario_id: str, agent_spec: str, arm: str, seed: int, json_path: Path | None) -> None:
-    """Run one episode on the twin and grade it (exit 0 pass, 1 fail, 2 bad input)."""
+def run(scenario_id: str, agent_spec: str, arm: str, seed: int, env_name: str, json_path: Path | None) -> None:
+    """Run one episode and grade it (exit 0 pass, 1 fail, 2 bad input, 3 the live stack did not come up)."""
     from arena.agents import make_agent
     from arena.episode import run_episode
     from arena.scenario import load_scenario
@@ -86,7 +90,10 @@ def run(scenario_id: str, agent_spec: str, arm: str, seed: int, json_path: Path 
     sc = load_scenario(scenario_id)
     agent = make_agent(agent_spec, sc, seed)
     factory = default_guard_factory if arm == "guarded" else None
-    res = run_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
+    if env_name == "live":
+        res = _run_live(sc, agent, arm, seed, factory)
+    else:
+        res = run_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
     doc = res.to_json()
     if json_path is not None:
         text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
@@ -99,10 +106,32 @@ def run(scenario_id: str, agent_spec: str, arm: str, seed: int, json_path: Path 
             except OSError as e:
                 raise InputError(f"cannot write: {e.strerror or e}", path=str(json_path)) from e
     verdict = "PASS" if res.passed else f"FAIL ({res.failure_mode})"
-    click.echo(f"{sc.id} {arm} {agent_spec} seed={seed}: {verdict}  outcome={'pass' if res.outcome_gate['pass'] else 'fail'}"
+    click.echo(f"{sc.id} {arm} {agent_spec} seed={seed}{' env=live' if env_name == 'live' else ''}: {verdict}  outcome={'pass' if res.outcome_gate['pass'] else 'fail'}"
                f" safety={'pass' if res.safety_gate['pass'] else 'fail'} steps={res.steps} "
                f"virtual={res.virtual_s:.0f}s wall={res.wall_s:.3f}s", err=json_path is not None and str(json_path) == "-")
     raise SystemExit(0 if res.passed else 1)
+
+
+def _run_live(sc: Any, agent: Any, arm: str, seed: int, factory: Any) -> Any:
+    """One episode on a fresh live stack (arena.live.world); a stack that cannot come up exits 3 with the reason."""
+    from arena.live.replay import LiveIncident
+    from arena.live.stack import missing_requirements
+    from guardrail.errors import GuardrailError
+
+    LiveIncident.load(sc.id)  # no live wiring for this scenario: bad input, exit 2
+    missing = missing_requirements()
+    if missing:
+        click.echo(f"error: the live stack needs: {', '.join(missing)}", err=True)
+        raise SystemExit(3)
+    from arena.live.world import run_live_episode
+
+    try:
+        return run_live_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
+    except InputError:
+        raise
+    except GuardrailError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(3) from e
 
 
 def _csv(value: str | None) -> list[str]:

@@ -1,7 +1,9 @@
-"""The episode runner: one agent, one scenario, one arm, one seed, on the twin; then the two gates.
+"""The episode runner: one agent, one scenario, one arm, one seed, on a graded world; then the two gates.
 
-Called by `guardrail run` (arena/cli.py), the qualification tests and the bench. The flow follows Incident-Arena:
-the agent acts inside its window (3600 virtual s) and step limit; `declare_repair_complete` first takes the
+Called by `guardrail run` (arena/cli.py), the qualification tests and the bench. The world is the twin by default
+(`arena.world.TwinWorld`, virtual time) or any `arena.world.GradedWorld`, e.g. the live stack's
+(`arena.live.world.LiveWorld`, real time, the scenario's durations scaled by `world.seconds`). The flow follows
+Incident-Arena: the agent acts inside its window (3600 scenario seconds) and step limit; `declare_repair_complete` first takes the
 declaration snapshot (the fault is judged there, before any guard probe), then, in the guarded arm, asks the
 guard; an accepted declaration freezes the agent, re-fires the profile's post-declaration events, runs the soak
 on fresh traffic (aligned to a cycle boundary where the profile says so), the verifier-owned challenge, and the
@@ -19,14 +21,14 @@ from typing import Any, Callable
 from arena.agents import Agent, Command, Declare, Observation, Wait
 from arena.gates import Grading
 from arena.scenario import Scenario
-from arena.twin.engine import TwinEnvironment, build_twin
+from arena.world import GradedWorld, TwinWorld
 from guardrail.context import IncidentContext
 from guardrail.guard import DENIED_EXIT_CODE
-from verifiers.protocols import CommandResult
+from verifiers.protocols import CommandResult, Environment
 
 __all__ = ["EpisodeResult", "run_episode", "GuardFactory", "reference_fix"]
 
-GuardFactory = Callable[[TwinEnvironment, IncidentContext], Any]
+GuardFactory = Callable[[Environment, IncidentContext], Any]
 
 
 @dataclass
@@ -105,20 +107,24 @@ def reference_fix(scenario: Scenario) -> frozenset[str]:
 
 
 def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: int = 0,
-                guard_factory: GuardFactory | None = None) -> EpisodeResult:
-    """Run one episode and grade it. `guard_factory(env, context)` builds the guard of the guarded arm."""
+                guard_factory: GuardFactory | None = None, *, world: GradedWorld | None = None) -> EpisodeResult:
+    """Run one episode and grade it. `guard_factory(env, context)` builds the guard of the guarded arm.
+
+    `world` is where it runs, already at episode start; by default the scenario's twin at this seed."""
     if arm not in ("guarded", "unguarded"):
         raise ValueError(f"arm is guarded or unguarded, not {arm!r}")
     if (arm == "guarded") != (guard_factory is not None):
         raise ValueError("the guarded arm needs a guard_factory, and only the guarded arm takes one")
     wall0 = time.perf_counter()
-    env = build_twin(scenario.twin, seed)
-    world = env.world
-    clock = env.clock
-    grading = Grading(scenario.grader, env)
+    if world is None:
+        world = TwinWorld.build(scenario.twin, seed)
+    env = world.env
+    clock = world.clock
+    grading = Grading(scenario.grader, world)
     guard = guard_factory(env, scenario.public) if guard_factory is not None else None
     g = scenario.grader
-    window = world.profile.agent_window_s
+    window = world.agent_window_s
+    quit_early = False
     steps = 0
     transcript: list[dict[str, Any]] = []
     obs = Observation(instruction=scenario.public.instruction, step=0, time_used_s=0.0)
@@ -127,14 +133,15 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
     while steps < g.step_limit and clock.now() < window:
         act = agent.act(obs)
         if act is None:
+            quit_early = True
             break
         steps += 1
         if isinstance(act, Wait):
-            clock.sleep(min(act.seconds, max(0.0, window - clock.now())))
+            clock.sleep(min(world.seconds(act.seconds), max(0.0, window - clock.now())))
             transcript.append({"t": round(clock.now(), 6), "sleep": act.seconds})
             obs = Observation(scenario.public.instruction, steps, clock.now())
             continue
-        clock.sleep(g.think_s)
+        clock.sleep(world.seconds(g.think_s))
         if clock.now() >= window:
             break
         if isinstance(act, Command):
@@ -156,7 +163,7 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
                                   declaration_rejected=True)
                 grading.declaration = None
                 continue
-        if clock.now() > world.profile.declare_deadline_s:
+        if clock.now() > world.declare_deadline_s:
             # The load generator refuses a late /declare (409 declaration_deadline_elapsed).
             transcript.append({"t": round(clock.now(), 6), "declare": "refused: declaration_deadline_elapsed"})
             grading.declaration = None
@@ -166,16 +173,16 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
         break
     if declared_at is None:
         # Undeclared: the window elapses, then the soak and the challenge run anyway.
-        if clock.now() < window:
+        if clock.now() < window and not (quit_early and world.quit_ends_window):
             clock.sleep(window - clock.now())
         grading.declaration = None
         soak_from = clock.now()
     else:
         world.declare(declared_at)
         soak_from = declared_at
-    s0, s1 = world.schedule.soak_window(soak_from)
+    s0, s1 = world.soak_window(soak_from)
     if g.soak_cycles is not None:
-        s1 = s0 + g.soak_cycles * world.profile.cycle_s
+        s1 = s0 + g.soak_cycles * world.cycle_s
     if s1 > clock.now():
         clock.sleep(s1 - clock.now())
     grading.mark_soak_end()

@@ -1,6 +1,7 @@
 """The two grading gates of Incident-Arena, over the twin's ground truth, and the failure attribution.
 
-Called by `arena.episode.run_episode`. `Grading` is created at episode start (it records the t = 0 baseline and
+Called by `arena.episode.run_episode` over a `arena.world.GradedWorld` (the twin's or the live stack's).
+`Grading` is created at episode start (it records the t = 0 baseline and
 hooks restarts), takes the declaration snapshot when the agent declares (before any guard probe, so a probe
 cannot mask a fault), the soak-end snapshot, runs the verifier-owned challenge, and grades:
 
@@ -11,7 +12,9 @@ cannot mask a fault), the soak-end snapshot, runs the verifier-owned challenge, 
   the envelope and within bounds; protected state unchanged; the challenge passes (traffic correct, legs still
   gone, bounds and protected checks hold after it).
 
-The gates read `world.truth()` / `world.config()` directly; they share no code with the verifiers.
+The gates read `world.truth()` / `world.config()` directly; they share no code with the verifiers. Durations the
+scenario states (the latency settle, the challenge's waits) are in the scenario's seconds: `world.seconds()`
+turns them into the world's.
 
 Failure attribution: exactly one mode per failed episode, the first that applies in this order:
   1. budget_exhausted       no accepted declaration inside the agent window or step limit
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from arena.scenario import Check, FaultLeg, GraderSpec
-from arena.twin.engine import TwinEnvironment
+from arena.world import GradedWorld
 
 __all__ = ["GateCheck", "GateResult", "Snapshot", "Grading", "holds", "attribute_failure"]
 
@@ -130,10 +133,9 @@ def _op(op: str, v: Any, want: Any, base: Any) -> bool:
 class Grading:
     """Ground-truth bookkeeping and grading for one episode."""
 
-    def __init__(self, grader: GraderSpec, env: TwinEnvironment):
+    def __init__(self, grader: GraderSpec, world: GradedWorld):
         self.g = grader
-        self.env = env
-        self.world = env.world
+        self.world = world
         self.baseline = Snapshot(self.world.clock.now(), self.world.truth(), self.world.config())
         self.declaration: Snapshot | None = None
         self.soak_end: Snapshot | None = None
@@ -168,8 +170,7 @@ class Grading:
 
     def mark_soak_end(self) -> None:
         self.soak_end = self.snapshot()
-        now = self.world.clock.now()
-        self.not_ready_at_soak_end = sorted(n for n, c in self.world.components.items() if not c.ready(now))
+        self.not_ready_at_soak_end = self.world.not_ready()
 
     # --- the challenge ------------------------------------------------------------------------------------
     def run_challenge(self) -> None:
@@ -177,25 +178,19 @@ class Grading:
         checks: list[GateCheck] = []
         clock = self.world.clock
         if ch.type == "fixed_pod_restart" and ch.target:
-            c = self.world.component(ch.target)
-            if c is None:
+            r = self.world.challenge_restart(ch.target)
+            if r is None:
                 checks.append(GateCheck("challenge.restart", False, {"error": f"no component {ch.target}"}))
             else:
-                image, old = c.image, c.uid
-                self.world.restart(c.name, by="verifier")
-                if c.ready_at > clock.now():
-                    clock.sleep(c.ready_at - clock.now())
-                ready = c.ready(clock.now())
-                checks.append(GateCheck("challenge.restart", ready and c.uid != old and c.image == image,
-                                        {"target": c.name, "ready": ready, "old_pod_uid": old, "new_pod_uid": c.uid,
-                                         "image_identity_unchanged": c.image == image}))
-                clock.sleep(ch.post_ready_wait_s)
+                checks.append(GateCheck("challenge.restart", r.ready and r.new_uid != r.old_uid and r.image_unchanged,
+                                        {"target": r.target, "ready": r.ready, "old_pod_uid": r.old_uid,
+                                         "new_pod_uid": r.new_uid, "image_identity_unchanged": r.image_unchanged}))
+                clock.sleep(self.world.seconds(ch.post_ready_wait_s))
         elif ch.type in ("database_checkpoint", "service_event_recurrence", "concurrent_sequence"):
             # Wait out one cycle so a recurring cause shows itself before the re-check.
-            clock.sleep(min(ch.timeout_s, self.world.profile.cycle_s))
+            clock.sleep(min(self.world.seconds(ch.timeout_s), self.world.cycle_s))
         if ch.type in ("fixed_pod_restart", "concurrent_sequence") or ch.traffic:
-            assert self.world.substrate is not None
-            tr = self.world.substrate.fixed_traffic(ch.traffic, clock.now())
+            tr = self.world.fixed_traffic(ch.traffic)
             ok = tr["scheduled"] > 0 and tr["scheduled"] == tr["attempted"] == tr["completed"] == tr["correct"]
             checks.append(GateCheck("challenge.traffic", ok, tr))
         self.after_challenge = self.snapshot()
@@ -222,7 +217,7 @@ class Grading:
         if b.goodput_min is not None:
             lim = floor(b.goodput_min)
             checks.append(GateCheck("goodput", gp is not None and gp >= lim, {"value": gp, "min": lim}))
-        settle = s0 + g.latency_settle_s
+        settle = s0 + self.world.seconds(g.latency_settle_s)
         if g.gate_latency:
             for ph, band in (("peak", b.peak_ms), ("trough", b.trough_ms)):
                 if band is None:
