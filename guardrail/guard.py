@@ -56,6 +56,7 @@ class Admission:
     mode: Mode
     seq: int = 0
     feedback: list[Feedback] = field(default_factory=list)
+    action_inputs: list[dict[str, Any]] | None = None  # the actions' JSON, as decided and journalled
 
     @property
     def denies(self) -> list[Finding]:
@@ -168,15 +169,17 @@ class Guard:
     def before(self, command: str) -> Admission:
         """Normalise, decide each action, and journal the decision before anything runs."""
         actions = self._normalise(command)
-        decisions = [self.engine.decide({"action": a.to_input(), "context": self._context_input,
-                                         "command": command}) for a in actions]
+        # Each action's JSON once: the policy input and the journal record share it (model_dump is not free).
+        action_inputs = [a.to_input() for a in actions]
+        decisions = [self.engine.decide({"action": a, "context": self._context_input, "command": command})
+                     for a in action_inputs]
         effects = [enforce(d, self.mode) for d in decisions]
         denied = [f for e in effects for f in e.denied]
         warned = [f for e in effects for f in e.warned]
         would_deny = [f for e in effects for f in e.would_deny]
         outcome = _aggregate(decisions)
         adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome,
-                        runs=all(e.runs for e in effects), mode=self.mode)
+                        runs=all(e.runs for e in effects), mode=self.mode, action_inputs=action_inputs)
         self._counts["commands"] += 1
         if denied:
             self._counts["denied"] += 1
@@ -188,7 +191,7 @@ class Guard:
             self._counts["warned"] += 1
             adm.feedback.append(Feedback("WARN", _deny_message(warned), {"rules": [f.id for f in warned]}))
         rec = self.journal.append(
-            "command", command=command, actions=[a.to_input() for a in actions],
+            "command", command=command, actions=action_inputs,
             decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value,
             ran=adm.runs, would_deny=[f.id for f in would_deny] or False,
         )
@@ -217,7 +220,10 @@ class Guard:
         persistence and rollback compare against), and let the scope audit take its first-step snapshot."""
         if self.suite is None or self.env is None or not admission.runs:
             return
-        for snap in self.suite.before_run(self.env, self.journal, [a.to_input() for a in admission.actions]):
+        inputs = admission.action_inputs
+        if inputs is None:
+            inputs = [a.to_input() for a in admission.actions]
+        for snap in self.suite.before_run(self.env, self.journal, inputs):
             self.journal.append("snapshot", **snap)
 
     def execute(self, command: str) -> CommandResult:

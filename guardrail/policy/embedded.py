@@ -10,10 +10,20 @@ input JSON into OPA values costs about as much per byte as the rules themselves.
 context once, as data (`data.incident_contexts[<digest>]`), and sends `{"action", "command", "context_ref"}`;
 policies/lib/sre.rego reads the context from there, or from `input.context` when no ref is given (OPAServer,
 `guardrail policy eval`, Rego tests). Past MAX_LOADED_CONTEXTS distinct contexts the input goes inline as before.
+
+Two more savings on the hot path, both measured by bench/policy_latency.py:
+- The action goes to OPA without the fields no rule reads (UNREAD_ACTION_FIELDS): converting input JSON into OPA
+  values costs about 0.15 ms per KB. tests/guardrail/policy/test_policy_wire.py fails if a rule starts reading one.
+- A bounded memo of decision documents, keyed on the exact input text sent to OPA. That text names everything a
+  decision reads: the action, the command, and the context by its content digest; the rest of the data document
+  (the policy tree's data and `data=`) is fixed when the engine is built. An agent re-runs the same diagnostics
+  (`kubectl get pods`, `redis-cli INFO`) many times a session; a hit skips the evaluation and yields the same
+  findings under a fresh decision id. `cache_stats()` reports hits and misses; `decision_cache=0` turns it off.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -36,6 +46,12 @@ CONTEXTS_DATA_KEY = "incident_contexts"
 # Each loaded context stays in the engine for its life; a long-lived server meeting endless distinct contexts
 # stops loading them here and sends them inline (correct, only slower).
 MAX_LOADED_CONTEXTS = 256
+# Action fields the normaliser writes that no rule reads (checked by tests/guardrail/policy/test_policy_wire.py):
+# `via` (the wrappers a command came through), and the kubectl details' resource lists (rules read kind/name).
+UNREAD_ACTION_FIELDS = frozenset({"via"})
+UNREAD_DETAIL_FIELDS = frozenset({"resources", "resource_kinds"})
+# Decision documents kept by the memo. Each is a few hundred bytes; the key is the input text (~0.5 KB).
+DEFAULT_DECISION_CACHE = 4096
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.
 _COMPILE_PROBE = "x := true"
 
@@ -71,9 +87,11 @@ class EmbeddedOPA:
         allow_readonly_on_error: bool = True,
         timeout_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        decision_cache: int = DEFAULT_DECISION_CACHE,
     ):
         """`data` is merged into the data document (e.g. {"exceptions": ["SRE-TRAFFIC-001"]}). With `timeout_s`,
-        each evaluation runs on a worker thread and a late answer fails closed; without it, in the caller's thread."""
+        each evaluation runs on a worker thread and a late answer fails closed; without it, in the caller's thread.
+        `decision_cache` bounds the memo of decision documents (0 turns it off)."""
         self.tree = PolicyTree.load(policy_dir)
         self.allow_readonly_on_error = allow_readonly_on_error
         self.timeout_s = timeout_s
@@ -86,6 +104,11 @@ class EmbeddedOPA:
         self._context_lock = threading.Lock()
         # Context objects seen lately, by id: (the object, a copy of it, its ref).
         self._seen_contexts: dict[int, tuple[Any, Any, str]] = {}
+        self._cache_size = max(0, int(decision_cache))
+        self._cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
 
     # -- the seam ----------------------------------------------------------------------------------------------
 
@@ -93,10 +116,20 @@ class EmbeddedOPA:
         start = self._clock()
         decision_id = self._ids()
         try:
-            rows = self._eval(DECISION_QUERY, self._wire_input(input))
-            if not rows or "decision" not in rows[0]:
-                raise MalformedDecision("data.guardrail.decision is undefined")
-            return from_document(rows[0]["decision"], decision_id=decision_id, engine=self.name,
+            wire = self._wire_input(input)
+            key = self._cache_key(wire) if self._cache_size else None
+            doc = self._cached(key) if key is not None else None
+            if doc is None:
+                rows = self._eval(DECISION_QUERY, wire)
+                if not rows or "decision" not in rows[0]:
+                    raise MalformedDecision("data.guardrail.decision is undefined")
+                doc = rows[0]["decision"]
+                decision = from_document(doc, decision_id=decision_id, engine=self.name,
+                                         duration_ms=(self._clock() - start) * 1000.0)
+                if key is not None:
+                    self._store(key, doc)  # only a well-formed answer is remembered
+                return decision
+            return from_document(doc, decision_id=decision_id, engine=self.name,
                                  duration_ms=(self._clock() - start) * 1000.0)
         except Exception as e:  # noqa: BLE001  (any engine failure must fail closed, never reach the agent loop)
             return fail_closed(input, _describe(e), decision_id=decision_id, engine=self.name,
@@ -108,6 +141,12 @@ class EmbeddedOPA:
     def query(self, query: str, input: Any = None) -> list[dict[str, Any]]:
         """Evaluate any Rego query; returns OPA's binding rows. Raises OpaError on a bad query."""
         return self._engine.eval_query(query, input=input)
+
+    def cache_stats(self) -> dict[str, int]:
+        """The decision memo's hits, misses and size since the engine was built."""
+        with self._cache_lock:
+            return {"hits": self._hits, "misses": self._misses, "size": len(self._cache),
+                    "capacity": self._cache_size}
 
     def close(self) -> None:
         if self._worker is not None:
@@ -122,15 +161,46 @@ class EmbeddedOPA:
         self.close()
 
     def _wire_input(self, input: Any) -> Any:
-        """The input with its context replaced by a reference to the same context loaded as data."""
-        if not isinstance(input, Mapping) or not isinstance(input.get("context"), Mapping):
+        """The input as sent to OPA: its context replaced by a reference to the same context loaded as data, and
+        the action without the fields no rule reads."""
+        if not isinstance(input, Mapping):
             return input
-        ref = self._context_ref(input["context"])
-        if ref is None:
-            return input
-        wire = {k: v for k, v in input.items() if k != "context"}
-        wire["context_ref"] = ref
+        wire = dict(input)
+        action = wire.get("action")
+        if isinstance(action, Mapping):
+            wire["action"] = _trim_action(action)
+        if isinstance(wire.get("context"), Mapping):
+            ref = self._context_ref(wire["context"])
+            if ref is not None:
+                del wire["context"]
+                wire["context_ref"] = ref
         return wire
+
+    def _cache_key(self, wire: Any) -> str | None:
+        # The exact text of what OPA is asked: a context passed by reference is named by its content digest (and
+        # loaded once, never changed); an inline one is in the text itself. Either way the key holds all of the
+        # input, and the rest of the data document is fixed for the engine's life.
+        try:
+            return json.dumps(wire, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError):
+            return None
+
+    def _cached(self, key: str) -> Any:
+        with self._cache_lock:
+            doc = self._cache.get(key)
+            if doc is None:
+                self._misses += 1
+                return None
+            self._cache.move_to_end(key)
+            self._hits += 1
+            return doc
+
+    def _store(self, key: str, doc: Any) -> None:
+        with self._cache_lock:
+            self._cache[key] = doc
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
 
     def _context_ref(self, context: Mapping[str, Any]) -> str | None:
         # A session passes the same context object every time. Its identity alone is not enough (a caller may
@@ -169,6 +239,15 @@ class EmbeddedOPA:
             return self._engine.eval_query(query, input=input)
         future = self._worker.submit(self._engine.eval_query, query, input)
         return future.result(timeout=self.timeout_s)
+
+
+def _trim_action(action: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The action without the fields no rule reads (a copy; the caller's dict is left alone)."""
+    trimmed = {k: v for k, v in action.items() if k not in UNREAD_ACTION_FIELDS}
+    details = trimmed.get("details")
+    if isinstance(details, Mapping) and not UNREAD_DETAIL_FIELDS.isdisjoint(details):
+        trimmed["details"] = {k: v for k, v in details.items() if k not in UNREAD_DETAIL_FIELDS}
+    return trimmed
 
 
 def _describe(e: BaseException) -> str:

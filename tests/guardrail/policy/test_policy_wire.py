@@ -1,0 +1,127 @@
+"""EmbeddedOPA's hot-path savings: the trimmed wire input and the decision memo.
+
+The trim drops action fields that no rule reads; the check below fails the day a rule starts reading one. The
+memo must return the very findings an evaluation gives, under a fresh decision id, and must miss whenever any
+part of the input (action, command or context) differs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from guardrail.actions import normalise
+from guardrail.context import IncidentContext
+from guardrail.policy.base import Outcome
+from guardrail.policy.embedded import UNREAD_ACTION_FIELDS, UNREAD_DETAIL_FIELDS, EmbeddedOPA
+from guardrail.resources import policy_dir
+
+CTX = IncidentContext(id="wire", namespaces=["slack"], restartable=["svc-channel"], not_restartable=["postgres"],
+                      protected_settings=["postgres.max_connections"]).policy_input()
+
+
+def _input(cmd: str, ctx: dict = CTX) -> dict:
+    return {"action": normalise(cmd)[0].to_input(), "context": ctx, "command": cmd}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with EmbeddedOPA() as e:
+        yield e
+
+
+NAMES = sorted(UNREAD_ACTION_FIELDS | UNREAD_DETAIL_FIELDS)
+_READ = re.compile(r"[.\"\[]\s*(" + "|".join(map(re.escape, NAMES)) + r")\b")
+_WRITTEN = re.compile(r"\"(" + "|".join(map(re.escape, NAMES)) + r")\"\s*:")
+
+
+def reads_of_trimmed_fields(source: str) -> list[int]:
+    """Lines of Rego source that read a trimmed field (a key in an output object, `"via": x`, is a write)."""
+    out = []
+    for i, line in enumerate(source.splitlines(), 1):
+        code = _WRITTEN.sub("", line.split("#", 1)[0])
+        if _READ.search(code):
+            out.append(i)
+    return out
+
+
+def test_no_rule_reads_a_trimmed_field():
+    readers = [f"{f.name}:{i}" for f in policy_dir().rglob("*.rego") if not f.name.endswith("_test.rego")
+               for i in reads_of_trimmed_fields(f.read_text())]
+    assert not readers, f"a rule reads a field EmbeddedOPA trims from the wire input: {readers}"
+
+
+@pytest.mark.parametrize("line", ['x if input.action.via[_] == "sh"', 'k := lib.details.resources',
+                                  'k := object.get(lib.details, "resource_kinds", [])', 'y := d["via"]'])
+def test_the_check_sees_a_read(line):
+    assert reads_of_trimmed_fields(line) == [1]
+
+
+def test_the_check_ignores_an_output_key():
+    assert reads_of_trimmed_fields('"details": {"via": input.action.tool},') == []
+
+
+def test_trim_leaves_the_callers_input_alone(engine):
+    inp = _input("kubectl get pods -n slack")
+    inp["action"]["via"] = ["sh -c"]
+    before = repr(inp)
+    wire = engine._wire_input(inp)
+    assert "via" not in wire["action"] and "resources" not in wire["action"]["details"]
+    assert "context" not in wire and wire["context_ref"]
+    assert repr(inp) == before
+
+
+def test_a_memo_hit_gives_the_same_findings_under_a_fresh_id():
+    with EmbeddedOPA() as e:
+        inp = _input("redis-cli -h redis-queue FLUSHALL")
+        first, second = e.decide(inp), e.decide(inp)
+        assert first.outcome is Outcome.DENY and "SRE-DATA-001" in first.rule_ids
+        assert second.denies == first.denies and second.warns == first.warns
+        assert second.exempted == first.exempted
+        assert second.decision_id != first.decision_id
+        assert e.cache_stats()["hits"] == 1 and e.cache_stats()["misses"] == 1
+
+
+def test_the_memo_misses_when_the_context_differs():
+    """Same action, a context that protects what it changes: the decision must differ, so the key must."""
+    with EmbeddedOPA() as e:
+        cmd = "redis-cli -h redis-queue CONFIG SET maxmemory 64mb"
+        open_ctx = IncidentContext(id="a").policy_input()
+        strict = IncidentContext(id="a", protected_settings=["redis.maxmemory"]).policy_input()
+        a, b = e.decide(_input(cmd, open_ctx)), e.decide(_input(cmd, strict))
+        assert "SRE-CAP-002" not in a.rule_ids and "SRE-CAP-002" in b.rule_ids
+        assert e.cache_stats()["hits"] == 0
+
+
+def test_the_memo_misses_when_the_command_differs():
+    with EmbeddedOPA() as e:
+        a = _input("kubectl get pods -n slack")
+        b = dict(a, command=a["command"] + " -o wide")
+        e.decide(a), e.decide(b)
+        assert e.cache_stats()["hits"] == 0 and e.cache_stats()["misses"] == 2
+
+
+def test_the_memo_is_bounded():
+    with EmbeddedOPA(decision_cache=3) as e:
+        for i in range(10):
+            e.decide(_input(f"kubectl get pods -n slack -l run=r{i}"))
+        assert e.cache_stats()["size"] == 3
+
+
+def test_an_engine_failure_is_not_remembered(tmp_path):
+    """A fail-closed answer is not cached: the next call evaluates again."""
+    (tmp_path / "guardrail.rego").write_text(
+        "package guardrail\n\ndecision := {\"deny\": [], \"warn\": []} if input.action.tool == \"ok\"\n")
+    with EmbeddedOPA(tmp_path) as e:
+        inp = {"action": {"tool": "nope", "mutating": True}, "command": "nope"}
+        d1, d2 = e.decide(inp), e.decide(inp)
+        assert d1.error and d2.error
+        assert e.cache_stats()["size"] == 0 and e.cache_stats()["hits"] == 0
+
+
+def test_memo_off():
+    with EmbeddedOPA(decision_cache=0) as e:
+        inp = _input("kubectl get pods -n slack")
+        e.decide(inp), e.decide(inp)
+        assert e.cache_stats() == {"hits": 0, "misses": 0, "size": 0, "capacity": 0}
