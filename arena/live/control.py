@@ -12,7 +12,8 @@ reads the values files the release maps, `helm upgrade --set` writes them and ro
 values changed, as the chart's StatefulSet rollout does (a `--set` outside the mapped prefixes is refused).
 
 Routes: GET /pods, POST /restart/<component>?verb=<rollout|delete>, GET /logs/<component>?tail=N,
-GET /helm/<release>/values, POST /helm/<release>/upgrade {"set": [...], "reuse_values": bool}.
+GET /helm/<release>/values, POST /helm/<release>/upgrade {"set": [...], "values": [{...}], "reuse_values": bool}
+(values files first, then --set, as helm merges them).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class ControlPlane:
             _put(values, prefix.split("."), yaml.safe_load((self.stack.config_dir / where.file).read_text()) or {})
         return 200, values
 
-    def helm_upgrade(self, release: str, sets: list[str], reuse_values: bool) -> tuple[int, Any]:
+    def helm_upgrade(self, release: str, sets: list[str], reuse_values: bool,
+                     values: list[dict[str, Any]] = ()) -> tuple[int, Any]:
         if "helm" not in self.rbac:
             return 403, self._forbidden("patch", "statefulsets", release)
         found = self.stack.helm_release(release)
@@ -102,7 +104,7 @@ class ControlPlane:
             return 404, {"message": f'"{release}" has no deployed releases'}
         helm, folder = found
         try:
-            assignments = [a for s in sets for a in parse_set(s)]
+            assignments = [a for doc in values for a in _leaves(doc)] + [a for s in sets for a in parse_set(s)]
         except ValueError as e:
             return 400, {"message": str(e)}
         docs: dict[str, Any] = {}
@@ -170,7 +172,8 @@ class ControlPlane:
                     n = int(self.headers.get("Content-Length") or 0)
                     body = json.loads(self.rfile.read(n) or b"{}")
                     return self._send(*cp.helm_upgrade(parts.path.split("/")[2], list(body.get("set", [])),
-                                                       bool(body.get("reuse_values", False))))
+                                                       bool(body.get("reuse_values", False)),
+                                                       list(body.get("values", []))))
                 if parts.path.startswith("/restart/"):
                     return self._send(*cp.restart(parts.path[len("/restart/"):], q.get("verb", "rollout")))
                 self._send(404, {"reason": "NotFound"})
@@ -225,6 +228,15 @@ def parse_set(text: str) -> list[tuple[list[str], Any]]:
         else:
             parsed = _scalar(value)
         out.append((key.split("."), parsed))
+    return out
+
+
+def _leaves(doc: dict, path: list[str] | None = None) -> list[tuple[list[str], Any]]:
+    """A values file as (path, value) assignments: maps merge key by key, lists and scalars replace."""
+    out: list[tuple[list[str], Any]] = []
+    for k, v in doc.items():
+        p = [*(path or []), str(k)]
+        out += _leaves(v, p) if isinstance(v, dict) and v else [(p, v)]
     return out
 
 

@@ -366,10 +366,12 @@ class SlackTruth:
         with self._connect() as c:
             for k, v in self._file(c, "postgresql.auto.conf").items():
                 out[f"postgres.pg.auto_conf.{k}"] = v
-            # What the server runs with now (files, after the last reload), as the twin's `applied`.
-            for k, v in c.execute("SELECT name, setting FROM pg_settings WHERE context <> 'internal' AND source "
-                                  "NOT IN ('client', 'session', 'database', 'user', 'database user')").fetchall():
-                out[f"postgres.pg.applied.{k}"] = v
+            # What the server runs with now (files, after the last reload), as the twin's `applied`: read in the
+            # `postgres` database, where the app's role and database settings do not reach the grader's session.
+            with self._connect("postgres") as s:
+                for k, v in s.execute("SELECT name, setting FROM pg_settings WHERE context <> 'internal' AND source "
+                                      "NOT IN ('client', 'session', 'database', 'user', 'database user')").fetchall():
+                    out[f"postgres.pg.applied.{k}"] = v
             for scope, settings in self._catalog(c).items():
                 for k, v in settings.items():
                     out[f"postgres.pg.catalog.{scope}.{k}"] = v
@@ -424,8 +426,9 @@ def _typed(v: str) -> Any:
 class FrappeTruth:
     """MariaDB, redis-queue and worker truth for ia-004 on a live stack."""
 
-    # The live frappe substrate runs no redis-cache (Frappe's second Redis); its checks are reported, not evaluated.
-    not_modelled: tuple[str, ...] = ("redis-cache.*",)
+    # The live frappe substrate runs no redis-cache (Frappe's second Redis), and its MariaDB runs without
+    # performance_schema (the stack starts every server lean); checks on these are reported, not evaluated.
+    not_modelled: tuple[str, ...] = ("redis-cache.*", "mariadb.settings.performance_schema")
 
     def __init__(self, stack, *, queue: str = "redis-queue", release: str = "frappe", root_password: str =
                  "agentrepair-root"):
@@ -622,8 +625,9 @@ class FrappeTruth:
             out[f"{app}.image"] = sup.image(app)
             out[f"{app}.restarts"] = sup.restarts.get(app, 0)
             out[f"{app}.ready"] = sup.ready(app)
-        # One supervised worker process is the Deployment's one replica; a stopped one is zero.
-        out["worker-long.replicas"] = int(sup.ready("worker-long"))
+        # The Deployment's desired replicas: the supervisor runs one process per app it was given (the live
+        # stack has no `kubectl scale`), whatever a rollout is doing at the moment.
+        out["worker-long.replicas"] = int("worker-long" in sup.specs)
         return out
 
     def truth(self) -> dict[str, Any]:
