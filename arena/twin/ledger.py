@@ -9,8 +9,9 @@ Prometheus histogram), so a percentile over any window is a merge of histograms 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 __all__ = ["BUCKETS_MS", "Histogram", "LedgerRecord", "Ledger", "Tally", "spread_kernel"]
@@ -173,9 +174,31 @@ class Ledger:
 
     def __init__(self) -> None:
         self.records: list[LedgerRecord] = []
+        # Start and end times beside the records, for binary search. The world appends segments in time
+        # order (each starts where the last ended), so both lists are sorted.
+        self._t0s: list[float] = []
+        self._t1s: list[float] = []
+        # Runs of consecutive records in one load-phase segment: [cycle, phase, t0, t1], the last one growing.
+        self.runs: list[list] = []
 
     def append(self, r: LedgerRecord) -> None:
+        if self.records and (r.t0 < self._t0s[-1] or r.t1 < self._t1s[-1]):
+            raise ValueError(f"ledger records must come in time order: [{r.t0}, {r.t1}) after "
+                             f"[{self._t0s[-1]}, {self._t1s[-1]})")
         self.records.append(r)
+        self._t0s.append(r.t0)
+        self._t1s.append(r.t1)
+        last = self.runs[-1] if self.runs else None
+        if last is not None and last[0] == r.cycle and last[1] == r.phase:
+            last[2] = min(last[2], r.t0)
+            last[3] = max(last[3], r.t1)
+        else:
+            self.runs.append([r.cycle, r.phase, r.t0, r.t1])
+
+    @property
+    def end(self) -> float:
+        """Where the records stop: no record appended later can overlap a window that ends here or before."""
+        return self._t1s[-1] if self._t1s else -math.inf
 
     def select(self, t0: float, t1: float, *, driver: str | None = None, phase: str | None = None,
                latency_from: float | None = None) -> tuple[Tally, Tally]:
@@ -198,14 +221,20 @@ class Ledger:
                 lat.add(r, g)
         return counts, lat
 
-    def overlapping(self, t0: float, t1: float) -> Iterable[LedgerRecord]:
-        # Records are appended in time order; walk back from the end while they can still overlap.
+    def overlapping(self, t0: float, t1: float) -> list[LedgerRecord]:
+        """Records with end after t0 and start before t1, in time order."""
+        lo = bisect_right(self._t1s, t0)
+        hi = bisect_left(self._t0s, t1, lo)
+        return self.records[lo:hi]
+
+    def runs_overlapping(self, t0: float, t1: float) -> list[list]:
+        """The load-phase runs ([cycle, phase, t0, t1]) that overlap (t0, t1), in time order."""
         out = []
-        for r in reversed(self.records):
-            if r.t1 <= t0:
+        for run in reversed(self.runs):
+            if run[3] <= t0:
                 break
-            if r.t0 < t1:
-                out.append(r)
+            if run[2] < t1:
+                out.append(run)
         out.reverse()
         return out
 
