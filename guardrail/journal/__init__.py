@@ -7,9 +7,10 @@ which become durable with the next fsync'd record or at close. So the record of 
 command runs, as are snapshots, declarations and verdicts. A crash can tear only the last line: reading skips it
 and loses nothing before it; re-opening for append truncates the torn tail and records that it did.
 
-Memory stays flat over a long session: a file-backed journal keeps only what the verifiers read on every step
-(the executed() list, counts per kind, the last TAIL_RECORDS records); records() reads the rest back from the file.
-`Journal(None)` has no file and keeps every record in memory.
+Memory stays flat over a long session: a file-backed journal keeps only counts per kind, the last TAIL_RECORDS
+records and the last EXECUTED_TAIL executed() entries; records() and executed() read older ones back from the
+file (the verifiers ask for the whole executed() list only at a declaration). `Journal(None)` has no file and
+keeps every record in memory.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def read_journal(path: str | Path) -> JournalReadResult:
 GROUP_COMMIT_KINDS = frozenset({"result", "feedback"})
 # Records kept in memory for readers that want the newest (e.g. the last command record of a session).
 TAIL_RECORDS = 256
+# executed() entries kept in memory by a file-backed journal; older ones are read back from the file on demand.
+EXECUTED_TAIL = 1024
 
 
 class Journal:
@@ -85,7 +88,8 @@ class Journal:
         self._records: list[dict[str, Any]] | None = [] if self.path is None else None
         self._tail: deque[dict[str, Any]] = deque(maxlen=TAIL_RECORDS)
         self._counts: Counter[str] = Counter()
-        self._executed: list[tuple[int, str]] = []  # (seq, the executed() entry as JSON)
+        self._executed: list[tuple[int, str]] = []  # (seq, the executed() entry as JSON), the newest ones
+        self._executed_dropped = 0  # older entries let go from memory (file-backed only); the file has them
         self._awaiting_result: dict[int, dict[str, Any]] = {}  # commands that ran, by seq, until their result
         self._unsynced = False
         self._fh = None
@@ -151,8 +155,7 @@ class Journal:
         elif kind == "result":
             cmd = self._awaiting_result.pop(rec.get("ref"), None)
             if cmd is not None:
-                entry = {"seq": cmd["seq"], "t": rec.get("t", cmd.get("t")), "command": cmd["command"],
-                         "exit_code": rec.get("exit_code"), "actions": cmd.get("actions", [])}
+                entry = _executed_entry(cmd, rec)
                 # Kept as JSON text: a third of the memory of the dicts, and decoded only when a verifier asks.
                 item = (entry["seq"], json.dumps(entry, separators=(",", ":"), default=_jsonable))
                 # Results arrive in command order under the guard; a late one is put back in its place.
@@ -160,6 +163,11 @@ class Journal:
                     bisect.insort(self._executed, item, key=lambda e: e[0])
                 else:
                     self._executed.append(item)
+                # Let the oldest go in batches (a list's front is dear to pop one at a time).
+                if self.path is not None and len(self._executed) >= 2 * EXECUTED_TAIL:
+                    drop = len(self._executed) - EXECUTED_TAIL
+                    del self._executed[:drop]
+                    self._executed_dropped += drop
 
     def sync(self) -> None:
         """Make every record written so far durable (group-committed ones included)."""
@@ -232,8 +240,18 @@ class Journal:
     def executed(self) -> list[Mapping[str, Any]]:
         """Commands that ran, with their actions and exit codes, in order."""
         with self._lock:
+            if self._executed_dropped:
+                assert self.path is not None
+                # The file holds every record written so far (written before append() returned); re-derive the
+                # whole list from it, with the same join as _index.
+                return _executed_from(read_journal(self.path))
             texts = [text for _, text in self._executed]
         return [json.loads(t) for t in texts]
+
+    def executed_count(self) -> int:
+        """How many commands ran (executed() without building the list)."""
+        with self._lock:
+            return self._executed_dropped + len(self._executed)
 
 
 class JournalRecords(Sequence):
@@ -264,6 +282,28 @@ class JournalRecords(Sequence):
 
     def __repr__(self) -> str:
         return f"JournalRecords({list(self)!r})"
+
+
+def _executed_entry(cmd: Mapping[str, Any], res: Mapping[str, Any]) -> dict[str, Any]:
+    """One executed() entry: a command that ran, joined with its result."""
+    return {"seq": cmd["seq"], "t": res.get("t", cmd.get("t")), "command": cmd["command"],
+            "exit_code": res.get("exit_code"), "actions": cmd.get("actions", [])}
+
+
+def _executed_from(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The executed() list of a whole journal, oldest command first."""
+    awaiting: dict[Any, Mapping[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for rec in records:
+        kind = rec.get("kind")
+        if kind == "command" and rec.get("ran"):
+            awaiting[rec["seq"]] = rec
+        elif kind == "result":
+            cmd = awaiting.pop(rec.get("ref"), None)
+            if cmd is not None:
+                out.append(_executed_entry(cmd, rec))  # read from the file: plain JSON values already
+    out.sort(key=lambda e: e["seq"])
+    return out
 
 
 def _jsonable(o: Any) -> Any:

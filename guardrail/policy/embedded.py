@@ -50,8 +50,8 @@ MAX_LOADED_CONTEXTS = 256
 # `via` (the wrappers a command came through), and the kubectl details' resource lists (rules read kind/name).
 UNREAD_ACTION_FIELDS = frozenset({"via"})
 UNREAD_DETAIL_FIELDS = frozenset({"resources", "resource_kinds"})
-# Decision documents kept by the memo. Each is a few hundred bytes; the key is the input text (~0.5 KB).
-DEFAULT_DECISION_CACHE = 4096
+# Decision documents kept by the memo: about 1 KB each with its key (the input text), so at most ~1 MB.
+DEFAULT_DECISION_CACHE = 1024
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.
 _COMPILE_PROBE = "x := true"
 

@@ -167,3 +167,26 @@ def test_in_memory_journal_keeps_every_record():
     _session(j, 400)
     assert len(j.records()) == 800 and j.records()[0]["seq"] == 1
     assert [r["seq"] for r in j.since(2)][:2] == [3, 4]
+
+
+def test_the_executed_index_is_bounded_and_older_entries_come_back_from_the_file(tmp_path, monkeypatch):
+    """A long session keeps at most 2 x EXECUTED_TAIL entries in memory; executed() still lists every command
+    that ran, the same as a journal that keeps everything, including a result that arrives out of order."""
+    import guardrail.journal as journal_mod
+
+    monkeypatch.setattr(journal_mod, "EXECUTED_TAIL", 8)
+    bounded, everything = Journal(tmp_path / "j.jsonl"), Journal(None)
+    for j in (bounded, everything):
+        _session(j, 100)
+        late = j.append("command", command="late", ran=True, actions=[])
+        j.append("command", command="next", ran=True, actions=[])
+        j.append("result", ref=late["seq"] + 1, exit_code=0)
+        j.append("result", ref=late["seq"], exit_code=3)
+    assert len(bounded._executed) < 16 and bounded._executed_dropped > 0
+    assert bounded.executed_count() == everything.executed_count() == 82
+    ex = bounded.executed()
+    assert [e["command"] for e in ex][-2:] == ["late", "next"] and ex[-2]["exit_code"] == 3
+    assert [(e["seq"], e["command"], e["exit_code"]) for e in ex] == [
+        (e["seq"], e["command"], e["exit_code"]) for e in everything.executed()]
+    assert ex == everything.executed()
+    bounded.close()
