@@ -230,13 +230,16 @@ class Guard:
         """before → run (when admitted) → after. A denial returns exit 126 and the feedback on stderr."""
         if self.env is None:
             raise RuntimeError("Guard.execute needs an environment")
-        adm = self.before(command)
+        # The decision and the before-run snapshots share one fsync, durable before the command runs.
+        with self.journal.batch():
+            adm = self.before(command)
+            if adm.runs:
+                self.prepare(adm)
         if not adm.runs:
             msg = "\n".join(f.render() for f in adm.feedback)
             result = CommandResult(command=command, stdout="", stderr=msg + "\n", exit_code=DENIED_EXIT_CODE)
             self.journal.append("result", ref=adm.seq, exit_code=result.exit_code, duration_s=0.0, denied=True)
             return result
-        self.prepare(adm)
         result = self.env.run(command)
         extra = self.after(adm, result)
         notes = [f.render() for f in adm.feedback + extra]

@@ -113,8 +113,11 @@ class GuardSession:
         """Decide a command that runs outside the guard (a shell shim execs it): journal the decision and, when
         admitted, the prior values of what it touches."""
         with self.lock:
-            adm = self.guard.before(command)
-            self.guard.prepare(adm)
+            # The decision and the prior values share one fsync, and both are durable before the shim hears
+            # the answer and execs the command.
+            with self.journal.batch():
+                adm = self.guard.before(command)
+                self.guard.prepare(adm)
             return adm
 
     def after(self, admission: Admission, result: CommandResult) -> list:

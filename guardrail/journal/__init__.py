@@ -2,7 +2,8 @@
 
 Written by the Guard (every command, decision, result, snapshot, declaration and verdict); read by the verifiers
 (through `verifiers.protocols.JournalView`), by `guardrail audit`, and by rollback. Durability: every record is
-fsync'd before append() returns, except the group-committed kinds (`result`, `feedback`: what already happened),
+fsync'd before append() returns, except inside batch() (one fsync at the block's end, before anyone acts on
+its records) and the group-committed kinds (`result`, `feedback`: what already happened),
 which become durable with the next fsync'd record or at close. So the record of a command is on disk before the
 command runs, as are snapshots, declarations and verdicts. A crash can tear only the last line: reading skips it
 and loses nothing before it; re-opening for append truncates the torn tail and records that it did.
@@ -16,6 +17,7 @@ keeps every record in memory.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import threading
@@ -92,6 +94,7 @@ class Journal:
         self._executed_dropped = 0  # older entries let go from memory (file-backed only); the file has them
         self._awaiting_result: dict[int, dict[str, Any]] = {}  # commands that ran, by seq, until their result
         self._unsynced = False
+        self._batch_depth = 0  # inside batch(): every append waits for the one fsync at its end
         self._fh = None
         self._seq = 0
         if self.path is not None:
@@ -133,7 +136,7 @@ class Journal:
                     line = json.dumps(rec, separators=(",", ":"), default=_jsonable).encode() + b"\n"
                     self._fh.write(line)
                     if self._fsync:
-                        if self._group_commit and kind in GROUP_COMMIT_KINDS:
+                        if self._batch_depth or (self._group_commit and kind in GROUP_COMMIT_KINDS):
                             self._unsynced = True
                         else:
                             os.fsync(self._fh.fileno())
@@ -168,6 +171,24 @@ class Journal:
                     drop = len(self._executed) - EXECUTED_TAIL
                     del self._executed[:drop]
                     self._executed_dropped += drop
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator["Journal"]:
+        """Appends inside share one fsync, at the end of the block: for records that must all be durable before
+        the same act (a command's decision and its before-run snapshots, before the shim may exec it). The caller
+        must not act on any of them until the block has ended."""
+        with self._lock:
+            self._batch_depth += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._batch_depth -= 1
+                if not self._batch_depth:
+                    try:
+                        self._sync_locked()
+                    except OSError as e:
+                        raise JournalError(f"{self.path}: cannot sync journal: {e}") from e
 
     def sync(self) -> None:
         """Make every record written so far durable (group-committed ones included)."""
