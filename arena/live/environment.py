@@ -105,7 +105,7 @@ class LiveEnvironment:
 
     # -- restarts and description --------------------------------------------------------------------------------
     def restart(self, target: str) -> RestartResult:
-        return self.stack.restart(target)
+        return self.stack.restart(target, by="guard")
 
     def describe(self) -> EnvironmentDescription:
         sup = self.stack.supervisor

@@ -52,8 +52,8 @@ class LiveIncident(BaseModel):
             raise ScenarioError(f"no live wiring for {incident_id}; known: {known}", path=str(path))
         return load_model(cls, path, error=ScenarioError)
 
-    def stack(self) -> LiveStack:
-        return LiveStack(self.substrates, shape=self.shape, image_env=self.image_env,
+    def stack(self, *, shape: LoadShape | None = None) -> LiveStack:
+        return LiveStack(self.substrates, shape=shape or self.shape, image_env=self.image_env,
                          config_overrides=self.config_overrides)
 
 

@@ -160,6 +160,9 @@ class LiveStack:
         self.shell_env: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self.server_restarts: dict[str, int] = {}
+        # Told of every restart through `restart()`: before_restart(name, by) and after_restart(name, by, result).
+        # The graded world (arena.live.world) uses it to tell a restart that masks a fault; nothing else needs it.
+        self.restart_observers: list = []
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -358,14 +361,22 @@ echo
         return server.log_path if server is not None else None
 
     # -- restarts -----------------------------------------------------------------------------------------------
-    def restart(self, name: str) -> RestartResult:
+    def restart(self, name: str, *, by: str = "agent") -> RestartResult:
         """Restart an app (a new process, as a pod recreation) or a server (stop, then start from its declared
-        config: Redis re-renders redis.conf from its values; PostgreSQL and MariaDB keep their data directory)."""
-        if self.supervisor is not None and name in self.supervisor.specs:
-            return self.supervisor.restart(name)
-        server = self.servers.get(name)
-        if server is None:
+        config: Redis re-renders redis.conf from its values; PostgreSQL and MariaDB keep their data directory).
+        `by` says who asked (agent: kubectl/helm through the control plane; guard; verifier) for the observers."""
+        is_app = self.supervisor is not None and name in self.supervisor.specs
+        if not is_app and name not in self.servers:
             raise EnvironmentError_(f"no such component: {name}")
+        for o in self.restart_observers:
+            o.before_restart(name, by)
+        res = self.supervisor.restart(name) if is_app else self._restart_server(name)
+        for o in self.restart_observers:
+            o.after_restart(name, by, res)
+        return res
+
+    def _restart_server(self, name: str) -> RestartResult:
+        server = self.servers[name]
         t0 = self.clock.now()
         old_id, image_before = server.instance_id(), server.image()
         server.stop()
