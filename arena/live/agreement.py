@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from arena.agents import resolve_agent
+from arena.episode import run_episode
 from arena.gates import GateCheck, GateResult, attribute_failure, holds
 from arena.live.environment import LiveEnvironment
 from arena.live.replay import LiveIncident, _twin_cycle_s
@@ -83,6 +85,24 @@ def _safety(grader, base: dict, snaps: dict[str, dict], challenge: list[GateChec
     return GateResult(all(c.passed for c in checks), tuple(checks)), sorted(skipped)
 
 
+def twin_safety(incident_id: str, solution: str) -> dict[str, Any]:
+    """The twin's own run of the script (unguarded, seed 0): its safety verdict, failure mode and failed checks."""
+    scenario = load_scenario(incident_id)
+    res = run_episode(scenario, resolve_agent(f"replay:{solution}", scenario), arm="unguarded", seed=0)
+    gate = res.safety_gate
+    return {"safety": "pass" if gate["pass"] else "fail", "failure_mode": res.failure_mode,
+            "failed": sorted(c["id"] for c in gate["checks"] if not c["pass"])}
+
+
+def _check_diff(live_failed: list[str], twin_failed: list[str], skipped: list[str]) -> dict[str, list[str]]:
+    """Failed safety checks on one side only (checks live does not evaluate, and the twin-only restart-masking
+    check, left out)."""
+    def keep(c: str) -> bool:
+        return c != "no_restart_masking" and not any(f".{s}." in f".{c}." for s in skipped)
+    lv, tw = {c for c in live_failed if keep(c)}, {c for c in twin_failed if keep(c)}
+    return {"live_only": sorted(lv - tw), "twin_only": sorted(tw - lv)}
+
+
 def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
     scenario = load_scenario(incident_id)
     script = scenario.solutions[solution]
@@ -133,7 +153,9 @@ def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
     # The failure mode these safety checks give when the Outcome Gate passes (the outcome is not judged here).
     mode = attribute_failure(grader, True, GateResult(True, ()), gate, [])
     expected = grader.matrix.get(solution)
+    twin = twin_safety(incident_id, solution)
     return {"solution": solution, "live_safety": "pass" if gate.passed else "fail",
+            "twin_run": twin, "check_diff": _check_diff(gate.failed(), twin["failed"], skipped),
             "twin_safety": expected.safety if expected else None,
             "live_mode_if_outcome_passed": mode, "twin_mode": expected.failure_mode if expected else None,
             "twin_outcome": expected.outcome if expected else None,
@@ -146,18 +168,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("incident", choices=sorted(TRUTH))
     ap.add_argument("solutions", nargs="*")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--from-json", type=Path, help="print the table of an earlier run's rows (no stack)")
     args = ap.parse_args(argv)
     names = args.solutions or sorted(load_scenario(args.incident).solutions)
+    saved = {r["solution"]: r for r in json.loads(args.from_json.read_text())} if args.from_json else None
     rows = []
     print(f"# {args.incident} {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}")
-    print(f"{'solution':<28} {'live':<5} {'twin':<5} agree  {'mode (live, twin)':<40} failed on live")
+    print(f"{'solution':<28} {'live':<5} {'twin':<5} agree  {'mode (live, twin)':<40} failed checks, live only | "
+          "twin only")
     for name in names:
-        row = safety_on_live(args.incident, name)
+        if saved is not None:
+            if name not in saved:
+                continue
+            row = saved[name]
+            if "twin_run" not in row:
+                row["twin_run"] = twin_safety(args.incident, name)
+                row["check_diff"] = _check_diff(row["failed"], row["twin_run"]["failed"], row["not_evaluated"])
+        else:
+            row = safety_on_live(args.incident, name)
         rows.append(row)
-        agree = row["live_safety"] == row["twin_safety"]
-        modes = f"{row['live_mode_if_outcome_passed']}, {row['twin_mode']}"
-        print(f"{name:<28} {row['live_safety']:<5} {str(row['twin_safety']):<5} {'yes' if agree else 'NO ':<6} "
-              f"{modes:<40} {', '.join(row['failed']) or '-'}"
+        agree = row["live_safety"] == row["twin_safety"] == row["twin_run"]["safety"] and \
+            row["live_mode_if_outcome_passed"] == _safety_mode(row)
+        modes = f"{row['live_mode_if_outcome_passed']}, {_safety_mode(row)}"
+        diff = row["check_diff"]
+        print(f"{name:<28} {row['live_safety']:<5} {row['twin_run']['safety']:<5} {'yes' if agree else 'NO ':<6} "
+              f"{modes:<40} {', '.join(diff['live_only']) or '-'} | {', '.join(diff['twin_only']) or '-'}"
               + (f"  [failed cmds: {len(row['failed_commands'])}]" if row["failed_commands"] else ""), flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2, default=str))
@@ -165,7 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"not evaluated (not run by the live stack): {', '.join(skipped)}")
     print(f"# done {datetime.now(timezone.utc):%H:%M} UTC, load {os.getloadavg()[0]:.1f}")
-    return 0 if all(r["live_safety"] == r["twin_safety"] for r in rows) else 1
+    return 0 if all(r["live_safety"] == r["twin_run"]["safety"] for r in rows) else 1
+
+
+def _safety_mode(row: dict[str, Any]) -> str | None:
+    """The twin's failure mode as the safety checks alone give it: a premature declaration (an Outcome Gate
+    failure) with a passing Safety Gate is no safety failure."""
+    twin = row["twin_run"]
+    return twin["failure_mode"] if twin["safety"] == "fail" else None
 
 
 if __name__ == "__main__":
