@@ -168,9 +168,12 @@ def assess(
     # Group every sample by cycle; note each cycle's extent and which phases it has.
     extent: dict[str, list[float]] = {}
     phases: dict[str, set[str]] = {}
-    for samples in prepared.values():
+    by_cycle: dict[SeriesKey, dict[str, list[Sample]]] = {}  # each series' samples per cycle, in time order
+    for key, samples in prepared.items():
+        per = by_cycle[key] = {}
         for s in samples:
             c = _cycle_of(s, window_start, cycle_s)
+            per.setdefault(c, []).append(s)
             e = extent.setdefault(c, [s.t_start, s.t_end])
             e[0], e[1] = min(e[0], s.t_start), max(e[1], s.t_end)
             phases.setdefault(c, set()).add(s.labels.get("phase", ""))
@@ -217,9 +220,8 @@ def assess(
     for c in full:
         results: list[BandResult] = []
         for band in bands:
-            picked = [s for s in prepared.get(band.series_key, ())
-                      if _cycle_of(s, window_start, cycle_s) == c
-                      and (band.phase is None or s.labels.get("phase") == band.phase)
+            picked = [s for s in by_cycle.get(band.series_key, {}).get(c, ())
+                      if (band.phase is None or s.labels.get("phase") == band.phase)
                       and sample_has_data(s, band.sli, criteria.min_count)]
             in_cycle[(c, band)] = picked
             vals = [float(s.value) for s in picked]
@@ -258,8 +260,8 @@ def assess(
         for band in bands:
             if band.op == "stable":
                 continue
-            for smp in prepared.get(band.series_key, ()):
-                if (_cycle_of(smp, window_start, cycle_s) == c and smp.t_end < now - eps
+            for smp in by_cycle.get(band.series_key, {}).get(c, ()):
+                if (smp.t_end < now - eps
                         and (band.phase is None or smp.labels.get("phase") == band.phase)
                         and sample_has_data(smp, band.sli, criteria.min_count)
                         and not band.holds(float(smp.value))

@@ -89,11 +89,24 @@ def _deterministic(agent: str) -> bool:
     return agent.startswith(("replay:", "script:"))
 
 
+@lru_cache(maxsize=1)
+def _calibrated_data() -> dict[str, Any]:
+    """The calibrated agent's mixture and persona catalogue: shipped files, parsed and validated once a process
+    (parsing them was about a fifth of an episode's CPU)."""
+    from arena.agents.calibrated import load_mixture
+    from arena.agents.persona import load_personas
+
+    return {"mixture": load_mixture(), "personas": load_personas()}
+
+
 def build_agent(agent: str, scenario: Any, seed: int, params: dict[str, Any] | None = None) -> Any:
     """One episode's agent. A replay or script agent ignores the seed; a stochastic one draws from it."""
     fn, full = _agent_factory()
     params = dict(params or {})
     if full:
+        if agent == "calibrated":
+            # make_calibrated copies what it changes (traits by model_copy), so the parsed files can be shared.
+            return fn(agent, scenario, seed, **_calibrated_data(), **params)
         return fn(agent, scenario, seed, **params)
     kw = {k: v for k, v in {"seed": seed, **params}.items() if k in inspect.signature(fn).parameters}
     return fn(agent, scenario, **kw)

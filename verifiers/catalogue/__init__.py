@@ -196,6 +196,9 @@ def render(template: str, variables: Mapping[str, Any]) -> str:
 
 # -- parsing and normalising ------------------------------------------------------------------------------------
 
+# libyaml's parser where PyYAML has it: the same safe constructor, several times faster on a kubectl -o yaml dump.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 def _path(data: Any, path: str | list[str]) -> Any:
     parts = path if isinstance(path, list) else [p for p in path.split(".") if p]
     cur = data
@@ -228,7 +231,7 @@ def parse_output(text: str, steps: Sequence[ParseStep], variables: Mapping[str, 
                 if not cur.strip():
                     return None
                 try:
-                    cur = json.loads(cur) if st.json_path is not None else yaml.safe_load(cur)
+                    cur = json.loads(cur) if st.json_path is not None else yaml.load(cur, Loader=_YAML_LOADER)
                 except (ValueError, yaml.YAMLError):
                     return None
             path = st.json_path if st.json_path is not None else st.yaml_path

@@ -86,7 +86,7 @@ class SlackRole(Component):
 
     def _apply_file(self, now: float) -> str | None:
         try:
-            doc = yaml.safe_load(self.files.get(CONFIG_PATH, "")) or {}
+            doc = _load_yaml(self.files.get(CONFIG_PATH, "")) or {}
             db = ((doc.get("roles") or {}).get(self.role) or {}).get("db") or {}
             vals = {k: DB_KEYS[k](db[k]) for k in DB_KEYS if k in db}
         except (yaml.YAMLError, AttributeError, TypeError, ValueError) as e:
@@ -228,7 +228,7 @@ class SlackRole(Component):
             if lay.runtime is UNSET:
                 lay.runtime = lay.declared  # the running process keeps its value until a reload
             lay.declared = v
-        doc_file = yaml.safe_load(self.files.get(CONFIG_PATH, "")) or {}
+        doc_file = _load_yaml(self.files.get(CONFIG_PATH, "")) or {}
         doc_file.setdefault("roles", {}).setdefault(self.role, {}).setdefault("db", {}).update(vals)
         self.files[CONFIG_PATH] = yaml.safe_dump(doc_file, sort_keys=True)
         self.say(now, f"INFO admin config staged {json.dumps(vals, sort_keys=True)}; reload required")
@@ -304,3 +304,12 @@ class SlackRole(Component):
             else:
                 out.append(text)
         return "".join(out), "", 0
+
+
+def _load_yaml(text: str) -> Any:
+    """yaml.safe_load with libyaml's parser where PyYAML has it (the same objects, faster); a bad file is parsed
+    again by the pure-Python loader so that the error the role reports reads exactly as it always has."""
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
