@@ -122,19 +122,37 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+# Decision counts at which the server's RSS is reported: memory must not grow with the commands served.
+RSS_MILESTONES = (1000, 10000, 50000)
+
+
 class RssSampler(threading.Thread):
-    def __init__(self, pid: int):
+    """The server's RSS once a second, with how many decisions the clients had received by then."""
+
+    def __init__(self, pid: int, progress: list[int] | None = None):
         super().__init__(daemon=True)
         self.pid, self.samples, self._halt = pid, [], threading.Event()
+        self.progress = progress if progress is not None else []
+        self.at_decisions: list[tuple[int, int]] = []  # (decisions so far, RSS kB)
 
     def run(self) -> None:
         t0 = time.monotonic()
         while not self._halt.is_set():
             try:
-                self.samples.append((round(time.monotonic() - t0, 2), rss_kb(self.pid)))
+                kb = rss_kb(self.pid)
             except OSError:
                 return
+            self.samples.append((round(time.monotonic() - t0, 2), kb))
+            self.at_decisions.append((sum(self.progress), kb))
             self._halt.wait(1.0)
+
+    def milestones(self) -> dict[str, float | None]:
+        """RSS (MB) at the first sample on or after each milestone's decision count, or None when not reached."""
+        out: dict[str, float | None] = {}
+        for m in RSS_MILESTONES:
+            hit = next((kb for n, kb in self.at_decisions if n >= m), None)
+            out[str(m)] = round(hit / 1024, 1) if hit is not None else None
+        return out
 
     def stop(self) -> None:
         self._halt.set()
@@ -170,7 +188,8 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_end: float, out: dict) -> None:
+def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_end: float, out: dict,
+                   progress: list[int]) -> None:
     from guardrail.adapters.shell.protocol import DaemonClient
 
     lat, service, markers, errors, late, scheduled = [], [], [], 0, 0, 0
@@ -195,6 +214,7 @@ def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_en
                 lat.append(done - due)
                 service.append(done - sent)
                 markers.append(m)
+                progress[idx] += 1
                 if r.get("runs"):
                     c.request({"op": "after", "id": r["id"], "exit_code": 0, "duration_s": 0.0})
             except (OSError, ValueError, ConnectionError):
@@ -206,15 +226,16 @@ def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_en
 
 def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     proc = start_server("socket", workdir, args.sessions, 0, args.engines)
-    sampler = RssSampler(proc.pid)
+    progress = [0] * args.sessions
+    sampler = RssSampler(proc.pid, progress)
     sampler.start()
     cpu0, load0 = cpu_s(proc.pid), os.getloadavg()
     interval = args.sessions / args.rate
     out: dict[int, Any] = {}
     t0 = time.perf_counter() + 0.5
     t_end = t0 + args.duration
-    threads = [threading.Thread(target=socket_session, args=(i, args.sessions, str(workdir / f"s{i:02d}.sock"), interval, t0, t_end,
-                                                             out)) for i in range(args.sessions)]
+    threads = [threading.Thread(target=socket_session, args=(i, args.sessions, str(workdir / f"s{i:02d}.sock"), interval,
+                                                             t0, t_end, out, progress)) for i in range(args.sessions)]
     for t in threads:
         t.start()
     for t in threads:
@@ -223,7 +244,8 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cpu = cpu_s(proc.pid) - cpu0
     sampler.stop()
     stop_server(proc)
-    return summarise("socket", out, wall, sampler.samples, workdir / "journals", cpu, load0)
+    return summarise("socket", out, wall, sampler.samples, workdir / "journals", cpu, load0,
+                     rss_at=sampler.milestones())
 
 
 def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -335,7 +357,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path, server_cpu_s: float = 0.0,
-              load_before: tuple = ()) -> dict[str, Any]:
+              load_before: tuple = (), rss_at: dict[str, Any] | None = None) -> dict[str, Any]:
     lat = [x for o in out.values() for x in o["latencies"]]
     svc = [x for o in out.values() for x in o["service"]]
     markers = [m for o in out.values() for m in o["markers"]]
@@ -366,6 +388,7 @@ def summarise(name: str, out: dict[int, Any], wall: float, rss: list, jdir: Path
                    "max": round(max(kb) / 1024, 1) if kb else None,
                    "early_mean": round(statistics.fmean(head) / 1024, 1) if kb else None,
                    "late_mean": round(statistics.fmean(tail) / 1024, 1) if kb else None,
+                   "at_decisions": rss_at or {},
                    "samples": [(t, round(k / 1024, 1)) for t, k in rss]},
         "journal": check_journals(jdir, markers),
     }
@@ -388,6 +411,10 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
                   str(j["sessions_with_seq_gaps"]), f"{m['early_mean']}→{m['late_mean']} ({m['max']})",
                   f"{r['load_average']['before'][0]:.1f}→{r['load_average']['after'][0]:.1f}")
     Console(width=160).print(t)
+    for r in results:
+        at = r["rss_mb"].get("at_decisions") or {}
+        if at:
+            print(f"{r['transport']}: server RSS MB at " + ", ".join(f"{k} decisions: {v}" for k, v in at.items()))
 
 
 def main() -> None:

@@ -1,0 +1,42 @@
+"""Smoke runs of bench/policy_latency.py and bench/guard_load.py: tiny sizes, real engines, real server process.
+
+They check that the benches run and report what their docs promise (the memo-off headline keys, the memo hit
+rate, the fsync floor; no dropped or duplicated journal records, RSS by decision count), not the figures: those
+depend on the machine and are read from the full runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str, out: Path) -> dict:
+    subprocess.run([sys.executable, str(ROOT / "bench" / script), *args, "--out", str(out)], check=True,
+                   capture_output=True, text=True, timeout=120)
+    return json.loads(out.read_text())
+
+
+def test_policy_latency_reports_memo_off_headlines_and_the_hit_rate(tmp_path):
+    doc = _run("policy_latency.py", "--n", "60", out=tmp_path / "pl.json")
+    for key in ("embedded_p99_ms", "guard_before_p99_ms", "rest_p99_ms", "embedded_memo_p99_ms",
+                "guard_before_nofsync_p99_ms", "fsync_p99_ms"):
+        assert doc[key] > 0, key
+    assert 0.0 <= doc["embedded_memo_hit_rate"] < 1.0  # the first pass over the corpus always misses
+    assert doc["load_average"] and set(doc["targets"]) == {
+        "embedded_p99_le_0.3ms", "guard_before_p99_le_2ms", "embedded_5x_faster_than_rest"}
+
+
+def test_guard_load_journals_every_decision_once(tmp_path):
+    doc = _run("guard_load.py", "--transports", "socket", "--sessions", "2", "--rate", "40", "--duration", "2",
+               out=tmp_path / "gl.json")
+    r = doc["results"][0]
+    assert r["decisions"] > 20 and r["errors"] == 0
+    assert r["journal"]["dropped"] == 0 and r["journal"]["duplicated"] == 0
+    assert r["journal"]["sessions_with_seq_gaps"] == 0
+    assert set(r["rss_mb"]["at_decisions"]) == {"1000", "10000", "50000"}
+    assert r["server_cpu_ms_per_decision"] > 0
