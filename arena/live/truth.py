@@ -249,12 +249,15 @@ class SlackTruth:
         return {f"{d}/{r}": dict(sorted(kv.split("=", 1) for kv in cfg)) for d, r, cfg in sorted(rows)}
 
     def _file(self, c: psycopg.Connection, which: str) -> dict[str, str]:
-        rows = c.execute("SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE %s AND error IS NULL "
+        # What the file holds. A line the running server cannot apply until a restart (max_connections) carries
+        # `setting could not be applied` in `error` and is still in the file: only unparsable lines lack a name.
+        rows = c.execute("SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE %s AND name IS NOT NULL "
                          "ORDER BY seqno", (f"%/{which}",)).fetchall()
         return dict(sorted(dict(rows).items()))
 
     def fingerprint(self, c: psycopg.Connection) -> dict[str, Any]:
-        pending = c.execute("SELECT setting FROM pg_file_settings WHERE name = 'max_connections' AND error IS NULL "
+        # The last line that sets it wins at the next restart: the pending value.
+        pending = c.execute("SELECT setting FROM pg_file_settings WHERE name = 'max_connections' "
                             "ORDER BY seqno DESC LIMIT 1").fetchone()
         running = c.execute("SHOW max_connections").fetchone()[0]
         return {
