@@ -72,7 +72,7 @@ GROUP_COMMIT_KINDS = frozenset({"result", "feedback"})
 # Records kept in memory for readers that want the newest (e.g. the last command record of a session).
 TAIL_RECORDS = 256
 # executed() entries kept in memory by a file-backed journal; older ones are read back from the file on demand.
-EXECUTED_TAIL = 1024
+EXECUTED_TAIL = 128
 
 
 class Journal:

@@ -117,13 +117,19 @@ def test_a_long_file_backed_session_keeps_only_a_bounded_tail_in_memory(tmp_path
     on_disk = read_journal(p)
     assert list(j.records()) == list(on_disk) and len(j.records()) == 2000
     assert [r["seq"] for r in j.records("result")] == [r["seq"] for r in on_disk if r["kind"] == "result"]
-    # The newest records, the counts and the executed() index need no read of the file.
+    # The newest records, the counts and the executed() count need no read of the file.
+    real_read = journal_mod.read_journal
     monkeypatch.setattr(journal_mod, "read_journal", lambda *a: pytest.fail("read the whole file"))
     assert j.records("command")[-1]["command"] == "c999"
     assert len(j.records("command")) == 1000 and j.counts() == {"command": 1000, "result": 1000}
     assert [r["seq"] for r in j.since(1995)] == [1996, 1997, 1998, 1999, 2000]
+    assert j.executed_count() == 800
+    # Memory holds at most 2 x EXECUTED_TAIL executed() entries; the whole list comes back from the file.
+    assert len(j._executed) < 2 * journal_mod.EXECUTED_TAIL
+    monkeypatch.setattr(journal_mod, "read_journal", real_read)
     ex = j.executed()
     assert len(ex) == 800 and ex[-1]["command"] == "c998" and ex[-1]["exit_code"] == 0
+    assert ex[0]["command"] == "c0" and [e["seq"] for e in ex] == sorted(e["seq"] for e in ex)
     j.close()
 
 
