@@ -208,7 +208,9 @@ class LiveStack:
             self._write_bin()
             self._watcher = threading.Thread(target=self._watch, name="live-supervisor", daemon=True)
             self._watcher.start()
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, EnvironmentError_):
+                self.keep_dir = True  # the error names a log in the stack directory: keep it to be read
             self.down()
             raise
         return self

@@ -305,7 +305,8 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
     """One graded episode on a fresh live stack for `scenario` (its `arena/live/incidents/<id>.yaml` wiring).
 
     Brings the stack up (a server that fails to start raises an EnvironmentError_ naming it and its log), waits
-    until Prometheus scrapes every target and the pool's long-lived sessions exist, lands the fault (the task's
+    until Prometheus scrapes every target and the load generator has run its warmup and one cycle (the pool's
+    long-lived sessions exist), lands the fault (the task's
     faultInit commands; a failing one is an error), lets it show for `fault_settle_cycles` load cycles, then runs
     `arena.episode.run_episode` on a `LiveWorld` and tears everything down. `seed` shifts the load seed.
     """
@@ -318,7 +319,11 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
         env = LiveEnvironment(stack)
         if not stack.wait_scraped():
             raise EnvironmentError_(f"prometheus did not scrape every target; see {stack.log_path('prometheus')}")
-        env.clock.sleep(shape.warmup_s + shape.cycle_s)
+        # The pool's long-lived sessions open in the warmup and first cycle, before the fault: count from the load
+        # generator's start (its first ledger row), which the stack's bring-up and Prometheus' discovery overlap.
+        rows, _ = read_ledger(stack.ledger_path)
+        lg_t0 = rows[0]["t"] - rows[0]["sent_s"] if rows else env.clock.now()
+        env.clock.sleep(lg_t0 + shape.warmup_s + shape.cycle_s - env.clock.now())
         for cmd in incident.fault_init:
             r = env.run(cmd)
             if r.exit_code != 0:

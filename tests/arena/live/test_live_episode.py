@@ -1,14 +1,22 @@
 """Graded ia-006 episodes on the live stack: the same runner, agents, guard and gates as on the twin.
 
-Each test brings up a fresh saleor stack (real PostgreSQL, the checkout app, the load generator, Prometheus),
-lands the fault, runs one episode through `arena.live.world.run_live_episode` and tears it down; about one and a
-half to two minutes each. The expected verdicts are the twin's: the scenario's qualification matrix for the
-unguarded arm, and the twin's own guarded episode for the guard's feedback. Skips like the other live tests.
+Each episode brings up a fresh saleor stack (real PostgreSQL, the checkout app, the load generator, Prometheus;
+each stack on its own loopback addresses), lands the fault, runs through `arena.live.world.run_live_episode` and
+tears it down: one and a half minutes unguarded, two to three and a half guarded (the guard's convergence wait is
+real time). The four episodes run side by side on three threads (the two unguarded ones one after the other), so
+the module takes about as long as its longest episode. The expected verdicts are the twin's: the scenario's
+qualification matrix for the unguarded arm, and the twin's own guarded episode for the guard's feedback. Skips
+like the other live tests.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from arena.live.stack import missing_requirements
 
@@ -17,7 +25,7 @@ _MISSING = missing_requirements()
 pytestmark = [
     pytest.mark.live,
     pytest.mark.slow,
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(420),
     pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
 ]
 
@@ -46,12 +54,28 @@ def _live(scenario, solution: str, arm: str):
     return res, (guards[0] if guards else None), worlds[0]
 
 
+@pytest.fixture(scope="module")
+def episodes(scenario):
+    """The module's four episodes, started together; each test waits for its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def unguarded_pair():
+        return {"reference": _live(scenario, "reference", "unguarded"),
+                "session_only_set": _live(scenario, "session_only_set", "unguarded")}
+
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="live-episode") as pool:
+        futures = {"guarded/session_only_set": pool.submit(_live, scenario, "session_only_set", "guarded"),
+                   "guarded/reference": pool.submit(_live, scenario, "reference", "guarded"),
+                   "unguarded": pool.submit(unguarded_pair)}
+        yield futures
+
+
 def _failed(gate: dict) -> list[str]:
     return [c["id"] for c in gate["checks"] if not c["pass"]]
 
 
-def test_reference_passes_both_gates_unguarded(scenario):
-    res, _, world = _live(scenario, "reference", "unguarded")
+def test_reference_passes_both_gates_unguarded(scenario, episodes):
+    res, _, world = episodes["unguarded"].result()["reference"]
     assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
     assert res.failure_mode is None and res.full_fix
     checks = {c["id"]: c for c in res.outcome_gate["checks"]}
@@ -65,9 +89,9 @@ def test_reference_passes_both_gates_unguarded(scenario):
         "postgres.db_role_setting.saleor/saleor_app.statement_timeout"]
 
 
-def test_session_only_set_fails_unguarded_as_in_the_twin(scenario):
+def test_session_only_set_fails_unguarded_as_in_the_twin(scenario, episodes):
     expected = scenario.grader.matrix["session_only_set"]
-    res, _, _ = _live(scenario, "session_only_set", "unguarded")
+    res, _, _ = episodes["unguarded"].result()["session_only_set"]
     assert not res.passed
     assert (("pass" if res.outcome_gate["pass"] else "fail"), ("pass" if res.safety_gate["pass"] else "fail"),
             res.failure_mode) == (expected.outcome, expected.safety, expected.failure_mode), (
@@ -76,7 +100,7 @@ def test_session_only_set_fails_unguarded_as_in_the_twin(scenario):
     assert "fault_removed.app-role-statement-timeout" in _failed(res.safety_gate)
 
 
-def test_session_only_set_guarded_gets_the_twins_feedback(scenario):
+def test_session_only_set_guarded_gets_the_twins_feedback(scenario, episodes):
     from arena.agents import make_agent
     from arena.cli import default_guard_factory
     from arena.episode import run_episode
@@ -84,7 +108,7 @@ def test_session_only_set_guarded_gets_the_twins_feedback(scenario):
     twin = run_episode(scenario, make_agent("replay:session_only_set", scenario, 0), arm="guarded",
                        guard_factory=default_guard_factory)
     twin_codes = [c for c in twin.guard["feedback"] if c != "WARN"]
-    res, guard, _ = _live(scenario, "session_only_set", "guarded")
+    res, guard, _ = episodes["guarded/session_only_set"].result()
     assert res.guard["declarations_rejected"] >= 1
     live_codes = [c for c in res.guard["feedback"] if c != "WARN"]
     assert live_codes and live_codes == twin_codes, (live_codes, twin_codes)
@@ -92,8 +116,8 @@ def test_session_only_set_guarded_gets_the_twins_feedback(scenario):
     assert any(e.get("declare") == "rejected" for e in res.transcript)
 
 
-def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(scenario):
-    res, guard, world = _live(scenario, "reference", "guarded")
+def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(scenario, episodes):
+    res, guard, world = episodes["guarded/reference"].result()
     assert world.env.sli_source_name == "prometheus"
     assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
     [decl] = guard.declarations
@@ -106,3 +130,30 @@ def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(s
     assert len(ok) >= 2, conv[-1]["evidence"]["cycles"]
     # Every clean cycle it counted ended before the acceptance, after the repair.
     assert all(c["t_end"] <= decl["t"] + decl["held_s"] + 1e-6 for c in ok)
+
+
+
+def test_a_component_that_fails_to_start_is_named_with_its_log(monkeypatch):
+    """`guardrail run --env live` exits 3 with an error naming the component and a log that still exists."""
+    from arena.live.replay import LiveIncident
+    from guardrail.cli import _register, cli
+
+    real = LiveIncident.stack
+
+    def broken(self, *, shape=None):
+        stack = real(self, shape=shape)
+        # The API's database port points nowhere: its pool cannot open its boot sessions and the process exits.
+        stack.config_overrides = {"saleor-api.yaml": {"database": {"port": 1}}}
+        return stack
+
+    monkeypatch.setattr(LiveIncident, "stack", broken)
+    _register()
+    r = CliRunner().invoke(cli, ["run", "ia-006", "--env", "live", "--agent", "replay:reference"])
+    assert r.exit_code == 3, r.output
+    m = re.search(r"error: saleor-api failed to start: .*; see (\S+saleor-api\.log)", r.output)
+    assert m, r.output
+    log = Path(m.group(1))
+    try:
+        assert log.is_file() and "Connection refused" in log.read_text()
+    finally:
+        shutil.rmtree(log.parent.parent, ignore_errors=True)  # the stack directory kept for the reader
