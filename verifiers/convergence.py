@@ -8,6 +8,12 @@ labelled `phase` and `cycle`) and waits in the environment's clock through tenac
 Bands come from `verifiers.bands` (public SLOs, then a pre-incident baseline); never from a grader. The window
 starts at the agent's last mutating action and restarts whenever the journal shows a newer one. A cycle counts
 only when both its peak and its trough lie wholly inside the window.
+
+Which peak goes with which trough: a load cycle is one peak and one trough, in either order. With a source that
+labels load phases, the finished phase segments inside the window are paired counting back from the latest one
+(`load_cycles`), so "the last N cycles" are the last 2N finished segments: N peaks and N troughs, as much load
+as N generator cycles, but not made to wait for the generator's cycle boundary. A change made during a peak
+thereby counts the trough that follows it; the peak it was made in never counts (it is not wholly inside).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt
 from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from verifiers.bands import (
     BASELINE_SLIS,
@@ -41,6 +48,8 @@ __all__ = [
     "backlog_trend",
     "ConvergenceCheck",
     "stop_after_clock_delay",
+    "wait_for_segment_end",
+    "segment_end_due",
     "incident_start",
 ]
 
@@ -109,9 +118,80 @@ def _cycle_of(sample: Sample, window_start: float, cycle_s: float) -> str:
 
 def _cycle_sort_key(c: str) -> tuple[int, float, str]:
     try:
-        return (0, float(c.lstrip("ct")), c)
+        return (0, float(c.lstrip("ctw")), c)
     except ValueError:
         return (1, 0.0, c)
+
+
+def _segment_extents(samples: Sequence[Sample]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], list[float]]]:
+    """A phase-labelled source's segments, (cycle, phase) in time order, with each one's extent."""
+    extent: dict[tuple[str, str], list[float]] = {}
+    for s in samples:
+        c, ph = s.labels.get("cycle"), s.labels.get("phase")
+        if c is None or ph is None:
+            continue
+        e = extent.setdefault((str(c), str(ph)), [s.t_start, s.t_end])
+        e[0], e[1] = min(e[0], s.t_start), max(e[1], s.t_end)
+    return sorted(extent, key=lambda k: (extent[k][0], extent[k][1])), extent
+
+
+def segment_end_due(samples: Sequence[Sample], now: float) -> float | None:
+    """When the segment under way should end: its start plus the length of the phase's segment before it.
+    None when it cannot be told (no phase labels, no earlier segment of that phase) or the segment looks done."""
+    segs, extent = _segment_extents(samples)
+    if not segs:
+        return None
+    last = segs[-1]
+    prev = next((extent[k] for k in reversed(segs[:-1]) if k[1] == last[1]), None)
+    if prev is None:
+        return None
+    due = extent[last][0] + (prev[1] - prev[0])
+    return due if due > now else None
+
+
+def load_cycles(samples: Sequence[Sample], window_start: float, now: float, cycle_s: float | None = None,
+                eps: float = 1e-6) -> dict[tuple[str, str], str]:
+    """Group a phase-labelled source's segments into load cycles: (cycle label, phase) -> group label.
+
+    The finished peak and trough segments wholly inside the window, while they alternate, are paired counting
+    back from the latest finished one; every other segment is a group of its own. Groups are labelled `w<n>`,
+    numbered in time order. Empty when the samples carry no cycle and phase labels (cycles are then counted
+    from the window start).
+    """
+    segs, extent = _segment_extents(samples)
+    if not segs:
+        return {}
+    # A segment is finished when a later one has begun, or its samples end before now, or (ending now) it is
+    # already as long as the phase's segment before it (within 10%, as a cycle is judged long enough below).
+    def finished_at(i: int) -> bool:
+        k = segs[i]
+        if i + 1 < len(segs) or extent[k][1] < now - eps:
+            return True
+        prev = next((extent[p] for p in reversed(segs[:i]) if p[1] == k[1]), None)
+        if prev is not None:
+            return extent[k][1] - extent[k][0] >= 0.9 * (prev[1] - prev[0])
+        # The phase's first segment: finished if with the segment before it, it fills a cycle.
+        return i >= 1 and cycle_s is not None and extent[k][1] - extent[segs[i - 1]][0] >= 0.9 * cycle_s
+
+    finished = [finished_at(i) for i in range(len(segs))]
+    paired: dict[int, int] = {}  # segment index -> index of the first segment of its pair
+    i = max((j for j, f in enumerate(finished) if f), default=-1)
+    while i >= 1:
+        a, b = segs[i - 1], segs[i]
+        inside = extent[a][0] >= window_start - eps
+        if not (inside and {a[1], b[1]} == set(CYCLE_PHASES)):
+            break
+        paired[i - 1] = paired[i] = i - 1
+        i -= 2
+    out: dict[tuple[str, str], str] = {}
+    n = 0
+    for j, k in enumerate(segs):
+        if j in paired and paired[j] != j:
+            out[k] = out[segs[paired[j]]]
+            continue
+        out[k] = f"w{n}"
+        n += 1
+    return out
 
 
 def _restart_increases(samples: Sequence[Sample]) -> list[Sample]:
@@ -165,14 +245,21 @@ def assess(
         ss = sorted(samples, key=lambda s: s.t_start)
         prepared[key] = _restart_increases(ss) if key[0] == "restarts" else ss
 
-    # Group every sample by cycle; note each cycle's extent and which phases it has.
+    # Pair the phase segments into load cycles (see load_cycles), then group every sample by cycle; note each
+    # cycle's extent and which phases it has.
+    groups = load_cycles([s for samples in prepared.values() for s in samples], window_start, now, cycle_s)
+
+    def cycle_of(s: Sample) -> str:
+        g = groups.get((str(s.labels.get("cycle")), str(s.labels.get("phase")))) if groups else None
+        return g if g is not None else _cycle_of(s, window_start, cycle_s)
+
     extent: dict[str, list[float]] = {}
     phases: dict[str, set[str]] = {}
     by_cycle: dict[SeriesKey, dict[str, list[Sample]]] = {}  # each series' samples per cycle, in time order
     for key, samples in prepared.items():
         per = by_cycle[key] = {}
         for s in samples:
-            c = _cycle_of(s, window_start, cycle_s)
+            c = cycle_of(s)
             per.setdefault(c, []).append(s)
             e = extent.setdefault(c, [s.t_start, s.t_end])
             e[0], e[1] = min(e[0], s.t_start), max(e[1], s.t_end)
@@ -456,6 +543,25 @@ class stop_after_clock_delay(stop_base):
         return self.clock.now() - self.start >= self.max_delay
 
 
+class wait_for_segment_end(wait_base):
+    """Waits the interval, or less: until just after the load-phase segment under way ends, the next moment the
+    judgement can change (a segment is judged only once finished), so acceptance does not lag the evidence."""
+
+    def __init__(self, clock: Clock, interval: float, due: Any, settle: float, deadlines: Sequence[float] = ()):
+        self.clock = clock
+        self.interval = interval
+        self.due = due  # () -> when the segment under way should end, or None
+        self.settle = settle
+        self.deadlines = sorted(deadlines)  # never wait past one of these (the bounded waits end exactly there)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        now = self.clock.now()
+        due = self.due()
+        wait = self.interval if due is None else min(self.interval, max(0.0, due - now) + self.settle)
+        ahead = [d - now for d in self.deadlines if d - now > 1e-9]
+        return min([wait] + ahead[:1])
+
+
 class _stop_unless(stop_base):
     """Stops unless the condition holds (e.g. a backlog is still draining)."""
 
@@ -572,7 +678,10 @@ class ConvergenceCheck(VerifierBase):
         cycle_s = self.cycle_s(env, crit)
         interval = crit.interval_s or cycle_s / 4
         max_wait = crit.max_wait_cycles * cycle_s
-        count = crit.count or max(1, int(max(max_wait, crit.drain_wait_cycles * cycle_s) // interval) + 1)
+        longest = max(max_wait, crit.drain_wait_cycles * cycle_s)
+        # By default the wait is bounded in time; the attempt count only has to allow for the extra, shorter waits
+        # that end at a segment's end (at most two a cycle) and at the bounds themselves.
+        count = crit.count or max(1, int(longest // interval) + 1 + 2 * math.ceil(longest / cycle_s) + 2)
         restarts: list[float] = []
         errors = [0]
         checked_at = env.clock.now()
@@ -593,11 +702,13 @@ class ConvergenceCheck(VerifierBase):
             a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
                        not_ready=nr)
             latest.append(a)
+            due[0] = segment_end_due([smp for ss in series.values() for smp in ss], env.clock.now())
             terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
                         or a.nodata_cycles > crit.inconclusive_limit)
             return terminal, a, None
 
         latest: list[Assessment] = []
+        due: list[float | None] = [None]
 
         def recovering() -> bool:
             """A backlog visibly draining, or a run of in-band cycles under way: worth waiting a little longer."""
@@ -607,7 +718,9 @@ class ConvergenceCheck(VerifierBase):
 
         retrying = Retrying(
             sleep=env.clock.sleep,
-            wait=wait_fixed(interval),
+            # A little past the segment's end, so that the next one has begun and the finished one reads whole.
+            wait=wait_for_segment_end(env.clock, interval, lambda: due[0], settle=0.01 * cycle_s,
+                                      deadlines=(checked_at + max_wait, checked_at + crit.drain_wait_cycles * cycle_s)),
             # The bounded wait; while the SLIs are visibly recovering it may run on, up to the drain cap.
             stop=(stop_after_attempt(count) | stop_after_clock_delay(env.clock, max_wait)) & (
                 _stop_unless(recovering) | stop_after_clock_delay(env.clock, crit.drain_wait_cycles * cycle_s)),

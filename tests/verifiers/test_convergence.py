@@ -8,7 +8,7 @@ import pytest
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, LoadShape, ManualClock, action, comp
 from verifiers.bands import Band, baseline_bands, merge_bands
-from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate
+from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate, load_cycles
 from verifiers.criteria import ConvergenceCriteria, Criteria
 from verifiers.protocols import FeedbackCode, Sample, VerdictStatus
 
@@ -64,6 +64,49 @@ def test_cycle_that_began_before_the_window_does_not_count():
     assert v.status is VerdictStatus.FAIL and v.evidence["consecutive_ok"] == 1
     v = judge({"error_ratio": [(0.0, 0.0)] * 3}, window_start=10.0)
     assert v.status is VerdictStatus.PASS
+
+
+def _with_peak(values, peak_value, cycle):
+    """The series of `values` plus the finished peak of the next cycle."""
+    s = series(values)
+    s[("error_ratio", ())].append(Sample(cycle * 60.0, cycle * 60.0 + 20.0, peak_value,
+                                         {"phase": "peak", "cycle": str(cycle)}, 100))
+    return s
+
+
+def test_a_change_during_a_peak_counts_the_trough_after_it():
+    # Changed 10 s into cycle 0's peak: that peak never counts; trough 0, peak 1, trough 1 and peak 2 are two
+    # peaks and two troughs wholly after the change, so the run is complete when peak 2 ends (140 s), not at 180.
+    s = _with_peak({"error_ratio": [(0.3, 0.0), (0.0, 0.0)]}, 0.0, 2)
+    v = evaluate(s, [ERR], window_start=10.0, now=140.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.PASS and v.evidence["consecutive_ok"] == 2
+    # The same samples with the peak the change was made in bad and inside the window: it counts, and fails.
+    v = evaluate(s, [ERR], window_start=0.0, now=140.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.PASS  # a bad peak before the last two peaks and troughs does not break them
+    assert [c["cycle"] for c in v.evidence["cycles"]][-2:] == ["w1", "w2"]
+
+
+def test_a_bad_segment_inside_the_last_two_cycles_blocks_acceptance():
+    for bad in range(4):  # trough 0, peak 1, trough 1, peak 2: any one out of band fails the run
+        vals = [[0.0, 0.0], [0.0, 0.0]]
+        s = _with_peak({"error_ratio": [tuple(v) for v in vals]}, 0.3 if bad == 3 else 0.0, 2)
+        if bad < 3:
+            idx = 1 + bad  # sample order: peak0, trough0, peak1, trough1, peak2
+            old = s[("error_ratio", ())][idx]
+            s[("error_ratio", ())][idx] = Sample(old.t_start, old.t_end, 0.3, old.labels, old.count)
+        v = evaluate(s, [ERR], window_start=10.0, now=140.0, cycle_s=60.0)
+        assert v.status is VerdictStatus.FAIL, bad
+
+
+def test_load_cycles_pairs_finished_segments_back_from_the_latest():
+    s = _with_peak({"error_ratio": [(0.0, 0.0), (0.0, 0.0)]}, 0.0, 2)[("error_ratio", ())]
+    # trough 2 under way (10 s of 40): unfinished, alone; peak 2 pairs with trough 1, peak 1 with trough 0.
+    s = s + [Sample(140.0, 150.0, 0.0, {"phase": "trough", "cycle": "2"}, 10)]
+    g = load_cycles(s, 10.0, 150.0, 60.0)
+    assert g[("1", "trough")] == g[("2", "peak")] != g[("0", "trough")] == g[("1", "peak")]
+    assert len({g[("0", "peak")], g[("0", "trough")], g[("2", "peak")], g[("2", "trough")]}) == 4
+    # Without phase labels there is nothing to pair: cycles are counted from the window start instead.
+    assert load_cycles([Sample(0.0, 20.0, 0.0, {}, 5)], 0.0, 20.0, 60.0) == {}
 
 
 def test_unfinished_cycle_is_not_judged():
@@ -214,9 +257,12 @@ def test_declared_at_once_is_held_then_accepted_after_two_cycles():
     v = ConvergenceCheck(CTX).check(env, j, None)
     assert v.status is VerdictStatus.PASS, v.message
     waited = v.evidence["waited_s"]
-    # The first full cycle after t=605 starts at 660; two cycles end at 780.
-    assert 780 - 605 <= waited + 1e-6 and env.clock.now() <= 780 + 15 + 1e-6
-    assert env.clock.sleeps and all(s == 15.0 for s in env.clock.sleeps)  # a quarter cycle, in the env clock
+    # The peak the fix landed in (600-620) never counts; the trough after it does. Two peaks and two troughs
+    # wholly after the fix end at 740 (620-660 trough, 660-680 peak, 680-720 trough, 720-740 peak), not at 780.
+    assert 740 - 605 <= waited + 1e-6 and env.clock.now() <= 740 + 15 + 1e-6
+    # Waits are in the env clock: a quarter cycle, or less to wake just after a segment ends (0.6 s past it).
+    assert env.clock.sleeps and all(0 < s <= 15.0 for s in env.clock.sleeps)
+    assert env.clock.now() == pytest.approx(740.6)
 
 
 def test_never_recovers_gives_up_bounded_with_not_converged():
