@@ -306,8 +306,11 @@ class LiveStack:
         self._script("restart-svc.sh", """set -euo pipefail
 role=${1:?usage: restart-svc.sh ROLE < '{"db": {...}}'}
 body=$(cat)
-curl -sS -f -X PUT -H 'Content-Type: application/json' --data "{\\"roles\\": {\\"$role\\": $body}}" \\
-  "http://svc-$role:8000/admin/config" >/dev/null
+# No JSON on stdin: reload the role as it is (no PUT), as the twin's helper does.
+if [ -n "${body//[[:space:]]/}" ]; then
+  curl -sS -f -X PUT -H 'Content-Type: application/json' --data "{\\"roles\\": {\\"$role\\": $body}}" \\
+    "http://svc-$role:8000/admin/config" >/dev/null
+fi
 curl -sS -f -X POST "http://svc-$role:8000/admin/reload"
 echo
 """)
