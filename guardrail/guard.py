@@ -171,8 +171,10 @@ class Guard:
         actions = self._normalise(command)
         # Each action's JSON once: the policy input and the journal record share it (model_dump is not free).
         action_inputs = [a.to_input() for a in actions]
-        decisions = [self.engine.decide({"action": a, "context": self._context_input, "command": command})
-                     for a in action_inputs]
+        inputs = [{"action": a, "context": self._context_input, "command": command} for a in action_inputs]
+        # An engine that can decide a command's actions in one evaluation does (EmbeddedOPA.decide_all).
+        decide_all = getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None
+        decisions = decide_all(inputs) if decide_all is not None else [self.engine.decide(i) for i in inputs]
         effects = [enforce(d, self.mode) for d in decisions]
         denied = [f for e in effects for f in e.denied]
         warned = [f for e in effects for f in e.warned]

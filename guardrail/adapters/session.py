@@ -47,6 +47,15 @@ class EnginePool:
         finally:
             self._idle.put(engine)
 
+    def decide_all(self, inputs: Sequence[Mapping[str, Any]]) -> list[Decision]:
+        """One command's actions on one engine, in one evaluation when the engine can."""
+        engine = self._idle.get()
+        try:
+            many = getattr(engine, "decide_all", None)
+            return many(inputs) if many is not None else [engine.decide(i) for i in inputs]
+        finally:
+            self._idle.put(engine)
+
 
 def load_engine(policy: str | Path | None = None) -> PolicyEngine:
     """The embedded OPA engine over a policies/ tree (the shipped one by default)."""

@@ -125,3 +125,53 @@ def test_memo_off():
         inp = _input("kubectl get pods -n slack")
         e.decide(inp), e.decide(inp)
         assert e.cache_stats() == {"hits": 0, "misses": 0, "size": 0, "capacity": 0}
+
+
+# -- one evaluation per command ------------------------------------------------------------------------------
+
+
+def test_decide_all_gives_what_decide_gives_for_every_multi_action_command():
+    """Every corpus command with two or more actions, in each snapshot context: one batched evaluation yields
+    the findings of deciding each action alone (memo off on both sides, so both really evaluate)."""
+    from test_policy_equivalence import contexts, corpus_actions  # beside this file
+
+    by_cmd: dict[str, list[dict]] = {}
+    for _, cmd, action in corpus_actions():
+        by_cmd.setdefault(cmd, []).append(action)
+    multi = {c: a for c, a in by_cmd.items() if len(a) > 1}
+    assert len(multi) >= 30
+    with EmbeddedOPA(decision_cache=0) as batched, EmbeddedOPA(decision_cache=0) as single:
+        for name, ctx in contexts().items():
+            for cmd, actions in multi.items():
+                inputs = [{"action": a, "context": ctx, "command": cmd} for a in actions]
+                got = [(d.outcome, d.denies, d.warns, d.exempted, d.error) for d in batched.decide_all(inputs)]
+                want = [(d.outcome, d.denies, d.warns, d.exempted, d.error) for d in map(single.decide, inputs)]
+                assert got == want, (name, cmd)
+
+
+def test_decide_all_uses_and_fills_the_memo():
+    with EmbeddedOPA() as e:
+        cmd = "redis-cli -h redis-queue FLUSHALL; kubectl get pods -n slack"
+        inputs = [{"action": a.to_input(), "context": CTX, "command": cmd} for a in normalise(cmd)]
+        first = e.decide_all(inputs)
+        assert e.cache_stats()["misses"] == 2 and e.cache_stats()["size"] == 2
+        second = e.decide_all(inputs)
+        assert e.cache_stats()["hits"] == 2
+        assert [d.denies for d in first] == [d.denies for d in second]
+        assert len({d.decision_id for d in first + second}) == 4
+
+
+def test_decide_all_fails_closed_for_each_action(tmp_path):
+    (tmp_path / "guardrail.rego").write_text("package guardrail\n\ndecision := 1 if input.action.tool == \"x\"\n")
+    with EmbeddedOPA(tmp_path) as e:
+        inputs = [{"action": {"tool": "a", "mutating": True}, "context": {}, "command": "a; b"},
+                  {"action": {"tool": "b", "mutating": False}, "context": {}, "command": "a; b"}]
+        out = e.decide_all(inputs)
+        assert [d.outcome for d in out] == [Outcome.DENY, Outcome.ALLOW] and all(d.error for d in out)
+
+
+def test_decide_all_decides_unrelated_inputs_one_by_one():
+    with EmbeddedOPA() as e:
+        a, b = _input("redis-cli -h redis-queue FLUSHALL"), _input("kubectl get pods -n slack")
+        out = e.decide_all([a, b])
+        assert "SRE-DATA-001" in out[0].rule_ids and out[1].outcome is Outcome.ALLOW
