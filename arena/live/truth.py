@@ -296,7 +296,10 @@ class SlackTruth:
 
     def mark_baseline(self) -> None:
         with self._connect() as c:
-            self.baseline = {"t": time.time(), **self._rows(c)}  # the ledger's `t` is wall time
+            rows = self._rows(c)
+            # After the rows: a write sent later inserts later, so its id is above the baseline's max id (the
+            # ledger's `t` is wall time at send).
+            self.baseline = {**rows, "t": time.time()}
 
     # -- svc-message ---------------------------------------------------------------------------------------------
     def _declared_db(self) -> dict[str, Any]:
@@ -350,9 +353,11 @@ class SlackTruth:
                 new = c.execute("SELECT count(*), count(*) FILTER (WHERE client_msg_id NOT LIKE 'lg-%%' AND "
                                 "client_msg_id NOT LIKE 'grader-%%') FROM messages WHERE id > %s",
                                 (b["max_id"],)).fetchone()
+                accepted = self._accepted_writes(b["t"])
+                out["postgres.data.messages.new_rows"] = new[0]
+                out["postgres.data.messages.accepted_since_start"] = accepted
                 # Every write the load saw accepted is still there, and no row came from anywhere else.
-                out["postgres.data.messages.offered_ok_persisted"] = \
-                    new[1] == 0 and new[0] >= self._accepted_writes(b["t"])
+                out["postgres.data.messages.offered_ok_persisted"] = new[1] == 0 and new[0] >= accepted
         for role in SLACK_ROLE_PASSWORDS:
             out[f"postgres.pg.fresh.{SLACK_DATABASE}/{role}.idle_in_transaction_session_timeout_ms"] = \
                 self.fresh_timeout_ms(role)
