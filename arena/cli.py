@@ -171,7 +171,8 @@ class _ArmTally:
 @click.option("--scenarios", "scenarios_opt", default=None, help="Comma-separated ids (default: every scenario).")
 @click.option("--agents", "agents_opt", default=None,
               help="Comma-separated agent specs (default: calibrated; replay:* = every solution script).")
-@click.option("--arms", "arms_opt", default="guarded,unguarded", show_default=True)
+@click.option("--arms", "arms_opt", default=None,
+              help="Comma-separated arms [default: guarded,unguarded; with --env live: unguarded].")
 @click.option("--seeds", type=int, default=5, show_default=True, help="Seeds 0..N-1 per scenario and agent.")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Worker processes.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
@@ -181,10 +182,19 @@ class _ArmTally:
               help="Guarded-arm sensitivity runs ('' for none).")
 @click.option("--no-detection", is_flag=True, help="Skip replaying every solution script (section 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout instead of the progress bar.")
-def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, seeds: int, jobs: int, out_dir: Path,
-          resume: bool, resp_opt: str, no_detection: bool, as_json: bool) -> None:
-    """Guarded/unguarded A/B on the twin: results.jsonl, summary.json, report.md, report.html (exit 0 when done)."""
+@click.option("--env", "env_name", type=click.Choice(["twin", "live"]), default="twin", show_default=True,
+              help="live: the twin/live agreement table, each episode on the twin and on a fresh live stack.")
+def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | None, seeds: int, jobs: int,
+          out_dir: Path, resume: bool, resp_opt: str, no_detection: bool, as_json: bool, env_name: str) -> None:
+    """Guarded/unguarded A/B on the twin: results.jsonl, summary.json, report.md, report.html (exit 0 when done).
+
+    With --env live: the agreement table instead (exit 0 when every row agrees, 1 otherwise)."""
     import time
+
+    if env_name == "live":
+        _bench_live(scenarios_opt, agents_opt, arms_opt or "unguarded", jobs, out_dir, as_json)
+        return
+    arms_opt = arms_opt or "guarded,unguarded"
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -238,3 +248,48 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, seed
                           if a["pass_rate"] is not None)
     click.echo(f"{len(rows)} episodes in {wall:.1f} s  pass@1: {arms_line}")
     click.echo(f"report: {html_path}  ({md}, {out_dir / 'summary.json'}, {results})")
+
+
+def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, jobs: int, out_dir: Path,
+                as_json: bool) -> None:
+    """`guardrail bench --env live`: (outcome, safety, failure mode) per script on the twin and on live."""
+    from arena.live.bench import live_scenarios, plan_live, run_live_agreement
+    from arena.live.stack import missing_requirements
+
+    wired = live_scenarios()
+    scenario_ids = _csv(scenarios_opt) or wired
+    unknown = [s for s in scenario_ids if s not in wired]
+    if unknown:
+        raise InputError(f"no live wiring for {', '.join(unknown)} (live: {', '.join(wired)})")
+    arms = _csv(arms_opt)
+    bad = [a for a in arms if a not in ("guarded", "unguarded")]
+    if bad:
+        raise InputError(f"--arms takes guarded and unguarded, not {', '.join(bad)}")
+    missing = missing_requirements()
+    if missing:
+        click.echo(f"error: the live stack needs: {', '.join(missing)}", err=True)
+        raise SystemExit(3)
+    plan = plan_live(scenario_ids, _csv(agents_opt) or ["replay:*"], arms)
+    out = out_dir if out_dir != Path("out/bench") else Path("out/bench-live")
+
+    def cell(v: dict | None) -> str:
+        return "error" if v is None else f"{v['outcome']}/{v['safety']}/{v['failure_mode'] or '-'}"
+
+    def show(row: dict) -> None:
+        if not as_json:
+            why = row.get("error") or ", ".join(sorted(set(row.get("live_failed_checks", []))
+                                                      ^ set(row.get("twin_failed_checks", []))))[:120]
+            click.echo(f"{row['scenario']:7} {row['agent']:34} {row['arm']:9} {cell(row['twin']):36} "
+                       f"{cell(row['live']):36} {'yes' if row['agree'] else 'NO '}  {why}")
+
+    if not as_json:
+        click.echo(f"{len(plan)} episode pairs, {jobs} live stack(s) at a time; results in {out}")
+        click.echo(f"{'SCEN':7} {'AGENT':34} {'ARM':9} {'TWIN outcome/safety/mode':36} {'LIVE':36} AGREE  "
+                   "checks failing on one side only")
+    rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
+    n_ok = sum(1 for r in rows if r["agree"])
+    if as_json:
+        click.echo((out / "agreement.json").read_text(), nl=False)
+    else:
+        click.echo(f"{n_ok}/{len(rows)} agree")
+    raise SystemExit(0 if n_ok == len(rows) else 1)
