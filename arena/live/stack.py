@@ -24,7 +24,7 @@ import threading
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,6 +123,8 @@ class SubstrateSpec(BaseModel):
     drivers: list[DriverEntry] = Field(default_factory=list)
     shell_env: dict[str, str] = Field(default_factory=dict)
     helm: HelmRelease | None = None
+    # Server settings of the task's declared config (e.g. MariaDB's my.cnf lines), by server name.
+    server_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def load(cls, name: str) -> tuple["SubstrateSpec", Path]:
@@ -233,7 +235,9 @@ class LiveStack:
         if "postgres" in wanted:
             self.servers["postgres"] = PostgresServer(self.plan["postgres"], self.dir / "postgres", clock=self.clock)
         if "mariadb" in wanted:
-            self.servers["mariadb"] = MariaDBServer(self.plan["mariadb"], self.dir / "mariadb", clock=self.clock)
+            settings = {k: v for spec, _ in self.specs for k, v in spec.server_settings.get("mariadb", {}).items()}
+            self.servers["mariadb"] = MariaDBServer(self.plan["mariadb"], self.dir / "mariadb", clock=self.clock,
+                                                    settings=settings)
         for spec, folder in self.specs:
             for name, values in spec.redis_values.items():
                 dest = self.config_dir / f"{name}-values.yaml"

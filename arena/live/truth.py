@@ -439,9 +439,7 @@ def _typed(v: str) -> Any:
 class FrappeTruth:
     """MariaDB, redis-queue and worker truth for ia-004 on a live stack."""
 
-    # The live frappe substrate runs no redis-cache (Frappe's second Redis), and its MariaDB runs without
-    # performance_schema (the stack starts every server lean); checks on these are reported, not evaluated.
-    not_modelled: tuple[str, ...] = ("redis-cache.*", "mariadb.settings.performance_schema")
+    not_modelled: tuple[str, ...] = ()
 
     def __init__(self, stack, *, queue: str = "redis-queue", release: str = "frappe", root_password: str =
                  "agentrepair-root"):
@@ -631,6 +629,17 @@ class FrappeTruth:
         truth[f"{q}.image"] = server.image()
         return truth, config
 
+    def _cache(self) -> dict[str, Any]:
+        """Frappe's cache Redis: nothing in ia-004 should touch it (its generation counts its starts)."""
+        server = self.stack.servers["redis-cache"]
+        ep = self.stack.endpoint("redis-cache")
+        r = redis.Redis(host=ep.address, port=ep.port, socket_timeout=5, decode_responses=True)
+        live = {k: v for name in ("maxmemory", "maxmemory-policy", "appendonly") for k, v in r.config_get(name).items()}
+        restarts = self.stack.server_restarts.get("redis-cache", 0)
+        return {"redis-cache.generation": 1 + restarts, "redis-cache.restarts": restarts,
+                "redis-cache.instance": server.instance_id(), "redis-cache.maxmemory": int(live["maxmemory"]),
+                "redis-cache.maxmemory_policy": live["maxmemory-policy"], "redis-cache.appendonly": live["appendonly"]}
+
     def _apps(self) -> dict[str, Any]:
         sup = self.stack.supervisor
         out: dict[str, Any] = {}
@@ -646,7 +655,7 @@ class FrappeTruth:
     def truth(self) -> dict[str, Any]:
         t, _ = self._mariadb()
         qt, _ = self._queue()
-        return {**t, **qt, **self._apps()}
+        return {**t, **qt, **self._cache(), **self._apps()}
 
     def config(self) -> dict[str, Any]:
         _, c = self._mariadb()

@@ -101,6 +101,15 @@ class AppService:
         if not isinstance(req.body, dict):
             raise HttpError(400, "bad_request", detail="expected a JSON object")
         _merge(self.runtime, req.body)
+        if (self.declared.get("admin") or {}).get("put_persists") and self.config_path:
+            # A runtime-config broker (slack-spine's) writes the patch through to the ConfigMap too: the next
+            # boot reads it. Still live only after POST /admin/reload.
+            _merge(self.declared, req.body)
+            tmp = f"{self.config_path}.tmp"
+            with open(tmp, "w") as f:
+                f.write("# written through by PUT /admin/config\n" + yaml.safe_dump(self.declared, sort_keys=False))
+            os.replace(tmp, self.config_path)
+            return 200, {"status": "staged", "persisted": True, "config": self.runtime}
         return 200, {"status": "staged", "config": self.runtime}
 
     def _reload(self, _req: Request) -> Response:

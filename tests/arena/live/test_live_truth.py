@@ -89,6 +89,8 @@ def test_ia004_truth_reads_the_revoked_grant_and_the_rendered_cap():
         truth.mark_baseline()
         t, c = truth.truth(), truth.config()
         assert t["mariadb.site_can.INSERT"] is False and t["mariadb.site_can.UPDATE"] is True
+        assert t["mariadb.settings.performance_schema"] is True  # the task's my.cnf, on the real server
+        assert t["redis-cache.generation"] == 1 and t["redis-cache.maxmemory_policy"] == "allkeys-lru"
         assert "INSERT" not in t[f"mariadb.grant.{SITE}@%.`{SITE}`.*"].split(",")
         assert f"mariadb.grant.{SITE}@%.*.*" not in t
         assert t["redis-queue.cap_bytes"] == 3 * 1024 * 1024
