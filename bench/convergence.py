@@ -246,6 +246,7 @@ def twin_episode(sid: str, name: str, script: Path, seed: int) -> dict[str, Any]
     from arena.agents import resolve_agent
     from arena.episode import run_episode
     from arena.gates import Grading
+    from arena.world import TwinWorld
     from arena.scenario import load_scenario
     from guardrail.adapters.session import load_engine
     from guardrail.guard import Guard
@@ -281,7 +282,7 @@ def twin_episode(sid: str, name: str, script: Path, seed: int) -> dict[str, Any]
                            "failure_mode": res["failure_mode"]}
     if accepts and muts:
         t_acc, t_fix = accepts[0], max(m for m in muts if m <= accepts[0])
-        grading = Grading(sc.grader, env)
+        grading = Grading(sc.grader, TwinWorld(env))
         # Each window is one load cycle after the gate's latency settle, so every phase has latency samples.
         span = cyc + sc.grader.latency_settle_s
         windows = []

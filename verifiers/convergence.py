@@ -135,18 +135,23 @@ def _segment_extents(samples: Sequence[Sample]) -> tuple[list[tuple[str, str]], 
     return sorted(extent, key=lambda k: (extent[k][0], extent[k][1])), extent
 
 
-def segment_end_due(samples: Sequence[Sample], now: float) -> float | None:
-    """When the segment under way should end: its start plus the length of the phase's segment before it.
-    None when it cannot be told (no phase labels, no earlier segment of that phase) or the segment looks done."""
+def segment_end_due(samples: Sequence[Sample], now: float, cycle_s: float | None = None) -> float | None:
+    """When the segment under way should end: a cycle after the start of the segment before it (the cycle's
+    length is fixed, its phases' may vary), else its start plus the length of the phase's last segment.
+    None when it cannot be told (no phase labels, no earlier segment) or that moment has passed."""
     segs, extent = _segment_extents(samples)
-    if not segs:
+    if len(segs) < 2:
         return None
     last = segs[-1]
-    prev = next((extent[k] for k in reversed(segs[:-1]) if k[1] == last[1]), None)
-    if prev is None:
-        return None
-    due = extent[last][0] + (prev[1] - prev[0])
-    return due if due > now else None
+    before = segs[-2]
+    due: float | None = None
+    if cycle_s is not None and before[1] != last[1] and before[1] in CYCLE_PHASES and last[1] == CYCLE_PHASES[1]:
+        due = extent[before][0] + cycle_s  # a trough ends where the cycle its peak began ends
+    else:
+        prev = next((extent[k] for k in reversed(segs[:-1]) if k[1] == last[1]), None)
+        if prev is not None:
+            due = extent[last][0] + (prev[1] - prev[0])
+    return due if due is not None and due > now else None
 
 
 def load_cycles(samples: Sequence[Sample], window_start: float, now: float, cycle_s: float | None = None,
@@ -161,17 +166,14 @@ def load_cycles(samples: Sequence[Sample], window_start: float, now: float, cycl
     segs, extent = _segment_extents(samples)
     if not segs:
         return {}
-    # A segment is finished when a later one has begun, or its samples end before now, or (ending now) it is
-    # already as long as the phase's segment before it (within 10%, as a cycle is judged long enough below).
+    # A segment is finished when a later one has begun, or its samples end before now, or (ending now) it and
+    # the segment before it fill a whole load cycle. Phase lengths may vary from cycle to cycle (bursty
+    # profiles), the cycle's length does not, so nothing shorter is taken for finished.
     def finished_at(i: int) -> bool:
         k = segs[i]
         if i + 1 < len(segs) or extent[k][1] < now - eps:
             return True
-        prev = next((extent[p] for p in reversed(segs[:i]) if p[1] == k[1]), None)
-        if prev is not None:
-            return extent[k][1] - extent[k][0] >= 0.9 * (prev[1] - prev[0])
-        # The phase's first segment: finished if with the segment before it, it fills a cycle.
-        return i >= 1 and cycle_s is not None and extent[k][1] - extent[segs[i - 1]][0] >= 0.9 * cycle_s
+        return i >= 1 and cycle_s is not None and extent[k][1] - extent[segs[i - 1]][0] >= cycle_s - eps
 
     finished = [finished_at(i) for i in range(len(segs))]
     paired: dict[int, int] = {}  # segment index -> index of the first segment of its pair
@@ -702,7 +704,7 @@ class ConvergenceCheck(VerifierBase):
             a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
                        not_ready=nr)
             latest.append(a)
-            due[0] = segment_end_due([smp for ss in series.values() for smp in ss], env.clock.now())
+            due[0] = segment_end_due([smp for ss in series.values() for smp in ss], env.clock.now(), cycle_s)
             terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
                         or a.nodata_cycles > crit.inconclusive_limit)
             return terminal, a, None
