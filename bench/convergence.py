@@ -12,8 +12,11 @@ The agent declares right after its fix. Kinds:
   recovers  the SLIs return to health at a random moment 0-4 cycles after the fix (some with a draining backlog)
   residual  a fault remains at peak, just outside the band (error ratio 1.2x-1.8x the SLO): any accept is false
   relapse   recovers, then regresses 3-5 cycles later with no change (a symptom-only repair; the watchdog's case)
-"True recovery" is the moment the error probability drops; "healthy cycle start" is the first full cycle after
-it, the earliest point from which two full in-band cycles can be counted.
+"True recovery" is the moment the error probability drops (a segment is healthy when its midpoint is after it);
+"healthy cycle start" is the first generator cycle boundary after it. The verifier counts the last two peaks and
+two troughs, paired back from the latest finished segment (verifiers.convergence.load_cycles), so its floor is
+two cycles after the first healthy segment begins: about 2.0 cycles after the true recovery, before any wait
+for statistical confidence on low-traffic segments.
 
 `--twin` runs guarded episodes of ia-001/006/011 (references and premature variants, declared at once, over
 seeds) with the guard wired as verifiers/README.md says; true recovery is read afterwards from the twin's ledger

@@ -166,12 +166,13 @@ def load_cycles(samples: Sequence[Sample], window_start: float, now: float, cycl
     segs, extent = _segment_extents(samples)
     if not segs:
         return {}
-    # A segment is finished when a later one has begun, or its samples end before now, or (ending now) it and
-    # the segment before it fill a whole load cycle. Phase lengths may vary from cycle to cycle (bursty
-    # profiles), the cycle's length does not, so nothing shorter is taken for finished.
+    # A segment is finished when a later one has begun, or when it and the segment before it fill a whole load
+    # cycle. Phase lengths may vary from cycle to cycle (bursty profiles), the cycle's length does not, so nothing
+    # shorter is taken for finished. (A scraped source's segment under way ends at its last scrape, before now:
+    # that says nothing about whether its phase is over.)
     def finished_at(i: int) -> bool:
         k = segs[i]
-        if i + 1 < len(segs) or extent[k][1] < now - eps:
+        if i + 1 < len(segs):
             return True
         return i >= 1 and cycle_s is not None and extent[k][1] - extent[segs[i - 1]][0] >= cycle_s - eps
 
