@@ -296,11 +296,13 @@ class Guard:
 
 
 def _failing_cycles_after(verdicts: Sequence[Verdict], t0: float) -> int:
-    """Load cycles that ended out of band after the declaration, in the verdicts' evidence: how long the guard
-    held a declaration that came before the SLIs had recovered."""
+    """Load cycles (and the settling segments before the first full one) that ended out of band after the
+    declaration, in the verdicts' evidence: how long the guard held a declaration that came before the SLIs had
+    recovered."""
     n = 0
     for v in verdicts:
-        for c in v.evidence.get("cycles", ()) if isinstance(v.evidence, Mapping) else ():
+        ev = v.evidence if isinstance(v.evidence, Mapping) else {}
+        for c in [*ev.get("settling", ()), *ev.get("cycles", ())]:
             if isinstance(c, Mapping) and c.get("state") == "fail" and float(c.get("t_end", 0.0)) > t0:
                 n += 1
     return n

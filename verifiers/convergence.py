@@ -102,6 +102,9 @@ class Assessment:
     backlog: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
     not_ready: tuple[str, ...] = ()
     pooled: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # ratio SLIs pooled over the run
+    # Finished segments inside the window before the first full cycle (the rest of the cycle the last change landed
+    # in), judged for failures only: what the system did while it settled. Evidence; never counted for a run.
+    settling: tuple[CycleJudgement, ...] = ()
 
     @property
     def latest_failure(self) -> CycleJudgement | None:
@@ -341,12 +344,9 @@ def assess(
         judged.append(CycleJudgement(c, t0, t1, state, tuple(results),
                                      draining=state == "fail" and backlog_falling(c)))
 
-    # Finished segments of the cycle still under way count against a run: a bad peak is bad before its trough
-    # ends. (Only failures: a partial cycle never adds to a run.)
-    trailing_fail: list[BandResult] = []
-    later = [c for c in order if c not in full and extent[c][0] >= window_start - eps
-             and (not full or _cycle_sort_key(c) > _cycle_sort_key(full[-1]))]
-    for c in later:
+    def segment_failures(c: str) -> list[BandResult]:
+        """The bands a partial cycle's finished segments break (failures only: a partial cycle proves nothing)."""
+        out: list[BandResult] = []
         for band in bands:
             if band.op == "stable":
                 continue
@@ -357,7 +357,23 @@ def assess(
                         and not band.holds(float(smp.value))
                         and not (band.sli in RATIO_SLIS and criteria.noise_z > 0
                                  and _plausibly_in_band(band, smp, criteria.noise_z))):
-                    trailing_fail.append(BandResult(band, "fail", float(smp.value)))
+                    out.append(BandResult(band, "fail", float(smp.value)))
+        return out
+
+    # Finished segments of the cycle still under way count against a run: a bad peak is bad before its trough
+    # ends. (Only failures: a partial cycle never adds to a run.)
+    trailing_fail: list[BandResult] = []
+    later = [c for c in order if c not in full and extent[c][0] >= window_start - eps
+             and (not full or _cycle_sort_key(c) > _cycle_sort_key(full[-1]))]
+    for c in later:
+        trailing_fail.extend(segment_failures(c))
+    settling: list[CycleJudgement] = []
+    if full:
+        for c in order:
+            t0, t1 = extent[c]
+            if c not in full and t0 >= window_start - eps and t1 <= extent[full[0]][0] + eps:
+                fails = segment_failures(c)
+                settling.append(CycleJudgement(c, t0, t1, "fail" if fails else "ok", tuple(fails)))
 
     consecutive = 0
     for j in reversed(judged):
@@ -395,7 +411,7 @@ def assess(
     else:
         state = "pending"
     return Assessment(state, tuple(judged), consecutive, failed, nodata, window_start, now, backlog,
-                      tuple(not_ready), pooled)
+                      tuple(not_ready), pooled, tuple(settling))
 
 
 RATIO_SLIS = frozenset({"error_ratio", "goodput"})
@@ -473,7 +489,7 @@ def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str,
     evidence: dict[str, Any] = {
         "window_start": a.window_start, "now": a.now, "consecutive_ok": a.consecutive_ok, "needed": need,
         "cycles": [c.to_dict() for c in a.cycles[-6:]], "backlog": {k: dict(v) for k, v in a.backlog.items()},
-        "not_ready": list(a.not_ready),
+        "not_ready": list(a.not_ready), "settling": [c.to_dict() for c in a.settling],
     }
     parts: list[str] = []
     last = a.latest_failure
@@ -522,6 +538,7 @@ def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str
                        message=f"SLIs in band for {a.consecutive_ok} consecutive full load cycles since the last "
                                f"change", evidence={**ev_base, "cycles": [c.to_dict() for c in a.cycles[-6:]],
                                                     "consecutive_ok": a.consecutive_ok,
+                                                    "settling": [c.to_dict() for c in a.settling],
                                                     "window_start": a.window_start, "now": a.now})
     if a.state == "no_data":
         return Verdict(VerdictStatus.INCONCLUSIVE, "convergence",

@@ -8,8 +8,8 @@ percentile method, seeded).
 Definitions the report states too:
 - caught: a bad script's guarded episode had a policy denial or a rejected declaration before any accepted
   declaration (a script stops at an accepted declaration, so every denial and rejection precedes one); a
-  premature declaration is also caught when the guard held it through at least one load cycle that ended out of
-  band after the declaration (convergence waiting is the guard's answer to that failure mode);
+  premature declaration is also caught when the guard held it through at least one load cycle (or a settling
+  segment after the last change, before the first full cycle) that ended out of band after the declaration (convergence waiting is the guard's answer to that failure mode);
 - false rejection: a valid script whose guarded episode fails, or whose last declaration was never accepted;
 - full-fix episode: the agent ran every mutating command of the reference script (the episode's `full_fix`).
 """

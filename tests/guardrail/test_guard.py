@@ -193,3 +193,15 @@ def test_a_denied_command_takes_no_snapshot():
     g = Guard(FakeEngine(deny={"set"}), IncidentContext(), env=env, normaliser=words, suite=suite)
     g.execute("set")
     assert suite.before_calls == [] and env.ran == []
+
+
+def test_held_failing_cycles_count_settling_segments_and_cycles_after_the_declaration():
+    from guardrail.guard import _failing_cycles_after
+    from verifiers.protocols import Verdict, VerdictStatus
+
+    ev = {"settling": [{"t_start": 90.0, "t_end": 110.0, "state": "fail"}],
+          "cycles": [{"t_start": 40.0, "t_end": 95.0, "state": "fail"}, {"t_start": 110.0, "t_end": 170.0, "state": "ok"},
+                     {"t_start": 170.0, "t_end": 230.0, "state": "fail"}]}
+    v = Verdict(VerdictStatus.PASS, "convergence", evidence=ev)
+    assert _failing_cycles_after([v], 98.0) == 2  # the settling segment and the last cycle; not the one before
+    assert _failing_cycles_after([v], 240.0) == 0

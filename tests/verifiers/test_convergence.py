@@ -387,3 +387,17 @@ def test_under_a_mandated_slowdown_a_latency_slo_covers_every_percentile_of_its_
     merged = merge_bands(slo + [Band("latency_p90_ms", "<=", 800, (("driver", "read"),))], base,
                          latency_slo_is_contract=True)
     assert ("latency_p95_ms", ()) not in [(b.sli, b.labels) for b in merged if b.source == "baseline"]
+
+
+def test_segments_before_the_first_full_cycle_are_settling_evidence_only():
+    # Peak 0 is alone before the first full cycle (trough 0 + peak 1): it is judged for failures as evidence of how
+    # the system settled, and never counts for or against the run.
+    s = _with_peak({"error_ratio": [(0.3, 0.0), (0.0, 0.0)]}, 0.0, 2)
+    v = evaluate(s, [ERR], window_start=0.0, now=140.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.PASS and v.evidence["consecutive_ok"] == 2
+    settling = v.evidence["settling"]
+    assert [(c["t_start"], c["t_end"], c["state"]) for c in settling] == [(0.0, 20.0, "fail")]
+    assert settling[0]["failed"][0]["sli"] == "error_ratio"
+    s = _with_peak({"error_ratio": [(0.0, 0.0), (0.0, 0.0)]}, 0.0, 2)
+    v = evaluate(s, [ERR], window_start=0.0, now=140.0, cycle_s=60.0)
+    assert [c["state"] for c in v.evidence["settling"]] == ["ok"]
