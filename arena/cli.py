@@ -173,7 +173,7 @@ class _ArmTally:
               help="Comma-separated agent specs (default: calibrated; replay:* = every solution script).")
 @click.option("--arms", "arms_opt", default=None,
               help="Comma-separated arms [default: guarded,unguarded; with --env live: unguarded].")
-@click.option("--seeds", type=int, default=5, show_default=True, help="Seeds 0..N-1 per scenario and agent.")
+@click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 0..N-1 per scenario and agent.")
 @click.option("--jobs", type=int, default=2, show_default=True, help="Worker processes.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
               show_default=True)
