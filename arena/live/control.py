@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from arena.live.names import Endpoint
+from arena.live.servers import RedisServer
 from guardrail.errors import EnvironmentError_
 
 __all__ = ["ControlPlane", "ALL_VERBS", "parse_set"]
@@ -59,7 +60,9 @@ class ControlPlane:
                         "restarts": sup.restarts.get(name, 0), "age_s": now - run.started_at if run else 0.0})
         for name, server in self.stack.servers.items():
             alive = server.alive()
-            out.append({"name": f"{name}-0", "component": name, "kind": "StatefulSet",
+            # Pod names as the charts make them: Bitnami's Redis (standalone) is <name>-master-0.
+            pod = f"{name}-master-0" if isinstance(server, RedisServer) else f"{name}-0"
+            out.append({"name": pod, "component": name, "kind": "StatefulSet",
                         "ready": alive, "status": "Running" if alive else "Error",
                         "restarts": self.stack.server_restarts.get(name, 0), "age_s": None})
         return out

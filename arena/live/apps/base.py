@@ -78,6 +78,8 @@ class AppService:
         Gauge("app_start_time_seconds", "When this process started", registry=self.registry).set(self.started_at)
         self.healthy: Callable[[], bool] = lambda: True
         self.on_reload: Callable[[dict[str, Any]], None] | None = None
+        # Run on SIGTERM once the HTTP server has stopped, within the 3 s grace before the process exits.
+        self.on_shutdown: Callable[[], None] | None = None
         self.route("GET", r"/healthz", self._healthz)
         self.route("GET", r"/metrics", self._metrics)
         self.route("GET", r"/admin/config", lambda r: (200, self.runtime))
@@ -183,6 +185,8 @@ class AppService:
             httpd.serve_forever(poll_interval=0.2)
         finally:
             httpd.server_close()
+            if self.on_shutdown is not None:
+                self.on_shutdown()
         sys.exit(0)
 
 

@@ -3,7 +3,9 @@
 Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each block on BLPOP; a job's hash
 goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so the queue's memory grows
 with the work done until its maxmemory. A worker that cannot reach Redis or is refused (NOPERM on BLPOP, OOM on
-the status write) retries after a short back-off. Serves /healthz and /metrics (jobs done, `backlog{queue}`).
+its heartbeat or the status write) retries after a short back-off (RQ writes a heartbeat before each dequeue,
+so at maxmemory it pops nothing; SIGTERM is a warm shutdown: the job in hand is finished). Serves /healthz and
+/metrics (jobs done, `backlog{queue}`).
 """
 
 from __future__ import annotations
@@ -41,15 +43,19 @@ class QueueWorkers:
 
     def run_one(self) -> None:
         key = f"rq:queue:{self.queue}"
+        me = f"rq:worker:{self.app.instance}.{threading.current_thread().name}"
         while not self.stop.is_set():
             try:
+                # RQ's heartbeat before each dequeue: a write, so a broker at maxmemory (noeviction) refuses it and
+                # the worker backs off before it pops a job it could not record as started.
+                self.redis.hset(me, mapping={"state": "idle", "last_heartbeat": time.time()})
                 item = self.redis.blpop([key], timeout=1)
                 if item is None:
                     continue
                 job = item[1].decode()
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "started", "started_at": time.time()})
-                # The job's own work; waiting on an Event keeps shutdown prompt.
-                self.stop.wait(self.work_s)
+                # The job's own work, to its end even in a warm shutdown (a fresh Event: no time.sleep here).
+                threading.Event().wait(self.work_s)
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "finished", "ended_at": time.time()})
                 self.done.labels(self.queue).inc()
             except redis.exceptions.ResponseError as e:
@@ -62,14 +68,22 @@ class QueueWorkers:
                 self.stop.wait(0.5)
 
     def start(self, n: int) -> None:
-        for i in range(n):
-            threading.Thread(target=self.run_one, name=f"worker-{i}", daemon=True).start()
+        self.threads = [threading.Thread(target=self.run_one, name=f"worker-{i}", daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def drain(self, timeout_s: float = 2.5) -> None:
+        """RQ's warm shutdown: take no new job, let each worker finish (record) the one it holds."""
+        self.stop.set()
+        for t in getattr(self, "threads", []):
+            t.join(timeout_s / max(len(self.threads), 1))
 
 
 def main() -> None:
     app = AppService()
     workers = QueueWorkers(app)
     workers.start(int(app.runtime["queue"].get("workers", 2)))
+    app.on_shutdown = workers.drain
     app.serve()
 
 
