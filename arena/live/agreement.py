@@ -37,6 +37,8 @@ from arena.scenario import load_scenario
 __all__ = ["safety_on_live", "main"]
 
 TRUTH = TRUTH_READERS
+# Truth keys kept in a row's JSON as evidence (which jobs were lost, how many writes were accepted ...).
+EVIDENCE_KEYS = ("lost_ids", "jobs.lost", "new_rows", "accepted_since_start", "seq_lock_holders", "used_memory")
 
 
 def _changed(base: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -160,6 +162,8 @@ def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
             "live_mode_if_outcome_passed": mode, "twin_mode": expected.failure_mode if expected else None,
             "twin_outcome": expected.outcome if expected else None,
             "failed": gate.failed(), "not_evaluated": skipped, "failed_commands": failed_cmds,
+            "evidence": {phase: {k: v for k, v in snap["truth"].items() if k.endswith(EVIDENCE_KEYS)}
+                         for phase, snap in snaps.items()},
             "checks": gate.to_json()["checks"]}
 
 

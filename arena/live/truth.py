@@ -618,6 +618,9 @@ class FrappeTruth:
         gone = (self.baseline["jobs"] - self._job_ids(r)) if self.baseline is not None else set()
         truth[f"{q}.jobs.stranded"] = float(len(stranded))
         truth[f"{q}.jobs.lost"] = float(len(stranded) + len(gone))
+        # Evidence: which jobs, and what their hashes say (a few).
+        truth[f"{q}.jobs.lost_ids"] = {j: {k: v for k, v in r.hgetall(f"rq:job:{j}").items() if k != "data"}
+                                       for j in sorted(stranded | gone)[:5]}
         server = self.stack.servers[q]
         values = self._values()
         truth[f"{q}.flags"] = list((values.get("master", {}) or {}).get("extraFlags", []) or [])
