@@ -160,7 +160,10 @@ async def _desk_api(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tup
 
 async def _rq_enqueue(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tuple[bool, bool, str]:
     r = await http.post(f"{d.url}/api/method/enqueue", {})
-    return r.status == 200, r.status == 200, f"enqueue {r.status} {(r.body or {}).get('reason', '')}".strip()
+    if r.status == 200:
+        # The accepted job's id, so the grader can tell an accepted job lost from an enqueue refused half-way.
+        return True, True, f"enqueue 200 job={r.body['message']['job_id']}"
+    return False, False, f"enqueue {r.status} {(r.body or {}).get('reason', '')}".strip()
 
 
 async def _rq_complete(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tuple[bool, bool, str]:
@@ -172,7 +175,7 @@ async def _rq_complete(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> 
     while True:
         s = await http.get(f"{d.url}/api/job/{job}")
         if s.status == 200 and s.body.get("status") == "finished":
-            return True, True, "finished"
+            return True, True, f"finished job={job}"
         if s.status not in (200, 503):
             return False, False, f"job {s.status}"
         await asyncio.sleep(0.1)

@@ -451,6 +451,7 @@ class FrappeTruth:
         self.site_password = site["database"]["password"]
         self.queue_name = site.get("queue", {}).get("name", "default")
         self.baseline: dict[str, Any] | None = None
+        self._traffic_ids: list[str] = []
 
     # -- connections ---------------------------------------------------------------------------------------------
     def _mysql(self, user: str = "root", password: str | None = None, database: str | None = None):
@@ -590,6 +591,19 @@ class FrappeTruth:
                 queued.add(jid)
         return queued - listed
 
+    def _accepted_jobs(self) -> set[str]:
+        """Jobs a producer saw accepted: the load ledger's `job=<id>` and the challenge traffic's own."""
+        out = set(self._traffic_ids)
+        try:
+            with open(self.stack.ledger_path) as f:
+                for line in f:
+                    if "job=" in line:
+                        detail = json.loads(line).get("detail", "")
+                        out.add(detail.rsplit("job=", 1)[1].split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
+
     def mark_baseline(self) -> None:
         r = self._redis()
         self.baseline = {"jobs": self._job_ids(r)}
@@ -616,6 +630,9 @@ class FrappeTruth:
             self.stack.clock.sleep(0.5)
             stranded &= self._stranded(r)
         gone = (self.baseline["jobs"] - self._job_ids(r)) if self.baseline is not None else set()
+        # A queued hash in no list is lost only if its enqueue was accepted: Redis does not roll back a MULTI, so
+        # an enqueue refused at the cap can leave its hash behind (the producer got an error, nothing was lost).
+        stranded &= self._accepted_jobs()
         truth[f"{q}.jobs.stranded"] = float(len(stranded))
         truth[f"{q}.jobs.lost"] = float(len(stranded) + len(gone))
         # Evidence: which jobs, and what their hashes say (a few).
@@ -674,6 +691,7 @@ class FrappeTruth:
             status, body = _http_json(ep, "POST", "/api/method/enqueue", {})
             if status == 200 and isinstance(body, dict):
                 ids.append(body["message"]["job_id"])
+                self._traffic_ids.append(ids[-1])
         clock = self.stack.clock
         deadline = clock.now() + timeout_s
         done: set[str] = set()
