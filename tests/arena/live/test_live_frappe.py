@@ -63,7 +63,7 @@ def test_ia004_revoked_insert_fails_creates_until_granted(env):
     assert '"code": 1142' in denied, denied
     t0 = env.clock.now()
     env.clock.sleep(6)
-    creates = [r for r in _rows(env, t0, env.clock.now()) if r["driver"] == "desk_api" and not r["ok"]]
+    creates = [r for r in _rows(env, t0, env.clock.now()) if r["driver"] == "desk" and not r["ok"]]
     assert creates and all("create 403" in r["detail"] for r in creates)
     assert env.run("mysql -u root -e \"GRANT INSERT ON _aac081bc588a7088.* TO '_aac081bc588a7088'@'%'\"").ok
     assert '"name"' in env.run(create).stdout

@@ -97,7 +97,7 @@ def test_the_stack_runs_healthy_load_and_prometheus_sees_it(env):
     # A healthy stack errs only when the shared machine starves it (client timeouts); the ledger says which.
     overall = env.sli("error_ratio", window, step=window)[0]
     assert overall.count > 0 and overall.value <= 0.05, (overall, _bad_rows(env))
-    for driver in ("browse", "checkout_readback", "desk_api", "rq_enqueue", "rq_complete", "write_readback"):
+    for driver in ("browse", "checkout_readback", "desk", "rq_enqueue", "rq_complete", "write_readback"):
         good = env.sli("goodput", window, labels={"driver": driver}, step=window)
         assert good[0].count > 0 and good[0].value >= 0.9, (driver, good, _bad_rows(env))
     p95 = env.sli("latency_p95_ms", window, labels={"driver": "checkout_readback"}, step=window)[0].value
