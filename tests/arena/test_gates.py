@@ -180,3 +180,22 @@ def test_a_declaration_accepted_after_the_deadline_is_refused(ia011):
     res = run_episode(ia011, ScriptAgent("script:x", script), arm="guarded", seed=0, guard_factory=SlowGuard)
     assert res.failure_mode == "budget_exhausted" and res.declared_at is None
     assert res.transcript[-1]["declare"] == "refused: declaration_deadline_elapsed"
+
+
+def test_a_check_on_state_the_world_does_not_run_is_reported_not_evaluated():
+    from types import SimpleNamespace
+
+    from arena.gates import Grading, Snapshot
+    from arena.scenario import Check
+
+    g = Grading.__new__(Grading)  # only _holds is under test: no world to build
+    base = Snapshot(0.0, {"pgbouncer.settings.pool": 20, "postgres.max_connections": 100}, {})
+    moved = Snapshot(1.0, {"postgres.max_connections": 200}, {})
+    pgb = Check(path="pgbouncer.settings.*", op="unchanged")
+    pg = Check(path="postgres.max_connections", op="unchanged")
+    g.world = SimpleNamespace(not_modelled=("pgbouncer.*",))
+    ok, det = g._holds(pgb, moved, base)
+    assert ok and "not_evaluated" in det
+    assert g._holds(pg, moved, base)[0] is False  # everything else is judged as before
+    g.world = SimpleNamespace()  # the twin runs everything: the same check is judged (and fails: no such key)
+    assert g._holds(pgb, moved, base)[0] is False
