@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping
 from arena.scenario import Check, FaultLeg, GraderSpec
 from arena.world import GradedWorld
 
-__all__ = ["GateCheck", "GateResult", "Snapshot", "Grading", "holds", "attribute_failure"]
+__all__ = ["GateCheck", "GateResult", "Snapshot", "Grading", "holds", "attribute_failure", "unmodelled"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,12 @@ def _op(op: str, v: Any, want: Any, base: Any) -> bool:
     except (TypeError, ValueError, IndexError):
         return False
     raise ValueError(f"unknown op {op}")
+
+
+def unmodelled(path: str, globs: Iterable[str]) -> str | None:
+    """The glob of state an environment does not run (a live stack without pgbouncer) that a check's path falls
+    under or covers, or None: such a check is not evaluated there."""
+    return next((g for g in globs if fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(g, path)), None)
 
 
 class Grading:
@@ -263,9 +269,9 @@ class Grading:
     def _holds(self, chk: Any, snap: Snapshot, base: Snapshot) -> tuple[bool, dict[str, Any]]:
         """`holds`, except on state the world does not run (a live stack without pgbouncer: the world's
         `not_modelled` globs): nothing there can have moved, and the check says it was not evaluated."""
-        for g in getattr(self.world, "not_modelled", ()):
-            if fnmatch.fnmatchcase(chk.path, g):
-                return True, {"not_evaluated": f"{chk.path}: state this environment does not run ({g})"}
+        g = unmodelled(chk.path, getattr(self.world, "not_modelled", ()))
+        if g is not None:
+            return True, {"not_evaluated": f"{chk.path}: state this environment does not run ({g})"}
         return holds(chk, snap.truth, base.truth)
 
     def safety_gate(self) -> GateResult:

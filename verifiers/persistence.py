@@ -184,26 +184,28 @@ class PersistenceReader:
                             "before": before})
         return out
 
-    def _in_container_matches_source(self, env: Environment, ck: ChangedKey, entry: CatalogueEntry,
-                                     vs: Mapping[str, Any], commands: list[str]) -> KeyReading | None:
-        """An in-container edit is lost at the next pod start, unless what a fresh container gets from the declared
-        source is the same (the source was changed to match since). Only for entries whose effective read sees the
-        in-container state itself; an unreadable side leaves the edit judged ephemeral (None)."""
-        if not entry.in_container_compare or entry.effective is None or entry.declared is None \
-                or entry.declared.same_as_effective:
-            return None
-        try:
-            eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
-            dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
-        except (RuntimeError, Missing):
-            return None
-        eff, dec = normalize(eff_raw, entry.normalize), normalize(dec_raw, entry.normalize)
-        if eff is None or eff != dec:
-            return None
-        return KeyReading(ck, "durable", entry.id, eff_raw, dec_raw, render(entry.effective.source, vs),
-                          render(entry.declared.source, vs), "", (
-                              "changed in-container, and the declared source now gives a fresh container the same "
-                              "content"), tuple(commands))
+    def _read_layers(self, env: Environment, entry: CatalogueEntry, groups: Mapping[str, str],
+                     vs: Mapping[str, Any], commands: list[str]) -> tuple[Any, Any, str, str]:
+        """(effective, declared, where each was read): the entry's two reads, a declared value that is absent
+        filled in by its `when_absent` rule. Raises RuntimeError or Missing when a read fails."""
+        assert entry.effective is not None and entry.declared is not None
+        eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
+        eff_src = render(entry.effective.source, vs)
+        if entry.declared.same_as_effective:
+            return eff_raw, eff_raw, eff_src, render(entry.declared.source, vs) or eff_src
+        dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
+        dec_src = render(entry.declared.source, vs)
+        absent = entry.declared.when_absent
+        if dec_raw is None and absent is not None:
+            if absent.read is not None:
+                dec_raw = self._run(env, absent.read.command, absent.read.parse, vs, commands)
+            elif groups.get("name") in absent.values:
+                dec_raw = absent.values[groups["name"]]
+            elif absent.value is not None:
+                dec_raw = absent.value
+            if absent.note:
+                dec_src = f"{dec_src} (absent: {absent.note})"
+        return eff_raw, dec_raw, eff_src, dec_src
 
     def read(self, env: Environment, ck: ChangedKey, prior: Any = None) -> KeyReading:
         found = self.entry_for(ck)
@@ -229,9 +231,20 @@ class PersistenceReader:
                 durable_way = " ".join(entry.durable.split())
             vs = {}
         if in_container:
-            same = self._in_container_matches_source(env, ck, entry, vs, commands) if vs else None
-            if same is not None:
-                return same
+            # An in-container edit is lost at the next pod start, unless what a fresh container gets from the
+            # declared source is the same (the source was changed to match since). Only for entries whose effective
+            # read sees the in-container state itself; an unreadable side leaves the edit judged ephemeral.
+            if vs and entry.in_container_compare and entry.effective is not None and entry.declared is not None \
+                    and not entry.declared.same_as_effective:
+                try:
+                    eff_raw, dec_raw, eff_src, dec_src = self._read_layers(env, entry, groups, vs, commands)
+                except (RuntimeError, Missing):
+                    eff_raw = dec_raw = None
+                eff = normalize(eff_raw, entry.normalize)
+                if eff is not None and eff == normalize(dec_raw, entry.normalize):
+                    return KeyReading(ck, "durable", entry.id, eff_raw, dec_raw, eff_src, dec_src, "", (
+                        "changed in-container, and the declared source now gives a fresh container the same "
+                        "content"), tuple(commands))
             note = entry.ephemeral_note or "a change made inside a running container"
             return KeyReading(ck, "in_container", entry.id, durable_way=durable_way, commands=tuple(commands),
                               message=(f"{ck.label()} was changed in-container ({', '.join(ck.via)}): {note}; it is "
@@ -243,23 +256,7 @@ class PersistenceReader:
             return KeyReading(ck, "unreadable", entry.id, durable_way=durable_way, message=(
                 f"catalogue entry {entry.id} has no reads for {ck.key}; add `effective` and `declared` reads"))
         try:
-            eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
-            eff_src = render(entry.effective.source, vs)
-            if entry.declared.same_as_effective:
-                dec_raw, dec_src = eff_raw, render(entry.declared.source, vs) or eff_src
-            else:
-                dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
-                dec_src = render(entry.declared.source, vs)
-                absent = entry.declared.when_absent
-                if dec_raw is None and absent is not None:
-                    if absent.read is not None:
-                        dec_raw = self._run(env, absent.read.command, absent.read.parse, vs, commands)
-                    elif groups.get("name") in absent.values:
-                        dec_raw = absent.values[groups["name"]]
-                    elif absent.value is not None:
-                        dec_raw = absent.value
-                    if absent.note:
-                        dec_src = f"{dec_src} (absent: {absent.note})"
+            eff_raw, dec_raw, eff_src, dec_src = self._read_layers(env, entry, groups, vs, commands)
         except (RuntimeError, Missing) as e:
             return KeyReading(ck, "error", entry.id, durable_way=durable_way, commands=tuple(commands),
                               message=f"could not read {ck.key}: {e}")

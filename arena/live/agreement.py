@@ -28,7 +28,7 @@ from typing import Any
 
 from arena.agents import resolve_agent
 from arena.episode import run_episode
-from arena.gates import GateCheck, GateResult, attribute_failure, holds
+from arena.gates import GateCheck, GateResult, attribute_failure, holds, unmodelled
 from arena.live.environment import LiveEnvironment
 from arena.live.replay import LiveIncident, _twin_cycle_s
 from arena.live.truth import TRUTH_READERS
@@ -56,7 +56,7 @@ def _safety(grader, base: dict, snaps: dict[str, dict], challenge: list[GateChec
     checks: list[GateCheck] = []
 
     def check(chk, snap) -> tuple[bool, dict] | None:
-        if any(fnmatch.fnmatchcase(chk.path, g) or fnmatch.fnmatchcase(g, chk.path) for g in not_modelled):
+        if unmodelled(chk.path, not_modelled) is not None:
             skipped.add(chk.id or chk.path)
             return None
         return holds(chk, snap["truth"], base["truth"])

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import yaml
 
-from arena.live.kubectl import _call, _fail
+from arena.live.kubectl import _call, _fail, serve
 
 __all__ = ["run", "main"]
 
@@ -76,10 +76,7 @@ def run(argv: Sequence[str]) -> tuple[str, str, int]:
 
 
 def main() -> None:
-    out, err, code = run(sys.argv[1:])
-    sys.stdout.write(out)
-    sys.stderr.write(err)
-    sys.exit(code)
+    serve(run)
 
 
 if __name__ == "__main__":

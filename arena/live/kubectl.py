@@ -19,7 +19,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["main", "run"]
 
@@ -134,11 +134,16 @@ def run(argv: Sequence[str]) -> tuple[str, str, int]:
     return "", f'error: unknown command "{verb}" for "kubectl"\n', 1
 
 
-def main() -> None:
-    out, err, code = run(sys.argv[1:])
+def serve(client: Callable[[Sequence[str]], tuple[str, str, int]]) -> None:
+    """Run a stand-in client on this process' arguments and answer as the real binary: its output, its code."""
+    out, err, code = client(sys.argv[1:])
     sys.stdout.write(out)
     sys.stderr.write(err)
     sys.exit(code)
+
+
+def main() -> None:
+    serve(run)
 
 
 if __name__ == "__main__":
