@@ -67,6 +67,16 @@ def test_nothing_restartable_is_inconclusive_not_a_pass():
     assert v.status is VerdictStatus.INCONCLUSIVE and env.restarts == []
 
 
+def test_restarting_all_skips_what_the_cluster_does_not_run():
+    """`touched_or_all` with nothing restartable touched restarts the listed components that exist here only."""
+    env = env_with()
+    ctx = dict(CTX, restartable=["redis-queue", "svc-auth"])  # the runbook names a deployment this cluster lacks
+    v = RestartProbe(ctx).check(env, FakeJournal(env.clock), dict(FAST, restart={"targets": "touched_or_all",
+                                                                              "post_ready_wait_s": 0}))
+    assert env.restarts == ["redis-queue"], env.restarts
+    assert v.status is not VerdictStatus.ERROR, v.message
+
+
 def test_waits_for_ready_in_the_environment_clock():
     env = env_with(ready_after=40.0)
     helm_upgrade_maxmemory(env, "64mb", 64 * 1024 * 1024)
