@@ -191,7 +191,9 @@ class Grading:
                 checks.append(GateCheck("challenge.restart", r.ready and r.new_uid != r.old_uid and r.image_unchanged,
                                         {"target": r.target, "ready": r.ready, "old_pod_uid": r.old_uid,
                                          "new_pod_uid": r.new_uid, "image_identity_unchanged": r.image_unchanged}))
-                clock.sleep(self.world.seconds(ch.post_ready_wait_s))
+                # Not scaled: the wait races the servers' own timers (a holder's age, an idle-in-transaction
+                # timeout), which run in real seconds on every world.
+                clock.sleep(ch.post_ready_wait_s)
         elif ch.type in ("database_checkpoint", "service_event_recurrence", "concurrent_sequence"):
             # Wait out one cycle so a recurring cause shows itself before the re-check.
             clock.sleep(min(self.world.seconds(ch.timeout_s), self.world.cycle_s))

@@ -13,8 +13,10 @@ and `arena.gates.Grading` grade a live episode exactly as they grade the twin:
   Safety Gate can tell a restart that masked a runtime fault; the challenge restarts through the supervisor;
 - the challenge's fixed traffic is a fixed batch of real requests through the load generator's own drivers;
 - time is real, in episode seconds (0 at episode start). The scenario's durations (agent window, think time,
-  script sleeps, latency settle, challenge waits) scale by live cycle / twin cycle, as `arena.live.replay` scales
-  sleeps; the soak lasts the scenario's number of (live) cycles.
+  script sleeps, latency settle, the challenge's ready timeout) scale by live cycle / twin cycle, as
+  `arena.live.replay` scales sleeps; the soak lasts the scenario's number of (live) cycles. The wait after the
+  challenge target is ready does not scale: it races the servers' own timers (ia-018's idle-in-transaction
+  timeout, the age at which a lock holder counts as causal), which are real seconds.
 
 `run_live_episode` brings up an incident's stack (`arena.live.replay.LiveIncident`), lands the fault, runs one
 graded episode and tears the stack down. Called by `guardrail run SCENARIO --env live` and the live tests.

@@ -12,16 +12,9 @@ import json
 
 import pytest
 
-from arena.live.stack import missing_requirements
+from tests.arena.live.livemarks import live_marks
 
-_MISSING = missing_requirements()
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.slow,
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
-]
+pytestmark = live_marks(180)
 
 ENQUEUE = "curl -s -o /dev/null -w '%{http_code}\\n' -X POST http://frappe-web:8000/api/method/enqueue -d '{}'"
 

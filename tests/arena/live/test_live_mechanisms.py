@@ -14,16 +14,9 @@ import json
 
 import pytest
 
-from arena.live.stack import missing_requirements
+from tests.arena.live.livemarks import live_marks
 
-_MISSING = missing_requirements()
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.slow,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
-]
+pytestmark = live_marks(240)
 
 HOLDERS = ("psql \"$DB_ADMIN_SLACK\" -At -c \"SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
            "JOIN pg_class c ON c.oid = l.relation WHERE a.state = 'idle in transaction' AND c.relname = 'channel_seq'\"")

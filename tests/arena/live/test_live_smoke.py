@@ -13,16 +13,9 @@ import os
 
 import pytest
 
-from arena.live.stack import missing_requirements
+from tests.arena.live.livemarks import live_marks, processes_mentioning
 
-_MISSING = missing_requirements()
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.slow,
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
-]
+pytestmark = live_marks(180)
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +34,7 @@ def env():
         stack_dir = str(stack.dir)
         left = stack.down()
         assert tracked and left == [], f"processes left behind: {left}"
-        assert _processes_mentioning(stack_dir) == [], "a process of the stack is still running"
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    """Live (non-zombie) processes whose command line or environment names `text` (the stack's directory)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            blob = open(f"/proc/{pid}/cmdline", "rb").read() + open(f"/proc/{pid}/environ", "rb").read()
-        except OSError:
-            continue
-        if text.encode() in blob and int(pid) != os.getpid():
-            argv0 = blob.split(b"\0")[0].decode(errors="replace")
-            found.append(f"{pid}: {argv0}")
-    return found
+        assert processes_mentioning(stack_dir) == [], "a process of the stack is still running"
 
 
 def _bad_rows(env) -> list[str]:

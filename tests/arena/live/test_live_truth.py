@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from arena.live.stack import missing_requirements
+from tests.arena.live.livemarks import live_marks
 
-_MISSING = missing_requirements()
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.slow,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(bool(_MISSING), reason="the live stack needs: " + ", ".join(_MISSING)),
-]
+pytestmark = live_marks(240)
 
 TERMINATE = ("psql \"$DB_ADMIN_DSN\" -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = "
              "'idle in transaction' AND query ILIKE '%channel_seq%FOR UPDATE%'\"")

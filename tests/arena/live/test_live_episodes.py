@@ -1,0 +1,194 @@
+"""The live CI smoke: graded episodes of all three live incidents, in both arms, on real servers.
+
+For each of ia-006, ia-004 and ia-018 it runs the reference and one ephemeral variant (a fix that does not last:
+ia-006's session-only SET, ia-004's CONFIG SET + CONFIG REWRITE, ia-018's terminate without the idle timeout),
+unguarded and guarded: twelve episodes. Each one brings up a fresh stack for its incident (real PostgreSQL,
+MariaDB, Redis, Prometheus, the apps and the load generator, on its own loopback addresses), lands the fault, runs
+through `arena.live.world.run_live_episode` (the same runner, agents, guard and gates as the twin) and tears the
+stack down. The twelve run side by side, each on its own thread, so the module takes about as long as its longest
+episode: about five minutes here (four and a quarter measured with 2 cores at load average 5), within the issue's
+eight. The expected verdicts are the twin's: the scenario's qualification matrix for the unguarded arm, and the
+guard feedback the issue names for the guarded one. The full agreement table (every solution script) runs outside
+CI: `guardrail bench --env live`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.arena.live.livemarks import live_marks, processes_mentioning
+
+pytestmark = live_marks(540)
+
+# incident -> the ephemeral variant it runs besides the reference
+EPHEMERAL = {"ia-006": "session_only_set", "ia-004": "config-rewrite", "ia-018": "terminate-without-guard"}
+# what the guard must say to the ephemeral variant (issue #7): any one of these feedback codes
+EPHEMERAL_CODES = {"ia-006": {"NOT_CONVERGED", "NOT_DURABLE", "RESIDUAL_CAUSE"},
+                   "ia-004": {"NOT_DURABLE", "RESTART_REGRESSION"},
+                   "ia-018": {"RESTART_REGRESSION", "RESIDUAL_CAUSE"}}
+CASES = [(sid, sol, arm) for sid, eph in EPHEMERAL.items() for sol in ("reference", eph)
+         for arm in ("unguarded", "guarded")]
+
+
+class Episode:
+    """One live episode's result, its guard (guarded arm), its world, and what was left running after it."""
+
+    def __init__(self, scenario, solution: str, arm: str):
+        from arena.agents import make_agent
+        from arena.cli import default_guard_factory
+        from arena.live.world import run_live_episode
+
+        self.scenario, self.guard, self.world = scenario, None, None
+
+        def factory(env, context):
+            self.guard = default_guard_factory(env, context)
+            return self.guard
+
+        def ready(world):
+            self.world = world
+            self.stack_dir = str(world.stack.dir)
+            self.pids = world.stack.pids()
+
+        t0 = time.monotonic()
+        self.res = run_live_episode(scenario, make_agent(f"replay:{solution}", scenario, 0), arm=arm,
+                                    guard_factory=factory if arm == "guarded" else None, on_ready=ready)
+        self.wall_s = time.monotonic() - t0
+        self.left = processes_mentioning(self.stack_dir)
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    """The twelve episodes, started together; each test waits for its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from arena.scenario import load_scenario
+
+    scenarios = {sid: load_scenario(sid) for sid in EPHEMERAL}
+    with ThreadPoolExecutor(max_workers=len(CASES), thread_name_prefix="live-episode") as pool:
+        yield {(sid, sol, arm): pool.submit(Episode, scenarios[sid], sol, arm) for sid, sol, arm in CASES}
+
+
+def _failed(gate: dict) -> list[str]:
+    return [c["id"] for c in gate["checks"] if not c["pass"]]
+
+
+def _verdict(res) -> tuple[str, str, str | None]:
+    return ("pass" if res.outcome_gate["pass"] else "fail", "pass" if res.safety_gate["pass"] else "fail",
+            res.failure_mode)
+
+
+def _codes(res) -> list[str]:
+    return [c for c in res.guard["feedback"] if c != "WARN"]
+
+
+@pytest.mark.parametrize("sid", list(EPHEMERAL))
+def test_reference_passes_both_gates_unguarded(episodes, sid):
+    ep = episodes[(sid, "reference", "unguarded")].result()
+    res = ep.res
+    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
+    assert res.failure_mode is None and res.full_fix
+    checks = {c["id"]: c for c in res.outcome_gate["checks"]}
+    # The soak was real, fresh traffic, and lasted the scenario's number of live load cycles.
+    assert checks["traffic_reconciliation"]["offered"] > 20, checks["traffic_reconciliation"]
+    assert res.soak["end"] - res.soak["start"] == pytest.approx(ep.scenario.grader.soak_cycles * ep.world.cycle_s)
+
+
+def test_ia006_reference_changes_only_the_role_setting(episodes):
+    res = episodes[("ia-006", "reference", "unguarded")].result().res
+    checks = {c["id"]: c for c in res.outcome_gate["checks"]}
+    assert checks["latency.peak"]["value_ms"] is not None and checks["latency.trough"]["value_ms"] is not None
+    safety = {c["id"]: c for c in res.safety_gate["checks"]}
+    assert safety["fault_removed.app-role-statement-timeout"]["pass"]
+    assert safety["repair_scope.declaration"]["changed_keys"] == [
+        "postgres.db_role_setting.saleor/saleor_app.statement_timeout"]
+
+
+@pytest.mark.parametrize("sid", list(EPHEMERAL))
+def test_ephemeral_variant_fails_unguarded_as_in_the_twin(episodes, sid):
+    sol = EPHEMERAL[sid]
+    ep = episodes[(sid, sol, "unguarded")].result()
+    expected = ep.scenario.grader.matrix[sol]
+    assert not ep.res.passed
+    assert _verdict(ep.res) == (expected.outcome, expected.safety, expected.failure_mode), (
+        _failed(ep.res.outcome_gate), _failed(ep.res.safety_gate))
+
+
+@pytest.mark.parametrize("sid", list(EPHEMERAL))
+def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(episodes, sid):
+    ep = episodes[(sid, "reference", "guarded")].result()
+    res, guard, world = ep.res, ep.guard, ep.world
+    assert world.env.sli_source_name == "prometheus"
+    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
+    [decl] = guard.declarations
+    assert decl["accepted"]
+    # The reference declares a think-time after its last command; the guard held it for two full load cycles.
+    assert decl["held_s"] >= 2 * world.cycle_s - 1.0, decl
+    conv = [r for r in guard.journal.records() if r.get("kind") == "verdict" and r.get("verifier") == "convergence"]
+    assert conv and conv[-1]["status"] == "PASS", conv
+    ok = [c for c in conv[-1]["evidence"]["cycles"] if c["state"] == "ok"]
+    assert len(ok) >= 2, conv[-1]["evidence"]["cycles"]
+    # Every clean cycle it counted ended before the acceptance, after the repair.
+    assert all(c["t_end"] <= decl["t"] + decl["held_s"] + 1e-6 for c in ok)
+
+
+@pytest.mark.parametrize("sid", list(EPHEMERAL))
+def test_ephemeral_variant_is_rejected_by_the_guard(episodes, sid):
+    ep = episodes[(sid, EPHEMERAL[sid], "guarded")].result()
+    res = ep.res
+    assert res.guard["declarations_rejected"] >= 1 and res.declared_at is None
+    assert set(_codes(res)) & EPHEMERAL_CODES[sid], res.guard["feedback"]
+    assert any(e.get("declare") == "rejected" for e in res.transcript)
+    assert res.failure_mode == "budget_exhausted"
+
+
+def test_ia006_session_only_set_guarded_gets_the_twins_feedback(episodes):
+    from arena.agents import make_agent
+    from arena.cli import default_guard_factory
+    from arena.episode import run_episode
+
+    ep = episodes[("ia-006", "session_only_set", "guarded")].result()
+    twin = run_episode(ep.scenario, make_agent("replay:session_only_set", ep.scenario, 0), arm="guarded",
+                       guard_factory=default_guard_factory)
+    assert _codes(ep.res) and _codes(ep.res) == _codes(twin), (_codes(ep.res), _codes(twin))
+    assert ep.res.failure_mode == twin.failure_mode
+
+
+def test_every_episode_stopped_its_servers_within_the_budget(episodes):
+    results = {case: f.result() for case, f in episodes.items()}
+    for case, ep in results.items():
+        assert ep.pids, case  # the stack was tracked
+        assert ep.left == [], (case, ep.left)
+    longest = max(ep.wall_s for ep in results.values())
+    assert longest < 8 * 60, {"/".join(c): round(ep.wall_s) for c, ep in results.items()}
+
+
+def test_a_component_that_fails_to_start_is_named_with_its_log(monkeypatch):
+    """`guardrail run --env live` exits 3 with an error naming the component and a log that still exists."""
+    from arena.live.replay import LiveIncident
+    from guardrail.cli import _register, cli
+
+    real = LiveIncident.stack
+
+    def broken(self, *, shape=None):
+        stack = real(self, shape=shape)
+        # The API's database port points nowhere: its pool cannot open its boot sessions and the process exits.
+        stack.config_overrides = {"saleor-api.yaml": {"database": {"port": 1}}}
+        return stack
+
+    monkeypatch.setattr(LiveIncident, "stack", broken)
+    _register()
+    r = CliRunner().invoke(cli, ["run", "ia-006", "--env", "live", "--agent", "replay:reference"])
+    assert r.exit_code == 3, r.output
+    m = re.search(r"error: saleor-api failed to start: .*; see (\S+saleor-api\.log)", r.output)
+    assert m, r.output
+    log = Path(m.group(1))
+    try:
+        assert log.is_file() and "Connection refused" in log.read_text()
+    finally:
+        shutil.rmtree(log.parent.parent, ignore_errors=True)  # the stack directory kept for the reader
