@@ -19,7 +19,7 @@ thereby counts the trough that follows it; the peak it was made in never counts 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt
@@ -200,6 +200,15 @@ def load_cycles(samples: Sequence[Sample], window_start: float, now: float, cycl
     return out
 
 
+def _prepared(series: Mapping[SeriesKey, Sequence[Sample]]) -> dict[SeriesKey, list[Sample]]:
+    """Every series in time order, a restarts counter as its increases."""
+    out: dict[SeriesKey, list[Sample]] = {}
+    for key, samples in series.items():
+        ss = sorted(samples, key=lambda s: s.t_start)
+        out[key] = _restart_increases(ss) if key[0] == "restarts" else ss
+    return out
+
+
 def _restart_increases(samples: Sequence[Sample]) -> list[Sample]:
     """A restarts counter as per-sample increases, resets counted as Prometheus' increase() counts them."""
     out: list[Sample] = []
@@ -246,10 +255,7 @@ def assess(
     not_ready: Sequence[str] = (),
 ) -> Assessment:
     """Judge every full load cycle inside [window_start, now] against the bands. Pure."""
-    prepared: dict[SeriesKey, list[Sample]] = {}
-    for key, samples in series.items():
-        ss = sorted(samples, key=lambda s: s.t_start)
-        prepared[key] = _restart_increases(ss) if key[0] == "restarts" else ss
+    prepared = _prepared(series)
 
     # Pair the phase segments into load cycles (see load_cycles), then group every sample by cycle; note each
     # cycle's extent and which phases it has.
@@ -346,19 +352,7 @@ def assess(
 
     def segment_failures(c: str) -> list[BandResult]:
         """The bands a partial cycle's finished segments break (failures only: a partial cycle proves nothing)."""
-        out: list[BandResult] = []
-        for band in bands:
-            if band.op == "stable":
-                continue
-            for smp in by_cycle.get(band.series_key, {}).get(c, ()):
-                if (smp.t_end < now - eps
-                        and (band.phase is None or smp.labels.get("phase") == band.phase)
-                        and sample_has_data(smp, band.sli, criteria.min_count)
-                        and not band.holds(float(smp.value))
-                        and not (band.sli in RATIO_SLIS and criteria.noise_z > 0
-                                 and _plausibly_in_band(band, smp, criteria.noise_z))):
-                    out.append(BandResult(band, "fail", float(smp.value)))
-        return out
+        return _band_failures(bands, lambda band: by_cycle.get(band.series_key, {}).get(c, ()), criteria, now)
 
     # Finished segments of the cycle still under way count against a run: a bad peak is bad before its trough
     # ends. (Only failures: a partial cycle never adds to a run.)
@@ -415,6 +409,44 @@ def assess(
 
 
 RATIO_SLIS = frozenset({"error_ratio", "goodput"})
+
+
+def _band_failures(bands: Sequence[Band], samples_of: Any, criteria: ConvergenceCriteria, before: float,
+                   eps: float = 1e-6) -> list[BandResult]:
+    """The bands that finished samples (ended before `before`) break: failures only, for partial segments."""
+    out: list[BandResult] = []
+    for band in bands:
+        if band.op == "stable":
+            continue
+        for smp in samples_of(band):
+            if (smp.t_end < before - eps
+                    and (band.phase is None or smp.labels.get("phase") == band.phase)
+                    and sample_has_data(smp, band.sli, criteria.min_count)
+                    and not band.holds(float(smp.value))
+                    and not (band.sli in RATIO_SLIS and criteria.noise_z > 0
+                             and _plausibly_in_band(band, smp, criteria.noise_z))):
+                out.append(BandResult(band, "fail", float(smp.value)))
+    return out
+
+
+def since_change(series: Mapping[SeriesKey, Sequence[Sample]], bands: Sequence[Band],
+                 criteria: ConvergenceCriteria, *, window_start: float, until: float,
+                 eps: float = 1e-6) -> CycleJudgement | None:
+    """The part after the last change of the segment that straddles it, judged for failures only. Pure.
+
+    `series` must be measured from `window_start` exactly (the source clips its spans there), so that nothing
+    from before the change is in it; `until` is where the assessment's first settling segment or cycle begins.
+    Evidence of what the system did right after the change (a reload at a peak, a queue still draining), never
+    counted for a run: a segment cut short proves nothing in band.
+    """
+    picked = {key: [s for s in ss if s.t_start >= window_start - eps and s.t_end <= until + eps
+                    and s.t_start < until - eps] for key, ss in _prepared(series).items()}
+    found = [s for ss in picked.values() for s in ss]
+    if not found:
+        return None
+    fails = _band_failures(bands, lambda band: picked.get(band.series_key, ()), criteria, until + 2 * eps)
+    return CycleJudgement("since-change", window_start, max(s.t_end for s in found), "fail" if fails else "ok",
+                          tuple(fails))
 
 
 def _wilson(bad: float, n: float, z: float) -> tuple[float, float]:
@@ -673,6 +705,8 @@ class ConvergenceCheck(VerifierBase):
 
     def measure(self, env: Environment, bands: Sequence[Band], window_start: float,
                 cycle_s: float) -> dict[SeriesKey, list[Sample]]:
+        """Every band's series from one load cycle before `window_start` (so that the segment straddling it shows
+        whole and is not taken for a cycle of its own); with cycle_s 0, clipped at `window_start`."""
         now = env.clock.now()
         window = max(0.0, now - window_start) + cycle_s
         series: dict[SeriesKey, list[Sample]] = {}
@@ -760,4 +794,18 @@ class ConvergenceCheck(VerifierBase):
             return Verdict(VerdictStatus.INCONCLUSIVE, self.name,
                            message=f"{a.nodata_cycles} load cycles without data for a public SLO",
                            evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]]})
-        return _verdict(a, crit, extra=extra)
+        return _verdict(self._with_since_change(env, bands, crit, a), crit, extra=extra)
+
+    def _with_since_change(self, env: Environment, bands: Sequence[Band], crit: ConvergenceCriteria,
+                           a: Assessment) -> Assessment:
+        """The final assessment with the post-change part of the segment straddling the change first among its
+        settling segments (evidence only; see `since_change`). A source that cannot answer leaves it out."""
+        firsts = [c.t_start for c in (*a.settling, *a.cycles)]
+        if not firsts or min(firsts) <= a.window_start + 1e-6:
+            return a
+        try:
+            clipped = self.measure(env, bands, a.window_start, 0.0)
+        except Exception:  # noqa: BLE001 - evidence only
+            return a
+        j = since_change(clipped, bands, crit, window_start=a.window_start, until=min(firsts))
+        return a if j is None else replace(a, settling=(j, *a.settling))

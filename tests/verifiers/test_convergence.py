@@ -8,7 +8,7 @@ import pytest
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, LoadShape, ManualClock, action, comp
 from verifiers.bands import Band, baseline_bands, merge_bands
-from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate, load_cycles
+from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate, load_cycles, since_change
 from verifiers.criteria import ConvergenceCriteria, Criteria
 from verifiers.protocols import FeedbackCode, Sample, VerdictStatus
 
@@ -263,6 +263,41 @@ def test_declared_at_once_is_held_then_accepted_after_two_cycles():
     # Waits are in the env clock: a quarter cycle, or less to wake just after a segment ends (0.6 s past it).
     assert env.clock.sleeps and all(0 < s <= 15.0 for s in env.clock.sleeps)
     assert env.clock.now() == pytest.approx(740.6)
+
+
+def test_failures_right_after_the_change_are_evidence_not_a_reason_to_wait_longer():
+    """A reload at a peak (605-620) fails the rest of that peak: shown as the since-change segment, while the
+    acceptance comes exactly when it does for a quiet change (the segment is cut short and never counts)."""
+    def health(sli, labels, phase, t, c):
+        reloading = 605.0 <= t < 620.0
+        if sli == "error_ratio":
+            return (0.5 if reloading else 0.01, 200)
+        return (0.5 if reloading else 0.98, 200) if sli == "goodput" else (50.0, 200)
+
+    env = _env(fix_at=605.0, health=health)
+    j = FakeJournal(env.clock)
+    env.clock.t = 605.0
+    j.run(env, "fix", [action("x", "set", [{"key": "app.roles.a.db.pool_size", "value": 20}])])
+    v = ConvergenceCheck(CTX).check(env, j, None)
+    assert v.status is VerdictStatus.PASS, v.message
+    assert env.clock.now() == pytest.approx(740.6)
+    first = v.evidence["settling"][0]
+    assert first["cycle"] == "since-change" and first["state"] == "fail"
+    assert first["t_start"] == pytest.approx(605.0) and first["t_end"] == pytest.approx(620.0)
+    assert {f["sli"] for f in first["failed"]} == {"error_ratio", "goodput"}
+
+
+def test_since_change_judges_only_what_follows_the_change():
+    bands = [ERR]
+    clipped = {("error_ratio", ()): [Sample(605.0, 620.0, 0.3, {"phase": "peak", "cycle": "10"}, 200),
+                                     Sample(620.0, 660.0, 0.01, {"phase": "trough", "cycle": "10"}, 200)]}
+    j = since_change(clipped, bands, ConvergenceCriteria(), window_start=605.0, until=620.0)
+    assert j is not None and j.state == "fail" and [r.value for r in j.failures] == [0.3]
+    # A sample from before the change (an unclipped source) is never judged as if it followed it.
+    before = {("error_ratio", ()): [Sample(600.0, 620.0, 0.3, {"phase": "peak", "cycle": "10"}, 200)]}
+    assert since_change(before, bands, ConvergenceCriteria(), window_start=605.0, until=620.0) is None
+    quiet = {("error_ratio", ()): [Sample(605.0, 620.0, 0.01, {"phase": "peak", "cycle": "10"}, 200)]}
+    assert since_change(quiet, bands, ConvergenceCriteria(), window_start=605.0, until=620.0).state == "ok"
 
 
 def test_never_recovers_gives_up_bounded_with_not_converged():
