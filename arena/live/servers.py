@@ -407,6 +407,9 @@ class MariaDBServer(Server):
             lines = [
                 "[mysqld]", f"datadir={self.data}", f"socket={self.socket_path}",
                 f"pid-file={self.run_dir / 'mysqld.pid'}", f"log-error={self.log_path}",
+                # Its own temporary directory: stacks that install side by side must not share /tmp's
+                # #sql-temptable files (seen: "Unknown table 'mysql.tmp_user_sys'" from a clash).
+                f"tmpdir={self.run_dir}",
                 f"bind-address={self.endpoint.address}", f"port={self.endpoint.port}", f"user={user}",
                 "skip-name-resolve", "innodb_buffer_pool_size=16M", "innodb_log_file_size=8M",
                 "innodb_use_native_aio=0", "innodb_flush_log_at_trx_commit=2", "skip-log-bin",

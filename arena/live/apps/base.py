@@ -78,6 +78,9 @@ class AppService:
         Gauge("app_start_time_seconds", "When this process started", registry=self.registry).set(self.started_at)
         self.healthy: Callable[[], bool] = lambda: True
         self.on_reload: Callable[[dict[str, Any]], None] | None = None
+        # A reload rebuilds the app's engine: for the config's `reload_s` after POST /admin/reload the pod fails
+        # readiness and serves no traffic (503), as the twin's roles do (arena/twin/slack/roles.py).
+        self.reloading_until = 0.0
         # Run on SIGTERM once the HTTP server has stopped, within the 3 s grace before the process exits.
         self.on_shutdown: Callable[[], None] | None = None
         self.route("GET", r"/healthz", self._healthz)
@@ -92,8 +95,11 @@ class AppService:
     def route(self, method: str, pattern: str, fn: Route) -> None:
         self.routes.append((method, re.compile(pattern + r"$"), fn))
 
+    def reloading(self) -> bool:
+        return time.time() < self.reloading_until
+
     def _healthz(self, _req: Request) -> Response:
-        ok = self.healthy()
+        ok = self.healthy() and not self.reloading()
         return (200 if ok else 503), {"status": "ok" if ok else "unhealthy", "instance": self.instance}
 
     def _metrics(self, _req: Request) -> Response:
@@ -115,14 +121,19 @@ class AppService:
         return 200, {"status": "staged", "config": self.runtime}
 
     def _reload(self, _req: Request) -> Response:
+        reload_s = float(self.runtime.get("reload_s", 0) or 0)
+        self.reloading_until = time.time() + reload_s
         if self.on_reload:
             self.on_reload(self.runtime)
-        return 200, {"status": "reloaded", "instance": self.instance}
+        return 200, {"status": "reloaded", "instance": self.instance, "not_ready_s": reload_s}
 
     # -- serving ------------------------------------------------------------------------------------------------
     def dispatch(self, method: str, raw_path: str, body: bytes) -> tuple[int, bytes, str]:
         parts = urlsplit(raw_path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if self.reloading() and not parts.path.startswith(("/admin/", "/metrics", "/healthz")):
+            self.requests.labels("not_ready", "503").inc()
+            return 503, json.dumps({"error": "not_ready", "detail": "reloading"}).encode(), "application/json"
         for m, rx, fn in self.routes:
             match = rx.match(parts.path)
             if match and m == method:
