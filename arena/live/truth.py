@@ -584,7 +584,9 @@ class FrappeTruth:
 
     def _stranded(self, r: redis.Redis) -> set[str]:
         """Jobs whose hash says queued but whose id is in no queue list (a flush or an eviction took it)."""
-        listed = set(r.lrange(f"rq:queue:{self.queue_name}", 0, -1))
+        key = f"rq:queue:{self.queue_name}"
+        # The queue and its intermediate list (RQ's workers move a job there as they take it).
+        listed = set(r.lrange(key, 0, -1)) | set(r.lrange(f"{key}:intermediate", 0, -1))
         queued = set()
         for jid in self._job_ids(r):
             if r.hget(f"rq:job:{jid}", "status") == "queued":
@@ -624,7 +626,7 @@ class FrappeTruth:
         truth[f"{q}.appendonly"] = live.get("appendonly")
         truth[f"{q}.used_memory"] = float(r.info("memory")["used_memory"])
         truth[f"{q}.jobs.queued"] = float(r.llen(f"rq:queue:{self.queue_name}"))
-        # Twice, a moment apart: a worker's BLPOP and its status write are two steps, not a loss.
+        # Twice, a moment apart: a worker's status write follows its dequeue, so a moment can show neither.
         stranded = self._stranded(r)
         if stranded:
             self.stack.clock.sleep(0.5)

@@ -1,10 +1,14 @@
 """frappe-worker: RQ-style workers of ia-004 that BLPOP jobs from the Redis queue and mark them finished.
 
-Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each block on BLPOP; a job's hash
-goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so the queue's memory grows
-with the work done until its maxmemory. A worker that cannot reach Redis or is refused (NOPERM on BLPOP, OOM on
-its heartbeat or the status write) retries after a short back-off (RQ writes a heartbeat before each dequeue,
-so at maxmemory it pops nothing; SIGTERM is a warm shutdown: the job in hand is finished). Serves /healthz and
+Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each dequeue with BLMOVE into the
+queue's intermediate list, as RQ (1.15+) does, so that a job taken off the queue is always on some list until it is
+recorded; a job's hash goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so
+the queue's memory grows with the work done until its maxmemory. A worker that cannot reach Redis or is refused
+(NOPERM, OOM on its heartbeat or the status write) retries after a short back-off (RQ writes a heartbeat before
+each dequeue, so at maxmemory it pops nothing). If the broker refuses the `started` write of a job it has just
+moved (the cap reached between heartbeat and dequeue), the thread keeps that job and records it first on its next
+turn; at boot, jobs left on the intermediate list still `queued` go back to the head of the queue (RQ's
+intermediate-queue cleanup). SIGTERM is a warm shutdown: the job in hand is finished. Serves /healthz and
 /metrics (jobs done, `backlog{queue}`).
 """
 
@@ -41,22 +45,46 @@ class QueueWorkers:
         except redis.exceptions.RedisError:
             return float("nan")
 
+    @property
+    def key(self) -> str:
+        return f"rq:queue:{self.queue}"
+
+    @property
+    def intermediate(self) -> str:
+        return f"{self.key}:intermediate"
+
+    def requeue_left_over(self) -> None:
+        """At boot: jobs a previous process moved but never recorded as started go back to the queue's head."""
+        try:
+            for raw in reversed(self.redis.lrange(self.intermediate, 0, -1)):
+                if self.redis.hget(f"rq:job:{raw.decode()}", "status") in (b"queued", None):
+                    pipe = self.redis.pipeline(transaction=True)
+                    pipe.lrem(self.intermediate, 1, raw)
+                    pipe.lpush(self.key, raw)
+                    pipe.execute()
+        except redis.exceptions.RedisError:
+            self.failed.labels("cleanup").inc()
+
     def run_one(self) -> None:
-        key = f"rq:queue:{self.queue}"
         me = f"rq:worker:{self.app.instance}.{threading.current_thread().name}"
+        held: str | None = None  # a job moved off the queue whose `started` write the broker refused
         while not self.stop.is_set():
             try:
                 # RQ's heartbeat before each dequeue: a write, so a broker at maxmemory (noeviction) refuses it and
-                # the worker backs off before it pops a job it could not record as started.
+                # the worker backs off before it takes a job it could not record as started.
                 self.redis.hset(me, mapping={"state": "idle", "last_heartbeat": time.time()})
-                item = self.redis.blpop([key], timeout=1)
-                if item is None:
-                    continue
-                job = item[1].decode()
+                if held is None:
+                    raw = self.redis.blmove(self.key, self.intermediate, 1, "LEFT", "RIGHT")
+                    if raw is None:
+                        continue
+                    held = raw.decode()
+                job = held
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "started", "started_at": time.time()})
+                held = None
                 # The job's own work, to its end even in a warm shutdown (a fresh Event: no time.sleep here).
                 threading.Event().wait(self.work_s)
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "finished", "ended_at": time.time()})
+                self.redis.lrem(self.intermediate, 1, job)
                 self.done.labels(self.queue).inc()
             except redis.exceptions.ResponseError as e:
                 msg = str(e)
@@ -82,6 +110,7 @@ class QueueWorkers:
 def main() -> None:
     app = AppService()
     workers = QueueWorkers(app)
+    workers.requeue_left_over()
     workers.start(int(app.runtime["queue"].get("workers", 2)))
     app.on_shutdown = workers.drain
     app.serve()
