@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Protocol
 import yaml
 
 from arena.live.environment import LiveEnvironment
-from arena.live.loadgen import DRIVER_KINDS, DriverConfig, LoadgenConfig
+from arena.live.loadgen import DRIVER_KINDS, DriverConfig, LoadgenConfig, LoadShape
 from arena.live.replay import LiveIncident
 from arena.live.sli import LedgerRow, read_ledger
 from arena.live.stack import LiveStack
@@ -306,6 +306,20 @@ def truth_reader_for(incident: LiveIncident, stack: LiveStack) -> TruthReader:
     return cls(stack)
 
 
+def _phase_lead_wait(now_rel: float, shape: LoadShape, profile) -> float:
+    """How long to wait so that the live episode starts at the twin episode's point of the load cycle.
+
+    The twin's episode opens with its warmup, `warmup_s` before its first peak; the live one starts that much
+    (scaled to the live cycle) before a live peak, so that a script's scaled sleeps land in the same load phase
+    on both (ia-018's premature restarts svc-message at a peak in the twin). `now_rel` is seconds since the load
+    generator started."""
+    lead = (profile.warmup_s * shape.cycle_s / profile.cycle_s) % shape.cycle_s
+    span = shape.span_at(now_rel + lead)
+    while not (span.phase == "peak" and span.start >= now_rel + lead - 1e-9):
+        span = shape.span_at(span.end + 1e-6)
+    return max(0.0, span.start - lead - now_rel)
+
+
 def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
                      guard_factory: Callable[..., Any] | None = None, fault_settle_cycles: float = 1.0,
                      on_ready: Callable[[LiveWorld], None] | None = None):
@@ -337,6 +351,7 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
                 raise EnvironmentError_(f"{scenario.id} fault injection failed ({r.exit_code}): {cmd}: "
                                         f"{r.stderr.strip()[-300:]}")
         env.clock.sleep(fault_settle_cycles * shape.cycle_s)
+        env.clock.sleep(_phase_lead_wait(env.clock.now() - lg_t0, shape, scenario.twin.profile))
         world = LiveWorld(stack, env, truth_reader_for(incident, stack), scenario.twin.profile)
         if on_ready is not None:
             on_ready(world)

@@ -108,3 +108,20 @@ def test_the_twin_world_is_a_graded_world():
     w = TwinWorld.build(load_scenario("ia-006").twin, 0)
     assert isinstance(w, GradedWorld)
     assert w.seconds(30.0) == 30.0 and w.clock is w.env.clock
+
+
+def test_a_live_episode_starts_where_the_twins_does_in_the_load_cycle():
+    """ia-018's twin opens with 30 s of warmup before a 60 s cycle's peak: the live episode starts 5 s before a
+    live peak (10 s cycles), so its scaled script lands in the same phase."""
+    from arena.live.loadgen import LoadShape
+    from arena.live.world import _phase_lead_wait
+    from arena.scenario import load_scenario
+
+    shape = LoadShape(seed=18, warmup_s=4, warmup_rps=2, cycles=[[4, 8, 6, 2]])  # peaks at 4, 14, 24, ...
+    profile = load_scenario("ia-018").twin.profile
+    for now in (12.0, 9.0, 13.5, 8.999):
+        wait = _phase_lead_wait(now, shape, profile)
+        start = now + wait
+        assert 0 <= wait < shape.cycle_s
+        assert (start + 5.0 - 4.0) % 10.0 == pytest.approx(0.0, abs=1e-6) or (
+            (start + 5.0 - 4.0) % 10.0 == pytest.approx(10.0, abs=1e-6)), (now, wait)
