@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
 
-.PHONY: venv bench test lint policy-test clean
+.PHONY: venv bench test lint policy-test live-stack clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: $(STAMP)
 
 policy-test: $(STAMP)
 	$(BIN)/guardrail policy test
+
+# The live stack of real servers (docs/live.md): installs the Debian servers if missing (as root), starts all three
+# substrates on loopback and prints their addresses and shell env; Ctrl-C stops everything.
+live-stack: $(STAMP)
+	./.ci/install-servers
+	$(BIN)/python -m arena.live.stack saleor frappe slack
 
 clean:
 	rm -rf $(VENV) out
