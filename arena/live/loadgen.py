@@ -86,6 +86,13 @@ class LoadShape(BaseModel):
             start += peak_s + trough_s
         raise AssertionError("unreachable: t fell outside its period")
 
+    def next_peak_start(self, t: float) -> float:
+        """The next cycle boundary (a peak's start) at or after `t` seconds after the generator's start."""
+        span = self.span_at(t)
+        while not (span.phase == "peak" and span.start >= t - 1e-9):
+            span = self.span_at(span.end + 1e-6)
+        return span.start
+
 
 @dataclass(frozen=True)
 class PhaseSpan:

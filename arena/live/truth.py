@@ -33,6 +33,7 @@ import pymysql
 import redis
 import yaml
 
+from arena.live.apps.base import rq_keys
 from arena.twin.slack.message import LEAK_AGE_S
 
 __all__ = ["SaleorTruth", "SlackTruth", "FrappeTruth", "TRUTH_READERS"]
@@ -584,9 +585,8 @@ class FrappeTruth:
 
     def _stranded(self, r: redis.Redis) -> set[str]:
         """Jobs whose hash says queued but whose id is in no queue list (a flush or an eviction took it)."""
-        key = f"rq:queue:{self.queue_name}"
         # The queue and its intermediate list (RQ's workers move a job there as they take it).
-        listed = set(r.lrange(key, 0, -1)) | set(r.lrange(f"{key}:intermediate", 0, -1))
+        listed = {j for k in rq_keys(self.queue_name) for j in r.lrange(k, 0, -1)}
         queued = set()
         for jid in self._job_ids(r):
             if r.hget(f"rq:job:{jid}", "status") == "queued":
@@ -625,7 +625,7 @@ class FrappeTruth:
         truth[f"{q}.maxmemory_policy"] = live.get("maxmemory-policy")
         truth[f"{q}.appendonly"] = live.get("appendonly")
         truth[f"{q}.used_memory"] = float(r.info("memory")["used_memory"])
-        truth[f"{q}.jobs.queued"] = float(r.llen(f"rq:queue:{self.queue_name}"))
+        truth[f"{q}.jobs.queued"] = float(r.llen(rq_keys(self.queue_name)[0]))
         # Twice, a moment apart: a worker's status write follows its dequeue, so a moment can show neither.
         stranded = self._stranded(r)
         if stranded:

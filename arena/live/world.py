@@ -231,12 +231,7 @@ class LiveWorld:
         if not rows:
             return t
         lg_t0 = rows[0]["t"] - rows[0]["sent_s"]  # the generator's start, in epoch seconds
-        shape = self.lg_config.shape
-        rel = t + self.origin - lg_t0
-        span = shape.span_at(rel)
-        while not (span.phase == "peak" and span.start >= rel - 1e-9):
-            span = shape.span_at(span.end + 1e-6)
-        return span.start + lg_t0 - self.origin
+        return self.lg_config.shape.next_peak_start(t + self.origin - lg_t0) + lg_t0 - self.origin
 
     def declare(self, t: float) -> None:
         """Nothing to re-fire: the live incidents carry no post-declaration load events."""
@@ -314,10 +309,7 @@ def _phase_lead_wait(now_rel: float, shape: LoadShape, profile) -> float:
     on both (ia-018's premature restarts svc-message at a peak in the twin). `now_rel` is seconds since the load
     generator started."""
     lead = (profile.warmup_s * shape.cycle_s / profile.cycle_s) % shape.cycle_s
-    span = shape.span_at(now_rel + lead)
-    while not (span.phase == "peak" and span.start >= now_rel + lead - 1e-9):
-        span = shape.span_at(span.end + 1e-6)
-    return max(0.0, span.start - lead - now_rel)
+    return max(0.0, shape.next_peak_start(now_rel + lead) - lead - now_rel)
 
 
 def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,

@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from arena.live.names import HostsFile
 
-__all__ = ["Request", "Response", "AppService", "HttpError", "load_config"]
+__all__ = ["Request", "Response", "AppService", "HttpError", "load_config", "rq_keys"]
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 
@@ -49,6 +49,12 @@ class Request:
 
 Response = tuple[int, Any]
 Route = Callable[[Request], Response]
+
+
+def rq_keys(queue: str) -> tuple[str, str]:
+    """RQ's Redis keys for a queue: its list, and the intermediate list a worker moves a job to as it takes it."""
+    key = f"rq:queue:{queue}"
+    return key, f"{key}:intermediate"
 
 
 def load_config(path: str | None = None) -> dict[str, Any]:

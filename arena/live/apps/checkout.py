@@ -205,7 +205,7 @@ class CheckoutAPI:
             raise HttpError(400, "bad_request", detail="client_ref and variant_id are required")
         cfg = self.app.runtime.get("checkout", {})
         median, sigma = float(cfg.get("pricing_ms", 300)), float(cfg.get("pricing_sigma", 0.0))
-        pricing_ms = int(round(median * math.exp(sigma * random.gauss(0.0, 1.0)))) if sigma > 0 else int(median)
+        pricing_ms = int(round(random.lognormvariate(math.log(median), sigma) if sigma > 0 else median))
         with self._session() as c, c.transaction():
             total = c.execute("SELECT checkout_totals(%s, %s, %s)", (variant, qty, pricing_ms)).fetchone()[0]
             oid = c.execute(

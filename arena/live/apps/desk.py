@@ -19,7 +19,7 @@ import pymysql
 import redis
 from prometheus_client import Counter
 
-from arena.live.apps.base import AppService, HttpError, Request, Response
+from arena.live.apps.base import AppService, HttpError, Request, Response, rq_keys
 
 
 class DeskAPI:
@@ -110,7 +110,7 @@ class DeskAPI:
             pipe = self.redis.pipeline(transaction=True)
             pipe.hset(f"rq:job:{job_id}", mapping={"status": "queued", "enqueued_at": time.time(),
                                                    "data": payload, "origin": q.get("name", "default")})
-            pipe.rpush(f"rq:queue:{q.get('name', 'default')}", job_id)
+            pipe.rpush(rq_keys(q.get("name", "default"))[0], job_id)
             pipe.execute()
         except redis.exceptions.ResponseError as e:
             msg = str(e)

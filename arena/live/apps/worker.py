@@ -20,7 +20,7 @@ import time
 import redis
 from prometheus_client import Counter, Gauge
 
-from arena.live.apps.base import AppService
+from arena.live.apps.base import AppService, rq_keys
 
 
 class QueueWorkers:
@@ -30,6 +30,7 @@ class QueueWorkers:
         self.app = app
         q = app.runtime["queue"]
         self.queue = q.get("name", "default")
+        self.key, self.intermediate = rq_keys(self.queue)
         self.redis = redis.Redis(host=app.resolve(q.get("host", "redis-queue")), port=int(q.get("port", 6379)),
                                  socket_timeout=5, socket_connect_timeout=2)
         self.work_s = float(q.get("job_work_ms", 20)) / 1000
@@ -41,17 +42,9 @@ class QueueWorkers:
 
     def _length(self) -> float:
         try:
-            return float(self.redis.llen(f"rq:queue:{self.queue}"))
+            return float(self.redis.llen(self.key))
         except redis.exceptions.RedisError:
             return float("nan")
-
-    @property
-    def key(self) -> str:
-        return f"rq:queue:{self.queue}"
-
-    @property
-    def intermediate(self) -> str:
-        return f"{self.key}:intermediate"
 
     def requeue_left_over(self) -> None:
         """At boot: jobs a previous process moved but never recorded as started go back to the queue's head."""
