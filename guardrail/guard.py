@@ -57,6 +57,7 @@ class Admission:
     seq: int = 0
     feedback: list[Feedback] = field(default_factory=list)
     action_inputs: list[dict[str, Any]] | None = None  # the actions' JSON, as decided and journalled
+    observed: list[dict[str, Any]] | None = None  # what the guard read before deciding (input.observed)
 
     @property
     def denies(self) -> list[Finding]:
@@ -172,6 +173,11 @@ class Guard:
         # Each action's JSON once: the policy input and the journal record share it (model_dump is not free).
         action_inputs = [a.to_input() for a in actions]
         inputs = [{"action": a, "context": self._context_input, "command": command} for a in action_inputs]
+        observed = self._observe(action_inputs)
+        if observed is not None:
+            for inp, obs in zip(inputs, observed):
+                if obs:
+                    inp["observed"] = obs
         # An engine that can decide a command's actions in one evaluation does (EmbeddedOPA.decide_all).
         decide_all = getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None
         decisions = decide_all(inputs) if decide_all is not None else [self.engine.decide(i) for i in inputs]
@@ -181,7 +187,8 @@ class Guard:
         would_deny = [f for e in effects for f in e.would_deny]
         outcome = _aggregate(decisions)
         adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome,
-                        runs=all(e.runs for e in effects), mode=self.mode, action_inputs=action_inputs)
+                        runs=all(e.runs for e in effects), mode=self.mode, action_inputs=action_inputs,
+                        observed=observed)
         self._counts["commands"] += 1
         if denied:
             self._counts["denied"] += 1
@@ -192,14 +199,27 @@ class Guard:
         if warned:
             self._counts["warned"] += 1
             adm.feedback.append(Feedback("WARN", _deny_message(warned), {"rules": [f.id for f in warned]}))
+        extra = {"observed": observed} if observed and any(observed) else {}
         rec = self.journal.append(
             "command", command=command, actions=action_inputs,
             decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value,
-            ran=adm.runs, would_deny=[f.id for f in would_deny] or False,
+            ran=adm.runs, would_deny=[f.id for f in would_deny] or False, **extra,
         )
         adm.seq = rec["seq"]
         self._note_codes(adm.feedback)
         return adm
+
+    def _observe(self, action_inputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """What the suite reads before a mutating command is decided (the state it would change, the session's
+        earlier changes of the same keys): the policies' `input.observed`. None without an environment, a suite
+        that observes, or a mutating action."""
+        observe = getattr(self.suite, "observe", None)
+        if observe is None or self.env is None or not any(a.get("mutating") is not False for a in action_inputs):
+            return None
+        try:
+            return list(observe(self.env, self.journal, action_inputs))
+        except Exception:  # noqa: BLE001 - an unreadable state leaves the policy with the action alone
+            return None
 
     def after(self, admission: Admission, result: CommandResult) -> list[Feedback]:
         """Journal the result, then run the per-step checks (the loop watchdog). Returns new feedback."""
@@ -225,7 +245,11 @@ class Guard:
         inputs = admission.action_inputs
         if inputs is None:
             inputs = [a.to_input() for a in admission.actions]
-        for snap in self.suite.before_run(self.env, self.journal, inputs):
+        if admission.observed is not None:
+            snaps = self.suite.before_run(self.env, self.journal, inputs, observed=admission.observed)
+        else:
+            snaps = self.suite.before_run(self.env, self.journal, inputs)
+        for snap in snaps:
             self.journal.append("snapshot", **snap)
 
     def execute(self, command: str) -> CommandResult:

@@ -25,6 +25,7 @@ from verifiers.context import PublicContext
 from verifiers.convergence import ConvergenceCheck
 from verifiers.criteria import Criteria
 from verifiers.protocols import Environment
+from verifiers.observe import observe, prior_snapshots
 from verifiers.persistence import PersistenceCheck, PersistenceReader, capture_prior
 from verifiers.restart import RestartProbe
 from verifiers.scope import ScopeAudit
@@ -49,13 +50,23 @@ class VerifierSuite:
         """The declaration checks as one verifier (AllOf, stopping at the first failure)."""
         return AllOf(*self.declare, name="declaration")
 
-    def before_run(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]) -> list[dict]:
+    def observe(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """What a guard calls before deciding a command: for each action, the state it is about to change and
+        this session's earlier changes of the same keys (`input.observed` for the policies; verifiers.observe)."""
+        return observe(env, journal, actions, self.reader)
+
+    def before_run(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]],
+                   observed: Sequence[Mapping[str, Any]] | None = None) -> list[dict]:
         """What a guard calls after admitting a command and before running it: takes the scope audit's
         first-step snapshot (once), and returns the `snapshot` records to journal, each key's value before the
         change ({key, scope, target, before}). Persistence and the restart probe use them to tell a change a
-        restart would undo into the incident's state from one whose declared value is merely different."""
+        restart would undo into the incident's state from one whose declared value is merely different.
+        `observed` (what observe() read for the same actions just before the decision) supplies those values
+        without reading them again."""
         if self.scope is not None and self.scope.snapshot_at_start is None and self.scope.items():
             self.scope.take_baseline(env, journal)
+        if observed is not None:
+            return prior_snapshots(observed)
         return capture_prior(env, actions, reader=self.reader) if self.reader is not None else []
 
 

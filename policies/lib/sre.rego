@@ -69,6 +69,25 @@ keys := input.action.keys
 
 key_names contains k.key if some k in keys
 
+# What the guard read before deciding a mutating action (verifiers/observe.py), absent without an environment:
+# `keys` [{key, scope, before, initial}] (each changed key's value now and when this session first touched it),
+# `earlier` [{key, scope, value, seq}] (this session's earlier changes of the same keys), `lists` {list: {member:
+# position or null}} (for a push onto a Redis list).
+default observed := {}
+
+observed := input.observed
+
+observed_keys := object.get(observed, "keys", [])
+
+observed_earlier := object.get(observed, "earlier", [])
+
+observed_lists := object.get(observed, "lists", {})
+
+# A key change's scope ({} when it has none: a system-wide setting).
+scope_of(k) := object.get(k, "scope", {}) if is_object(object.get(k, "scope", {}))
+
+scope_of(k) := {} if object.get(k, "scope", {}) == null
+
 # ---- values -------------------------------------------------------------------------------------------------
 
 false_values := {false, "false", "off", "no", "disabled", "disable", "inactive", "0", 0, "n", "none"}

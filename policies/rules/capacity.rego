@@ -13,9 +13,18 @@ unlimited_when_zero := {"max_user_connections", "maxmemory", "max_connections_pe
 effective(k) := n if {
 	n := lib.number(k.value)
 	not zero_means_unlimited(k, n)
+	not negative_overflow(k, n)
+}
+
+negative_overflow(k, n) if {
+	lib.last_segment(k.key) == "max_overflow"
+	n < 0
 }
 
 effective(k) := "unlimited" if zero_means_unlimited(k, lib.number(k.value))
+
+# SQLAlchemy's max_overflow = -1: no limit on overflow connections.
+effective(k) := "unlimited" if negative_overflow(k, lib.number(k.value))
 
 zero_means_unlimited(k, n) if {
 	n == 0
@@ -111,4 +120,80 @@ governed(key) if {
 governed(key) if {
 	some [k, _] in protected_hits
 	k.key == key
+}
+
+# ---- lowering a capacity limit ----------------------------------------------------------------------------------
+
+# Limits whose value is capacity: lowering one means fewer connections, pooled sessions or bytes at the next peak.
+capacity_limits := {
+	"pool_size", "max_overflow", "default_pool_size", "reserve_pool_size", "max_client_conn", "max_db_connections",
+	"max_connections", "max_user_connections", "maxclients", "maxmemory",
+}
+
+# The guard's observation of a changed key (its value now, and `initial`: its value when this session first
+# touched it), matched on key and scope.
+# (The first one: a function must not give two answers.)
+observation(k) := os[0] if {
+	os := [o | some o in lib.observed_keys; o.key == k.key; lib.scope_of(o) == lib.scope_of(k)]
+	count(os) > 0
+}
+
+lowered(new, start) if {
+	is_number(new)
+	start == "unlimited"
+}
+
+lowered(new, start) if {
+	is_number(new)
+	is_number(start)
+	new < start
+}
+
+# A limit the session found above its stated ceiling may come down (to the budget, or below it).
+found_above_ceiling(k, start) if {
+	some [hit, ceiling] in ceiling_hits
+	hit.key == k.key
+	above(start, ceiling)
+}
+
+# A pool's capacity is pool_size + max_overflow (SQLAlchemy's most connections at once). When one action sets
+# both halves of a pool, it is their sum that must not go down: 12/2 -> 10/5 moves capacity into the overflow
+# and adds one connection.
+pool_parts := {"pool_size", "max_overflow"}
+
+parent(key) := concat(".", array.slice(segs, 0, count(segs) - 1)) if segs := split(key, ".")
+
+pool_halves(k) := [x |
+	some x in lib.keys
+	lib.last_segment(x.key) in pool_parts
+	parent(x.key) == parent(k.key)
+	lib.scope_of(x) == lib.scope_of(k)
+]
+
+# [new, start] for the capacity this key is judged by: the pool's total when the action sets both halves (and
+# both were read before), else the key alone.
+judged(k) := [sum(news), sum(starts)] if {
+	lib.last_segment(k.key) in pool_parts
+	halves := pool_halves(k)
+	count(halves) == 2
+	news := [effective(x) | some x in halves]
+	starts := [effective({"key": x.key, "value": observation(x).initial}) | some x in halves]
+	count(starts) == 2
+	every v in array.concat(news, starts) {
+		is_number(v)
+	}
+} else := [effective(k), effective({"key": k.key, "value": observation(k).initial})]
+
+deny contains {
+	"id": "SRE-CAP-006",
+	"msg": sprintf("This lowers %s from %v (its value when this session began) to %v. Taking capacity away during an incident adds queueing and refusals at the next peak and repairs no fault; leave it as it was, or put back the value you found. If a smaller limit is the fix (it starves a peer), the runbook states that budget as a ceiling.", [k.key, o.initial, k.value]),
+	"details": {"key": k.key, "value": k.value, "initial": o.initial},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in lib.keys
+	lib.last_segment(k.key) in capacity_limits
+	o := observation(k)
+	[new, start] := judged(k)
+	lowered(new, start)
+	not found_above_ceiling(k, effective({"key": k.key, "value": o.initial}))
 }

@@ -66,3 +66,85 @@ test_protected_setting_set_directly_still_denied if {
 	"SRE-CAP-002" in ids(capacity.deny) with input as setting("redis.maxmemory-policy", "noeviction", {"protected_settings": ["redis.maxmemory-policy"]})
 	not "SRE-CAP-004" in ids(capacity.warn) with input as setting("redis.maxmemory-policy", "noeviction", {"protected_settings": ["redis.maxmemory-policy"]})
 }
+
+# ---- SRE-CAP-006: lowering a capacity limit below where the session found it ----
+
+lowered_pool(value, initial, ctx) := {
+	"action": {"tool": "restart-svc.sh", "verb": "apply", "mutating": true, "keys": [{"key": "app.roles.auth.db.pool_size", "value": value, "scope": {"role": "auth"}}]},
+	"observed": {"keys": [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "before": initial, "initial": initial}]},
+	"context": ctx,
+}
+
+test_pool_lowered_below_start_denied if "SRE-CAP-006" in ids(capacity.deny) with input as lowered_pool(16, 20, pools)
+
+test_pool_raised_allowed if count(capacity.deny) == 0 with input as lowered_pool(20, 3, pools)
+
+test_pool_unchanged_allowed if count(capacity.deny) == 0 with input as lowered_pool(20, 20, pools)
+
+test_pool_found_above_ceiling_may_come_down if count(capacity.deny) == 0 with input as lowered_pool(16, 40, pools)
+
+test_no_observation_no_finding if {
+	count(capacity.deny) == 0 with input as setting("app.roles.auth.db.pool_size", 1, pools)
+}
+
+test_initial_value_not_the_current_one_is_compared if {
+	# The session raised the pool to 30 earlier (initial 20); putting back 20 is not a reduction.
+	inp := {
+		"action": {"tool": "restart-svc.sh", "verb": "apply", "mutating": true, "keys": [{"key": "app.roles.auth.db.pool_size", "value": 20, "scope": {"role": "auth"}}]},
+		"observed": {"keys": [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "before": 30, "initial": 20}]},
+		"context": {},
+	}
+	count(capacity.deny) == 0 with input as inp
+}
+
+test_limit_from_unlimited_to_a_number_denied if {
+	inp := {
+		"action": {"tool": "mysql", "verb": "set", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 32}]},
+		"observed": {"keys": [{"key": "mariadb.max_user_connections", "before": 0, "initial": 0}]},
+		"context": {},
+	}
+	"SRE-CAP-006" in ids(capacity.deny) with input as inp
+}
+
+test_limit_to_unlimited_is_not_lowering if {
+	inp := {
+		"action": {"tool": "mysql", "verb": "set", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]},
+		"observed": {"keys": [{"key": "mariadb.max_user_connections", "before": 8, "initial": 8}]},
+		"context": {},
+	}
+	count(capacity.deny) == 0 with input as inp
+}
+
+test_maxmemory_units_compared if {
+	inp := {
+		"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "keys": [{"key": "redis.maxmemory", "value": "64mb"}]},
+		"observed": {"keys": [{"key": "redis.maxmemory", "before": "2097152", "initial": "2097152"}]},
+		"context": {},
+	}
+	count(capacity.deny) == 0 with input as inp
+}
+
+pool_pair(size, overflow, size0, overflow0) := {
+	"action": {"tool": "restart-svc.sh", "verb": "apply", "mutating": true, "keys": [
+		{"key": "app.roles.channel.db.pool_size", "value": size, "scope": {"role": "channel"}},
+		{"key": "app.roles.channel.db.max_overflow", "value": overflow, "scope": {"role": "channel"}},
+	]},
+	"observed": {"keys": [
+		{"key": "app.roles.channel.db.pool_size", "scope": {"role": "channel"}, "before": size0, "initial": size0},
+		{"key": "app.roles.channel.db.max_overflow", "scope": {"role": "channel"}, "before": overflow0, "initial": overflow0},
+	]},
+	"context": pools,
+}
+
+test_pool_rebalanced_with_more_connections_allowed if count(capacity.deny) == 0 with input as pool_pair(10, 5, 12, 2)
+
+test_pool_both_halves_lowered_denied if "SRE-CAP-006" in ids(capacity.deny) with input as pool_pair(16, 8, 20, 10)
+
+test_pool_total_lowered_by_rebalance_denied if "SRE-CAP-006" in ids(capacity.deny) with input as pool_pair(10, 5, 20, 2)
+
+test_unlimited_overflow_is_not_lowering if {
+	not "SRE-CAP-006" in ids(capacity.deny) with input as pool_pair(20, -1, 20, 10)
+}
+
+# SQLAlchemy's max_overflow = -1 is no limit at all: above any ceiling.
+test_unlimited_overflow_above_ceiling if "SRE-CAP-001" in ids(capacity.deny) with input as pool_pair(20, -1, 20, 10)

@@ -1,0 +1,146 @@
+"""What the guard reads before it decides a mutating command (verifiers.observe), and the rules that use it:
+SRE-CAP-006 (a capacity lowered below where the session found it).
+
+The unit tests use stub environments; the last ones run the guard on the twin, whose operator shell answers the
+reads. Nothing here reads a grader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from guardrail.journal import Journal
+from verifiers.observe import observe, prior_snapshots
+from verifiers.protocols import CommandResult
+
+
+class Clock:
+    def now(self) -> float:
+        return 0.0
+
+
+class LposEnv:
+    """Answers `redis-cli ... LPOS <list> <member>` from a dict of lists, and records every command."""
+
+    def __init__(self, lists: dict[str, list[str]], fail: bool = False):
+        self.lists = lists
+        self.fail = fail
+        self.ran: list[str] = []
+        self.clock = Clock()
+
+    def run(self, command: str) -> CommandResult:
+        self.ran.append(command)
+        if self.fail:
+            return CommandResult(command, stderr="Could not connect", exit_code=1)
+        words = command.split()
+        i = words.index("LPOS")
+        lst, member = words[i + 1], words[i + 2]
+        items = self.lists.get(lst, [])
+        return CommandResult(command, stdout=f"{items.index(member)}\n" if member in items else "\n")
+
+
+def push_action(raw: str, members: list[str], verb: str = "rpush") -> dict[str, Any]:
+    return {"tool": "redis-cli", "verb": verb, "mutating": True, "raw": raw, "keys": [],
+            "target": {"kind": "component", "name": "redis-queue"},
+            "details": {"command": " ".join([verb.upper(), "rq:queue:long", *members]), "keys": ["rq:queue:long"]}}
+
+
+def test_a_push_reads_each_members_position_with_the_agents_connection_options():
+    env = LposEnv({"rq:queue:long": ["a", "b"]})
+    raw = "redis-cli -h redis-queue -p 6380 RPUSH rq:queue:long b c"
+    (obs,) = observe(env, None, [push_action(raw, ["b", "c"])], reader=None)
+    assert obs == {"lists": {"rq:queue:long": {"b": 1, "c": None}}}
+    assert env.ran == ["redis-cli -h redis-queue -p 6380 LPOS rq:queue:long b",
+                       "redis-cli -h redis-queue -p 6380 LPOS rq:queue:long c"]
+
+
+def test_an_unreadable_list_says_nothing():
+    env = LposEnv({}, fail=True)
+    (obs,) = observe(env, None, [push_action("redis-cli -h redis-queue RPUSH rq:queue:long a", ["a"])], reader=None)
+    assert obs == {}
+
+
+def test_read_only_actions_are_not_observed():
+    env = LposEnv({})
+    (obs,) = observe(env, None, [{"tool": "redis-cli", "verb": "llen", "mutating": False}], reader=None)
+    assert obs == {} and env.ran == []
+
+
+class StubReader:
+    """The persistence reader's capture(): each key's value now, from a dict."""
+
+    def __init__(self, values: dict[str, Any]):
+        self.values = values
+
+    def capture(self, env, action):
+        return [{"key": k["key"], "scope": dict(k.get("scope") or {}), "target": "", "before": self.values[k["key"]]}
+                for k in action.get("keys") or ()]
+
+
+def journal_with(*entries: tuple[str, list[dict[str, Any]], list[dict[str, Any]]]) -> Journal:
+    """A journal holding executed commands (command, actions, snapshots taken before it ran)."""
+    j = Journal(None, clock=Clock())
+    for command, actions, snaps in entries:
+        rec = j.append("command", command=command, actions=actions, ran=True)
+        for s in snaps:
+            j.append("snapshot", **s)
+        j.append("result", ref=rec["seq"], exit_code=0)
+    return j
+
+
+def pool_action(value: int) -> dict[str, Any]:
+    return {"tool": "restart-svc.sh", "verb": "apply", "mutating": True,
+            "keys": [{"key": "app.roles.auth.db.pool_size", "value": value, "scope": {"role": "auth"}}]}
+
+
+def test_keys_carry_their_value_now_and_when_the_session_first_changed_them():
+    j = journal_with(("raise", [pool_action(30)],
+                      [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "before": 20}]))
+    (obs,) = observe(LposEnv({}), j, [pool_action(20)], reader=StubReader({"app.roles.auth.db.pool_size": 30}))
+    assert obs["keys"] == [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "target": "",
+                            "before": 30, "initial": 20}]
+    assert obs["earlier"] == [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "value": 30,
+                               "seq": 1}]
+    # What the guard journals before the command runs comes from the same read, without `initial`.
+    assert prior_snapshots([obs]) == [{"key": "app.roles.auth.db.pool_size", "scope": {"role": "auth"}, "target": "",
+                                       "before": 30}]
+
+
+def test_earlier_changes_are_those_of_the_same_keys_only():
+    other = {"tool": "psql", "verb": "alter role", "mutating": True,
+             "keys": [{"key": "postgres.lock_timeout", "value": "1s", "scope": {"role": "app"}}]}
+    j = journal_with(("other", [other], []))
+    (obs,) = observe(LposEnv({}), j, [pool_action(20)], reader=StubReader({"app.roles.auth.db.pool_size": 20}))
+    assert "earlier" not in obs and obs["keys"][0]["initial"] == 20
+
+
+# -- the guard on the twin ------------------------------------------------------------------------------------------
+
+def twin_guard(sid: str):
+    scenario = pytest.importorskip("arena.scenario")
+    from arena.bench.guarding import bench_guard_factory
+    from arena.world import TwinWorld
+
+    sc = scenario.load_scenario(sid)
+    env = TwinWorld.build(sc.twin, 0).env
+    return bench_guard_factory(env, sc.public)
+
+
+def denied(guard, command: str) -> list[str]:
+    with guard.journal.batch():
+        adm = guard.before(command)
+        if adm.runs:
+            guard.prepare(adm)
+    if adm.runs:
+        guard.after(adm, guard.env.run(command))
+    return [f.id for f in adm.denies]
+
+
+@pytest.mark.slow
+def test_twin_lowering_a_healthy_pool_is_denied_and_raising_one_is_not():
+    g = twin_guard("ia-009")
+    assert "SRE-CAP-006" in denied(g, """echo '{"db":{"pool_size":16,"max_overflow":8}}' | restart-svc.sh auth""")
+    g = twin_guard("ia-012")  # the channel pool starts at 12/2: 10/5 is one connection more
+    assert denied(g, """echo '{"db":{"pool_size":10,"max_overflow":5}}' | restart-svc.sh channel""") == []
