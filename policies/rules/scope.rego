@@ -64,3 +64,30 @@ deny contains {
 	some t in lib.texts
 	regex.match(`(^|\s)(-A|--all-namespaces|--all)(\s|=|$)`, t)
 }
+
+# A setting this session already changed in a narrow scope (a role in a database), now changed in a wider one
+# that holds it (the role everywhere, the whole database, the whole server). PostgreSQL applies the narrowest
+# scope that sets a key (role in database, then role, then database, then the server), so the wider change
+# repairs nothing for the scope already fixed; it reaches every other role and database under it.
+wider(new, old) if {
+	count(new) < count(old)
+	every n, v in new {
+		old[n] == v
+	}
+}
+
+deny contains {
+	"id": "SRE-SCOPE-005",
+	"msg": sprintf("%s was already changed in this session for %s (step %v). Changing it again for %s reaches every other role and database there, which the incident did not ask for. Keep the change in the scope you found the fault in.", [k.key, scope_text(lib.scope_of(e)), e.seq, scope_text(lib.scope_of(k))]),
+	"details": {"key": k.key, "scope": lib.scope_of(k), "earlier_scope": lib.scope_of(e), "earlier_seq": e.seq},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in lib.keys
+	some e in lib.observed_earlier
+	e.key == k.key
+	wider(lib.scope_of(k), lib.scope_of(e))
+}
+
+scope_text(s) := "the whole server" if count(s) == 0
+
+scope_text(s) := concat(", ", sort([sprintf("%s %v", [n, v]) | some n, v in s])) if count(s) > 0

@@ -40,3 +40,32 @@ test_all_namespaces_delete_denied if {
 test_all_namespaces_get_allowed if {
 	count(scope.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "target": {"kind": "pod"}, "raw": "kubectl get pods -A"}}
 }
+
+# ---- SRE-SCOPE-005: widening the scope of a setting this session already changed ----
+
+guc(scope, earlier) := {
+	"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.statement_timeout", "value": "5s", "scope": scope}]},
+	"observed": {"earlier": earlier},
+}
+
+role_in_db := [{"key": "postgres.statement_timeout", "scope": {"role": "app", "database": "app"}, "value": null, "seq": 7}]
+
+test_system_wide_after_role_in_database_denied if "SRE-SCOPE-005" in ids(scope.deny) with input as guc({}, role_in_db)
+
+test_database_wide_after_role_in_database_denied if "SRE-SCOPE-005" in ids(scope.deny) with input as guc({"database": "app"}, role_in_db)
+
+test_role_wide_after_role_in_database_denied if "SRE-SCOPE-005" in ids(scope.deny) with input as guc({"role": "app"}, role_in_db)
+
+test_same_scope_again_allowed if count(scope.deny) == 0 with input as guc({"role": "app", "database": "app"}, role_in_db)
+
+test_other_database_allowed if count(scope.deny) == 0 with input as guc({"database": "other"}, role_in_db)
+
+test_narrower_after_wider_allowed if {
+	count(scope.deny) == 0 with input as guc({"role": "app", "database": "app"}, [{"key": "postgres.statement_timeout", "scope": {}, "value": "5s", "seq": 3}])
+}
+
+test_other_key_earlier_allowed if {
+	count(scope.deny) == 0 with input as guc({}, [{"key": "postgres.lock_timeout", "scope": {"role": "app"}, "value": "1s", "seq": 3}])
+}
+
+test_no_earlier_change_allowed if count(scope.deny) == 0 with input as guc({}, [])

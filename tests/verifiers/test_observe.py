@@ -1,5 +1,6 @@
 """What the guard reads before it decides a mutating command (verifiers.observe), and the rules that use it:
-SRE-CAP-006 (a capacity lowered below where the session found it).
+SRE-CAP-006 (a capacity lowered below where the session found it) and SRE-SCOPE-005 (a setting changed again in
+a wider scope than this session already changed it in).
 
 The unit tests use stub environments; the last ones run the guard on the twin, whose operator shell answers the
 reads. Nothing here reads a grader.
@@ -144,3 +145,13 @@ def test_twin_lowering_a_healthy_pool_is_denied_and_raising_one_is_not():
     assert "SRE-CAP-006" in denied(g, """echo '{"db":{"pool_size":16,"max_overflow":8}}' | restart-svc.sh auth""")
     g = twin_guard("ia-012")  # the channel pool starts at 12/2: 10/5 is one connection more
     assert denied(g, """echo '{"db":{"pool_size":10,"max_overflow":5}}' | restart-svc.sh channel""") == []
+
+
+@pytest.mark.slow
+def test_twin_widening_a_setting_already_reset_for_its_role_is_denied():
+    g = twin_guard("ia-006")
+    dsn = 'psql "$DB_ADMIN_DSN" -c'
+    assert denied(g, f'{dsn} "ALTER ROLE saleor_app IN DATABASE saleor RESET statement_timeout"') == []
+    assert "SRE-SCOPE-005" in denied(g, f"""{dsn} "ALTER SYSTEM SET statement_timeout = '5s'" """)
+    assert "SRE-SCOPE-005" in denied(g, f'{dsn} "ALTER DATABASE saleor SET statement_timeout = 0"')
+    assert denied(g, f"{dsn} \"ALTER ROLE saleor_app IN DATABASE saleor SET statement_timeout = '2s'\"") == []
