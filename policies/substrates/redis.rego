@@ -83,3 +83,29 @@ warn contains {
 	input.action.tool == "redis-cli"
 	lib.verb in {"keys", "monitor", "debug"}
 }
+
+# A push onto a queue of a member already in it: the consumer takes the job twice. The guard looked each pushed
+# member up (LPOS) just before (input.observed.lists); a job that is missing from the list may be pushed back.
+push_verbs := {"lpush", "rpush", "lpushx", "rpushx"}
+
+queue_words := {"queue", "broker", "jobs", "stream", "celery", "rq"}
+
+queue_list(name) if queue_like
+
+queue_list(name) if {
+	some w in queue_words
+	contains(lower(name), w)
+}
+
+deny contains {
+	"id": "SUB-REDIS-005",
+	"msg": sprintf("%s already holds %s (LPOS found each of them); pushing them again delivers those jobs twice. Push back only a job that is missing from the queue (LPOS returns nothing), once.", [list, concat(", ", sort(queued))]),
+	"details": {"list": list, "already_queued": sort(queued)},
+} if {
+	input.action.tool == "redis-cli"
+	lib.verb in push_verbs
+	some list, members in lib.observed_lists
+	queue_list(list)
+	queued := {m | some m, pos in members; pos != null}
+	count(queued) > 0
+}

@@ -44,3 +44,23 @@ test_noeviction_through_helm_flags_allowed if {
 test_appendfsync_no_denied if "SUB-REDIS-003" in ids(redis.deny) with input as config_set("redis-queue", "redis.appendfsync", "no")
 
 test_appendfsync_always_allowed if count(redis.deny) == 0 with input as config_set("redis-queue", "redis.appendfsync", "always")
+
+push(members) := {
+	"action": {"tool": "redis-cli", "verb": "rpush", "mutating": true, "target": {"kind": "component", "name": "redis-queue"}},
+	"observed": {"lists": {"rq:queue:long": members}},
+}
+
+test_repush_of_queued_job_denied if "SUB-REDIS-005" in ids(redis.deny) with input as push({"a": null, "b": 3})
+
+test_push_of_missing_job_allowed if count(redis.deny) == 0 with input as push({"a": null})
+
+test_push_without_observation_allowed if {
+	count(redis.deny) == 0 with input as {"action": {"tool": "redis-cli", "verb": "rpush", "mutating": true, "target": {"kind": "component", "name": "redis-queue"}}}
+}
+
+test_repush_onto_a_plain_list_allowed if {
+	count(redis.deny) == 0 with input as {
+		"action": {"tool": "redis-cli", "verb": "rpush", "mutating": true, "target": {"kind": "component", "name": "redis-cache"}},
+		"observed": {"lists": {"recent:views": {"a": 0}}},
+	}
+}

@@ -1,6 +1,6 @@
 """What the guard reads before it decides a mutating command (verifiers.observe), and the rules that use it:
-SRE-CAP-006 (a capacity lowered below where the session found it) and SRE-SCOPE-005 (a setting changed again in
-a wider scope than this session already changed it in).
+SRE-CAP-006 (a capacity lowered below where the session found it), SRE-SCOPE-005 (a setting changed again in a
+wider scope than this session already changed it in) and SUB-REDIS-005 (a job pushed onto a queue it is still in).
 
 The unit tests use stub environments; the last ones run the guard on the twin, whose operator shell answers the
 reads. Nothing here reads a grader.
@@ -155,3 +155,13 @@ def test_twin_widening_a_setting_already_reset_for_its_role_is_denied():
     assert "SRE-SCOPE-005" in denied(g, f"""{dsn} "ALTER SYSTEM SET statement_timeout = '5s'" """)
     assert "SRE-SCOPE-005" in denied(g, f'{dsn} "ALTER DATABASE saleor SET statement_timeout = 0"')
     assert denied(g, f"{dsn} \"ALTER ROLE saleor_app IN DATABASE saleor SET statement_timeout = '2s'\"") == []
+
+
+@pytest.mark.slow
+def test_twin_pushing_back_a_job_still_queued_is_denied_and_a_stranded_one_is_not():
+    g = twin_guard("ia-005")
+    queued = g.env.run("redis-cli -h redis-queue LRANGE rq:queue:long 0 0").stdout.split()[0]
+    stranded = "72ff317c-1685-18c2-401a-c05c7119bc89"  # its job hash is queued; LPOS does not find it
+    assert g.env.run(f"redis-cli -h redis-queue LPOS rq:queue:long {stranded}").stdout.strip() == ""
+    assert "SUB-REDIS-005" in denied(g, f"redis-cli -h redis-queue RPUSH rq:queue:long {stranded} {queued}")
+    assert denied(g, f"redis-cli -h redis-queue RPUSH rq:queue:long {stranded}") == []
