@@ -118,8 +118,7 @@ def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
         truth = TRUTH[incident_id](stack)
         stack.wait_scraped()
         env.clock.sleep(incident.shape.warmup_s + incident.shape.cycle_s)
-        for cmd in incident.fault_init:
-            env.run(cmd)
+        incident.inject(env, stack, check=False)
         env.clock.sleep(incident.shape.cycle_s)
         truth.mark_baseline()  # episode start: the fault has landed, the agent has not acted
         base = _snap(truth)

@@ -24,13 +24,23 @@ from arena.live.environment import LiveEnvironment
 from arena.live.loadgen import LoadShape
 from arena.live.stack import LiveStack
 from arena.scenario import load_script
-from guardrail.errors import GuardrailError, ScenarioError
+from guardrail.errors import EnvironmentError_, GuardrailError, ScenarioError
 from guardrail.resources import scenario_dir
 from guardrail.yamlio import load_model
 
 __all__ = ["LiveIncident", "replay", "main"]
 
 INCIDENTS_DIR = Path(__file__).resolve().parent / "incidents"
+
+
+class IncidentHistory(BaseModel):
+    """The incident's history before the episode that a one-minute live episode cannot replay in real time (the
+    twin runs it as `prehistory_cycles`), landed after the fault as its end state."""
+
+    model_config = ConfigDict(extra="forbid")
+    # An app config (under the stack's config/) whose job queue is filled to its broker's cap with accepted jobs:
+    # the state a stalled worker leaves while producers keep enqueueing.
+    queue_backlog: str | None = None
 
 
 class LiveIncident(BaseModel):
@@ -43,6 +53,7 @@ class LiveIncident(BaseModel):
     image_env: dict[str, dict[str, str]] = Field(default_factory=dict)
     config_overrides: dict[str, dict] = Field(default_factory=dict)
     fault_init: list[str] = Field(default_factory=list)
+    history: "IncidentHistory" = Field(default_factory=lambda: IncidentHistory())
 
     @classmethod
     def load(cls, incident_id: str) -> "LiveIncident":
@@ -55,6 +66,38 @@ class LiveIncident(BaseModel):
     def stack(self, *, shape: LoadShape | None = None) -> LiveStack:
         return LiveStack(self.substrates, shape=shape or self.shape, image_env=self.image_env,
                          config_overrides=self.config_overrides)
+
+    def inject(self, env: LiveEnvironment, stack: LiveStack, *, check: bool = True) -> list[dict[str, Any]]:
+        """Land the fault: the `fault_init` commands in the live shell (with `check`, a failing one raises
+        EnvironmentError_ with its stderr), then the `history`. Returns what each step did."""
+        steps: list[dict[str, Any]] = []
+        for cmd in self.fault_init:
+            r = env.run(cmd)
+            steps.append({"fault_init": cmd, "exit_code": r.exit_code, "stderr": r.stderr[-300:]})
+            if check and r.exit_code != 0:
+                raise EnvironmentError_(f"{self.id} fault injection failed ({r.exit_code}): {cmd}: "
+                                        f"{r.stderr.strip()[-300:]}")
+        if self.history.queue_backlog:
+            steps.append({"history": "queue_backlog", "app_config": self.history.queue_backlog,
+                          "jobs": _queue_backlog(stack, self.history.queue_backlog)})
+        return steps
+
+
+def _queue_backlog(stack: LiveStack, app_config: str) -> int:
+    """Fill the queue of the app configured by `app_config` to its broker's cap; how many jobs it took."""
+    import redis
+
+    from arena.live.apps.desk import fill_to_cap
+
+    q = (yaml.safe_load((stack.config_dir / app_config).read_text()) or {}).get("queue") or {}
+    ep = stack.endpoint(q.get("host", "redis-queue"))
+    r = redis.Redis(host=ep.address, port=ep.port, socket_timeout=5, socket_connect_timeout=2)
+    try:
+        return fill_to_cap(r, q)
+    except (RuntimeError, redis.exceptions.RedisError) as e:
+        raise EnvironmentError_(f"the queue backlog on {q.get('host', 'redis-queue')} failed: {e}") from e
+    finally:
+        r.close()
 
 
 def _twin_cycle_s(incident_id: str) -> float | None:
@@ -89,9 +132,7 @@ def replay(incident_id: str, solution: str, *, restart: str | None = None, settl
         env = LiveEnvironment(stack)
         stack.wait_scraped()
         env.clock.sleep(incident.shape.warmup_s + incident.shape.cycle_s)  # the pool's long-lived sessions exist
-        for cmd in incident.fault_init:
-            r = env.run(cmd)
-            report["steps"].append({"fault_init": cmd, "exit_code": r.exit_code, "stderr": r.stderr[-300:]})
+        report["steps"] += incident.inject(env, stack, check=False)
         env.clock.sleep(2 * incident.shape.cycle_s)
         t0 = env.clock.now()
         for step in script.script:

@@ -337,11 +337,7 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
         rows, _ = read_ledger(stack.ledger_path)
         lg_t0 = rows[0]["t"] - rows[0]["sent_s"] if rows else env.clock.now()
         env.clock.sleep(lg_t0 + shape.warmup_s + shape.cycle_s - env.clock.now())
-        for cmd in incident.fault_init:
-            r = env.run(cmd)
-            if r.exit_code != 0:
-                raise EnvironmentError_(f"{scenario.id} fault injection failed ({r.exit_code}): {cmd}: "
-                                        f"{r.stderr.strip()[-300:]}")
+        incident.inject(env, stack)
         env.clock.sleep(fault_settle_cycles * shape.cycle_s)
         env.clock.sleep(_phase_lead_wait(env.clock.now() - lg_t0, shape, scenario.twin.profile))
         world = LiveWorld(stack, env, truth_reader_for(incident, stack), scenario.twin.profile)

@@ -22,6 +22,42 @@ from prometheus_client import Counter
 from arena.live.apps.base import AppService, HttpError, Request, Response, rq_keys
 
 
+def job_payload(queue_cfg: dict) -> str:
+    """RQ stores the pickled call in the job hash; this payload stands in for it, sized by the site's config."""
+    return "x" * int(queue_cfg.get("job_payload_bytes", 2048))
+
+
+def enqueue_job(r: redis.Redis, queue: str, job_id: str, payload: str) -> None:
+    """RQ's enqueue: the job hash (`queued`) and its id on the queue's list, in one MULTI. Redis errors propagate."""
+    pipe = r.pipeline(transaction=True)
+    pipe.hset(f"rq:job:{job_id}", mapping={"status": "queued", "enqueued_at": time.time(), "data": payload,
+                                           "origin": queue})
+    pipe.rpush(rq_keys(queue)[0], job_id)
+    pipe.execute()
+
+
+def fill_to_cap(r: redis.Redis, queue_cfg: dict, *, hold_s: float = 1.0, limit: int = 100_000) -> int:
+    """Enqueue jobs, as the site's producers do, until the broker refuses them (OOM at its maxmemory under
+    noeviction), and keep trying every few milliseconds until it has refused them for `hold_s` (producers take any
+    memory that frees, as clients' buffers shrink). Returns how many it accepted; raises RuntimeError if `limit`
+    jobs all fit (no cap to reach)."""
+    queue, payload = queue_cfg.get("name", "default"), job_payload(queue_cfg)
+    accepted, refused_since = 0, None
+    while accepted < limit:
+        try:
+            enqueue_job(r, queue, f"history-{uuid.uuid4().hex}", payload)
+            accepted, refused_since = accepted + 1, None
+        except redis.exceptions.ResponseError as e:
+            if "OOM" not in str(e) and "maxmemory" not in str(e):
+                raise
+            now = time.monotonic()
+            refused_since = refused_since or now
+            if now - refused_since >= hold_s:
+                return accepted
+            time.sleep(0.005)
+    raise RuntimeError(f"{limit} jobs of {len(payload)} bytes fit on queue {queue!r}: the broker has no cap to reach")
+
+
 class DeskAPI:
     """The Desk API of the Frappe site: ToDo records in MariaDB and jobs on the Redis queue."""
 
@@ -104,14 +140,9 @@ class DeskAPI:
         body = req.body or {}
         q = self.app.runtime["queue"]
         job_id = str(body.get("job_id") or uuid.uuid4().hex)
-        # RQ stores the pickled call in the job hash; this payload stands in for it, sized by config.
-        payload = "x" * int(q.get("job_payload_bytes", 2048))
+        payload = job_payload(q)
         try:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.hset(f"rq:job:{job_id}", mapping={"status": "queued", "enqueued_at": time.time(),
-                                                   "data": payload, "origin": q.get("name", "default")})
-            pipe.rpush(rq_keys(q.get("name", "default"))[0], job_id)
-            pipe.execute()
+            enqueue_job(self.redis, q.get("name", "default"), job_id, payload)
         except redis.exceptions.ResponseError as e:
             msg = str(e)
             # Outside MULTI Redis says "OOM command not allowed..."; inside it, "...used memory > 'maxmemory'".

@@ -3,9 +3,11 @@
 Run by the supervisor as `python -m arena.live.apps.worker`. `workers` threads each dequeue with BLMOVE into the
 queue's intermediate list, as RQ (1.15+) does, so that a job taken off the queue is always on some list until it is
 recorded; a job's hash goes queued -> started -> finished, as RQ's does, and keeps its data (RQ's result TTL), so
-the queue's memory grows with the work done until its maxmemory. A worker that cannot reach Redis or is refused
-(NOPERM, OOM on its heartbeat or the status write) retries after a short back-off (RQ writes a heartbeat before
-each dequeue, so at maxmemory it pops nothing). If the broker refuses the `started` write of a job it has just
+the queue's memory grows with the work done until its maxmemory. A worker that cannot reach Redis retries after
+0.5 s. One that is refused (NOPERM, or OOM on its heartbeat or a status write; RQ writes a heartbeat before each
+dequeue, so at maxmemory it pops nothing) stops, as RQ's loop crashes, and runs again after `retry_s`, doubling
+while it keeps being refused up to `backoff_max_s` (CrashLoopBackOff); a finished job resets it. Producers, which
+try far more often, take any memory that frees, as in the twin (arena/twin/frappe/rq.py). If the broker refuses the `started` write of a job it has just
 moved (the cap reached between heartbeat and dequeue), the thread keeps that job and records it first on its next
 turn; at boot, jobs left on the intermediate list still `queued` go back to the head of the queue (RQ's
 intermediate-queue cleanup). SIGTERM is a warm shutdown: the job in hand is finished. Serves /healthz and
@@ -34,6 +36,13 @@ class QueueWorkers:
         self.redis = redis.Redis(host=app.resolve(q.get("host", "redis-queue")), port=int(q.get("port", 6379)),
                                  socket_timeout=5, socket_connect_timeout=2)
         self.work_s = float(q.get("job_work_ms", 20)) / 1000
+        # RQ's loop raises on a refused write and supervisord restarts it after `retry_s`, doubling while it keeps
+        # failing (up to `backoff_max_s`), back to `retry_s` after a job it finishes: one back-off for the process.
+        self.retry_s = float(q.get("retry_s", 0.5))
+        self.backoff_max_s = float(q.get("backoff_max_s", self.retry_s))
+        self.in_a_row = 0
+        self.blocked_until = 0.0
+        self._lock = threading.Lock()
         self.done = Counter("rq_jobs_done_total", "jobs finished", ["queue"], registry=app.registry)
         self.failed = Counter("rq_worker_errors_total", "worker errors", ["reason"], registry=app.registry)
         backlog = Gauge("backlog", "jobs waiting on the queue", ["queue"], registry=app.registry)
@@ -45,6 +54,16 @@ class QueueWorkers:
             return float(self.redis.llen(self.key))
         except redis.exceptions.RedisError:
             return float("nan")
+
+    def _refused(self) -> float:
+        """A write was refused: the loop crashes; how long until it runs again (a crash already backing off, as
+        another thread's, does not count twice)."""
+        with self._lock:
+            now = time.monotonic()
+            if now >= self.blocked_until:
+                self.in_a_row += 1
+                self.blocked_until = now + min(self.retry_s * 2 ** (self.in_a_row - 1), self.backoff_max_s)
+            return self.blocked_until - now
 
     def requeue_left_over(self) -> None:
         """At boot: jobs a previous process moved but never recorded as started go back to the queue's head."""
@@ -62,6 +81,10 @@ class QueueWorkers:
         me = f"rq:worker:{self.app.instance}.{threading.current_thread().name}"
         held: str | None = None  # a job moved off the queue whose `started` write the broker refused
         while not self.stop.is_set():
+            wait = self.blocked_until - time.monotonic()
+            if wait > 0:
+                self.stop.wait(wait)
+                continue
             try:
                 # RQ's heartbeat before each dequeue: a write, so a broker at maxmemory (noeviction) refuses it and
                 # the worker backs off before it takes a job it could not record as started.
@@ -79,11 +102,12 @@ class QueueWorkers:
                 self.redis.hset(f"rq:job:{job}", mapping={"status": "finished", "ended_at": time.time()})
                 self.redis.lrem(self.intermediate, 1, job)
                 self.done.labels(self.queue).inc()
+                self.in_a_row = 0
             except redis.exceptions.ResponseError as e:
                 msg = str(e)
                 self.failed.labels("oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg
                                    else "error").inc()
-                self.stop.wait(0.5)
+                self.stop.wait(self._refused())
             except redis.exceptions.RedisError:
                 self.failed.labels("connection").inc()
                 self.stop.wait(0.5)

@@ -226,6 +226,17 @@ def test_every_live_incident_file_validates_and_names_known_substrates():
             assert set(inc.image_env) <= apps
 
 
+def test_an_unknown_history_step_is_an_input_error_naming_the_file(tmp_path, monkeypatch):
+    from arena.live import replay
+    from guardrail.errors import InputError
+
+    (tmp_path / "ia-998.yaml").write_text("id: ia-998\nsubstrates: [frappe]\nhistory:\n  queue_flood: x.yaml\n")
+    monkeypatch.setattr(replay, "INCIDENTS_DIR", tmp_path)
+    with pytest.raises(InputError, match="queue_flood") as e:
+        replay.LiveIncident.load("ia-998")
+    assert "ia-998.yaml" in str(e.value)
+
+
 def test_an_unknown_live_incident_is_an_input_error():
     from arena.live.replay import LiveIncident
     from guardrail.errors import InputError
