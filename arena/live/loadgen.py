@@ -178,14 +178,17 @@ async def _rq_complete(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> 
     if r.status != 200:
         return False, False, f"enqueue {r.status}"
     job = r.body["message"]["job_id"]
-    # Poll the job until a worker finishes it; the driver's timeout bounds the wait.
+    # Poll the job until a worker finishes it, backing off from 0.1 s to 0.5 s between polls (a queue that is
+    # draining a backlog holds many jobs in flight); the driver's timeout bounds the wait.
+    pause = 0.1
     while True:
         s = await http.get(f"{d.url}/api/job/{job}")
         if s.status == 200 and s.body.get("status") == "finished":
             return True, True, f"finished job={job}"
         if s.status not in (200, 503):
             return False, False, f"job {s.status}"
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 0.5)
 
 
 async def _write_readback(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tuple[bool, bool, str]:

@@ -684,26 +684,46 @@ class FrappeTruth:
         _, qc = self._queue()
         return {**c, **qc}
 
-    def fixed_traffic(self, spec: Mapping[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
-        """`jobs` jobs enqueued through frappe-web, each followed until a worker finishes it."""
+    def fixed_traffic(self, spec: Mapping[str, Any], timeout_s: float = 8.0) -> dict[str, Any]:
+        return self.queue_probe(int(spec.get("jobs", 0)), timeout_s)
+
+    def queue_probe(self, n: int, timeout_s: float = 8.0) -> dict[str, Any]:
+        """The queue challenge's probe, as the twin's (arena/twin/frappe/substrate.py `fixed_traffic`): `n` jobs
+        enqueued through frappe-web; each is correct when the broker accepts it and a worker can take it, i.e. a
+        worker's heartbeat (the write RQ makes before each dequeue) lands within `timeout_s` of the enqueues. Like
+        Incident-Arena's redis_configuration probe it checks that the broker serves the queue again, not how long
+        the backlog ahead of the new jobs takes to drain."""
         ep = self.stack.endpoint("frappe-web")
-        n = int(spec.get("jobs", 0))
-        ids = []
-        for _ in range(n):
+        out: dict[str, Any] = {"scheduled": n, "attempted": n, "completed": 0, "correct": 0, "errors": []}
+        t0 = time.time()
+        for i in range(n):
             status, body = _http_json(ep, "POST", "/api/method/enqueue", {})
             if status == 200 and isinstance(body, dict):
-                ids.append(body["message"]["job_id"])
-                self._traffic_ids.append(ids[-1])
+                self._traffic_ids.append(body["message"]["job_id"])
+                out["completed"] += 1
+            else:
+                out["errors"].append(f"job {i}: enqueue {status} {(body or {}).get('reason', '')}".strip())
+        if out["completed"]:
+            if self._worker_heartbeat_after(t0, timeout_s):
+                out["correct"] = out["completed"]
+            else:
+                out["errors"].append(f"no worker heartbeat within {timeout_s:g} s: the workers cannot take jobs")
+        return out
+
+    def _worker_heartbeat_after(self, t0: float, timeout_s: float) -> bool:
+        r = self._redis()
         clock = self.stack.clock
         deadline = clock.now() + timeout_s
-        done: set[str] = set()
-        while len(done) < len(ids) and clock.now() < deadline:
-            for jid in set(ids) - done:
-                status, body = _http_json(ep, "GET", f"/api/job/{jid}")
-                if status == 200 and (body or {}).get("status") == "finished":
-                    done.add(jid)
+        while True:
+            try:
+                beats = [r.hget(k, "last_heartbeat") for k in r.scan_iter("rq:worker:*", count=100)]
+                if any(b is not None and float(b) > t0 for b in beats):
+                    return True
+            except (redis.exceptions.RedisError, ValueError):
+                pass
+            if clock.now() >= deadline:
+                return False
             clock.sleep(0.2)
-        return {"scheduled": n, "attempted": n, "completed": len(done), "correct": len(done)}
 
 
 TRUTH_READERS = {"ia-006": SaleorTruth, "ia-004": FrappeTruth, "ia-018": SlackTruth}

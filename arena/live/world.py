@@ -240,7 +240,7 @@ class LiveWorld:
     def fixed_traffic(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """A fixed batch of real requests through the load generator's drivers: one write and readback per named
         channel (`channels`), N barrier-started writes to one channel (`concurrent`), N queue jobs run to
-        completion (`jobs`)."""
+        completion (`jobs`; with a truth reader that has `queue_probe`, its probe instead)."""
         calls: list[tuple[str, DriverConfig]] = []
         by_kind = {d.kind: d for d in self.lg_config.drivers}
         writer = by_kind.get("write_readback")
@@ -253,9 +253,18 @@ class LiveWorld:
             calls += [(f"concurrent {i}", one) for i in range(int(conc.get("writes", 16)))]
         jobs = int(spec.get("jobs", 0) or 0)
         runner = by_kind.get("rq_complete") or by_kind.get("rq_enqueue")
-        if jobs and runner is not None:
+        probe = getattr(self.reader, "queue_probe", None)
+        queued: dict[str, Any] | None = None
+        if jobs and probe is not None:
+            # The incident's own queue probe (accepted, and a worker can take it), as the twin's.
+            queued = probe(jobs, runner.timeout_s if runner is not None else 8.0)
+        elif jobs and runner is not None:
             calls += [(f"job {i}", runner) for i in range(jobs)]
         out: dict[str, Any] = {"scheduled": len(calls), "attempted": 0, "completed": 0, "correct": 0, "errors": []}
+        if queued is not None:
+            for k in ("scheduled", "attempted", "completed", "correct"):
+                out[k] += int(queued[k])
+            out["errors"] += list(queued.get("errors", ()))
         if calls:
             results = asyncio.run(_run_calls(calls, seed=int(self.lg_config.shape.seed)))
             for (what, _), (done, ok, correct, detail) in zip(calls, results):
