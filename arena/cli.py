@@ -123,8 +123,10 @@ def _run_live(sc: Any, agent: Any, arm: str, seed: int, factory: Any) -> Any:
     if missing:
         click.echo(f"error: the live stack needs: {', '.join(missing)}", err=True)
         raise SystemExit(3)
+    from arena.live.stack import install_cleanup
     from arena.live.world import run_live_episode
 
+    install_cleanup()  # Ctrl-C or a SIGTERM stops the stack's servers too
     try:
         return run_live_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
     except InputError:
@@ -192,6 +194,9 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     import time
 
     if env_name == "live":
+        from arena.live.stack import install_cleanup
+
+        install_cleanup()  # Ctrl-C or a SIGTERM stops every stack the run has up
         _bench_live(scenarios_opt, agents_opt, arms_opt or "unguarded", jobs, out_dir, as_json)
         return
     arms_opt = arms_opt or "guarded,unguarded"

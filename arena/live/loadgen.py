@@ -178,7 +178,7 @@ async def _rq_complete(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> 
     if r.status != 200:
         return False, False, f"enqueue {r.status}"
     job = r.body["message"]["job_id"]
-    # Poll the job until a worker finishes it, backing off from 0.1 s to 0.5 s between polls (a queue that is
+    # Poll the job until a worker finishes it, backing off from 0.1 s to 1 s between polls (a queue that is
     # draining a backlog holds many jobs in flight); the driver's timeout bounds the wait.
     pause = 0.1
     while True:
@@ -188,7 +188,7 @@ async def _rq_complete(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> 
         if s.status not in (200, 503):
             return False, False, f"job {s.status}"
         await asyncio.sleep(pause)
-        pause = min(2 * pause, 0.5)
+        pause = min(2 * pause, 1.0)
 
 
 async def _write_readback(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tuple[bool, bool, str]:

@@ -166,6 +166,7 @@ class LiveStack:
         # The graded world (arena.live.world) uses it to tell a restart that masks a fault; nothing else needs it.
         self.restart_observers: list = []
         self._watch_stop = threading.Event()
+        self._down_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
     # -- layout --------------------------------------------------------------------------------------------------
@@ -190,6 +191,8 @@ class LiveStack:
 
     # -- up ------------------------------------------------------------------------------------------------------
     def up(self) -> "LiveStack":
+        with _RUNNING_LOCK:
+            _RUNNING.add(self)
         self.dir = Path(self._base_given or tempfile.mkdtemp(prefix="guardrail-live-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         # The database servers run as their own users and must traverse the stack directory.
@@ -430,7 +433,15 @@ echo
 
     # -- down ----------------------------------------------------------------------------------------------------
     def down(self) -> list[int]:
-        """Stop everything; returns the pids still alive afterwards (empty when the stop was clean)."""
+        """Stop everything; returns the pids still alive afterwards (empty when the stop was clean). Safe to call
+        twice and from two threads (a signal's cleanup and the episode's own `finally`)."""
+        with self._down_lock:
+            left = self._down()
+        with _RUNNING_LOCK:
+            _RUNNING.discard(self)
+        return left
+
+    def _down(self) -> list[int]:
         self._watch_stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=5)
@@ -455,6 +466,50 @@ echo
 
     def __exit__(self, *_exc) -> None:
         self.down()
+
+
+# The stacks this process has brought up and not yet stopped. Their servers run in sessions of their own (so that
+# a stop can signal each one's whole process group), so nothing stops them if this process dies: a signal or an
+# exit stops them first (install_cleanup).
+_RUNNING: set[LiveStack] = set()
+_RUNNING_LOCK = threading.Lock()
+_CLEANUP_INSTALLED = False
+
+
+def stop_running_stacks() -> None:
+    """Stop every stack this process still has up."""
+    with _RUNNING_LOCK:
+        stacks = list(_RUNNING)
+    for st in stacks:
+        try:
+            st.down()
+        except Exception:  # noqa: BLE001 - stop the others regardless
+            pass
+
+
+def install_cleanup() -> None:
+    """For a program that runs live stacks, called from its main thread: SIGTERM and SIGINT stop every running
+    stack (the episodes using them then fail fast) before the process exits with 143 or KeyboardInterrupt, and a
+    normal exit stops any left up (atexit). Idempotent."""
+    import atexit
+    import signal
+
+    global _CLEANUP_INSTALLED
+    if _CLEANUP_INSTALLED:
+        return
+    _CLEANUP_INSTALLED = True
+    atexit.register(stop_running_stacks)
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum, _frame):
+        stop_running_stacks()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
 
 
 def _deep_merge(into: dict, patch: dict) -> None:

@@ -260,3 +260,53 @@ def test_postgres_durations_as_shown_by_show(shown, ms):
     from arena.live.truth import _ms
 
     assert _ms(shown) == ms
+
+
+def test_a_sigterm_stops_every_running_stack_before_the_process_exits(tmp_path):
+    """Stack servers run in sessions of their own; install_cleanup() makes SIGTERM stop them (here a stand-in
+    stack whose down() leaves a mark), then exit 143."""
+    import subprocess
+    import sys
+
+    mark = tmp_path / "stopped"
+    script = f"""
+import os, signal, time
+from arena.live import stack
+class Fake:
+    def down(self):  # as LiveStack.down: stop, then leave the registry
+        open({str(mark)!r}, "a").write("down\\n")
+        stack._RUNNING.discard(self)
+        return []
+stack._RUNNING.add(Fake())
+stack.install_cleanup()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 143, p.stderr
+    assert mark.read_text() == "down\n"  # stopped once: the exit's own pass finds nothing left
+
+
+def test_stop_running_stacks_tolerates_a_failing_stop_and_stops_the_rest():
+    from arena.live import stack
+
+    calls = []
+
+    class Boom:
+        def down(self):
+            calls.append("boom")
+            raise RuntimeError("gone")
+
+    class Fine:
+        def down(self):
+            calls.append("fine")
+            stack._RUNNING.discard(self)
+            return []
+
+    a, b = Boom(), Fine()
+    stack._RUNNING.update({a, b})
+    try:
+        stack.stop_running_stacks()
+    finally:
+        stack._RUNNING.discard(a)
+    assert sorted(calls) == ["boom", "fine"] and b not in stack._RUNNING
