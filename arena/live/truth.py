@@ -458,7 +458,8 @@ class FrappeTruth:
     def _mysql(self, user: str = "root", password: str | None = None, database: str | None = None):
         ep = self.stack.endpoint("mariadb")
         return pymysql.connect(host=ep.address, port=ep.port, user=user, database=database, connect_timeout=5,
-                               password=self.root_password if password is None else password, autocommit=True)
+                               password=self.root_password if password is None else password, autocommit=True,
+                               ssl_disabled=True)
 
     def _redis(self) -> redis.Redis:
         ep = self.stack.endpoint(self.queue)
