@@ -15,6 +15,10 @@ given the state they land on, and each fact here is one an operator reads before
   when it is not there. A rule tells a re-delivery of a job that is still queued.
 
 Nothing here reads a grader or recognises a command: the reads are the catalogue's operator commands and LPOS.
+
+The journal facts come from a `JournalLog` that reads the journal incrementally (`since()`, as the watchdog's
+StepLog does), so a decision costs the same however long the session has run; without one, the whole journal
+is read each time.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from verifiers.base import is_mutating_action
-from verifiers.persistence import PersistenceReader, changed_keys
+from verifiers.persistence import ChangedKey, PersistenceReader, changed_keys, changes_of
 from verifiers.protocols import Environment
 
-__all__ = ["observe", "PUSH_VERBS"]
+__all__ = ["observe", "JournalLog", "PUSH_VERBS"]
 
 PUSH_VERBS = frozenset({"lpush", "rpush", "lpushx", "rpushx"})
 # At most this many members of one push are looked up (one LPOS each).
@@ -34,10 +38,16 @@ MAX_MEMBERS = 32
 
 
 def observe(env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]],
-            reader: PersistenceReader | None) -> list[dict[str, Any]]:
-    """One `observed` document per action ({} for a read-only one or when there is nothing to say)."""
-    changes = changed_keys(journal) if journal is not None else []
-    snaps = _snapshots(journal)
+            reader: PersistenceReader | None, log: "JournalLog | None" = None) -> list[dict[str, Any]]:
+    """One `observed` document per action ({} for a read-only one or when there is nothing to say). `log`
+    carries what earlier calls read of the same journal."""
+    if log is not None and journal is not None:
+        log.update(journal)
+        names_all = {str(k.get("key")) for a in actions if is_mutating_action(a) for k in a.get("keys") or ()}
+        changes, snaps = log.changes(names_all), log.first_snapshots
+    else:
+        changes = changed_keys(journal) if journal is not None else []
+        snaps = _snapshots(journal)
     out = []
     for a in actions:
         if not is_mutating_action(a):
@@ -80,6 +90,54 @@ def _snapshots(journal: Any) -> dict[tuple, Mapping[str, Any]]:
         if r.get("kind") == "snapshot":
             first.setdefault(_ident(r.get("key"), r.get("scope")), r)
     return first
+
+
+class JournalLog:
+    """What observe() needs of one journal, read incrementally: the same answers as `changed_keys(journal)` and
+    `_snapshots(journal)`, at a cost per call that does not grow with the session."""
+
+    def __init__(self) -> None:
+        self.journal_id: int | None = None
+        self.last_seq = 0
+        self._awaiting: dict[int, Mapping[str, Any]] = {}  # commands that ran, until their result
+        # By key name, the last change of each key (ChangedKey.ident), with its order (command seq, place in the
+        # command): a result that arrives out of command order does not override a later command's change.
+        self._changes: dict[str, dict[tuple, tuple[tuple[int, int], ChangedKey]]] = {}
+        self.first_snapshots: dict[tuple, Mapping[str, Any]] = {}
+
+    def update(self, journal: Any) -> None:
+        if self.journal_id != id(journal):
+            self.__init__()
+            self.journal_id = id(journal)
+        since = getattr(journal, "since", None)
+        new = since(self.last_seq) if since is not None else [
+            r for r in journal.records() if int(r.get("seq") or 0) > self.last_seq]
+        for r in new:
+            seq = int(r.get("seq") or 0)
+            if seq <= self.last_seq:
+                continue
+            self.last_seq = seq
+            kind = r.get("kind")
+            if kind == "command" and r.get("ran"):
+                self._awaiting[seq] = r
+            elif kind == "result":
+                cmd = self._awaiting.pop(r.get("ref"), None)  # the first result of a command counts, as executed()
+                if cmd is None:
+                    continue
+                for i, ck in enumerate(changes_of(cmd, r.get("exit_code"))):
+                    order = (ck.seq, i)
+                    of_key = self._changes.setdefault(ck.key, {})
+                    have = of_key.get(ck.ident)
+                    if have is None or have[0] < order:
+                        of_key[ck.ident] = (order, ck)
+            elif kind == "snapshot":
+                self.first_snapshots.setdefault(_ident(r.get("key"), r.get("scope")), r)
+
+    def changes(self, names: Any = None) -> list[ChangedKey]:
+        """As changed_keys(journal), of the keys named in `names` (all when None): last change wins, in the order
+        of the last changes."""
+        groups = self._changes.values() if names is None else [self._changes.get(n) or {} for n in names]
+        return [ck for _, ck in sorted((oc for g in groups for oc in g.values()), key=lambda oc: oc[0])]
 
 
 def _list_positions(env: Environment, action: Mapping[str, Any]) -> dict[str, dict[str, int | None]]:

@@ -19,8 +19,8 @@ from verifiers.catalogue import Catalogue, CatalogueEntry, Missing, load_catalog
 from verifiers.context import PublicContext
 from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
 
-__all__ = ["ChangedKey", "KeyReading", "changed_keys", "prior_values", "capture_prior", "PersistenceReader", "evaluate",
-           "PersistenceCheck"]
+__all__ = ["ChangedKey", "KeyReading", "changed_keys", "changes_of", "prior_values", "capture_prior",
+           "PersistenceReader", "evaluate", "PersistenceCheck"]
 
 
 @dataclass(frozen=True)
@@ -89,19 +89,26 @@ def changed_keys(journal: Any) -> list[ChangedKey]:
     """Every key executed mutating actions changed, last change wins; commands that failed changed nothing."""
     out: dict[tuple, ChangedKey] = {}
     for e in journal.executed() if journal is not None else ():
-        if e.get("exit_code") not in (0, None):
-            continue
-        for a in e.get("actions") or ():
-            if not is_mutating_action(a):
-                continue
-            for k in a.get("keys") or ():
-                ck = ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
-                                layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
-                                via=tuple(a.get("via") or ()), seq=int(e.get("seq") or 0),
-                                command=str(e.get("command") or ""))
-                out.pop(ck.ident, None)  # re-insert so the order is that of the last change
-                out[ck.ident] = ck
+        for ck in changes_of(e, e.get("exit_code")):
+            out.pop(ck.ident, None)  # re-insert so the order is that of the last change
+            out[ck.ident] = ck
     return list(out.values())
+
+
+def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
+    """The keys one executed command changed, in its actions' order; none when it failed."""
+    if exit_code not in (0, None):
+        return []
+    out = []
+    for a in command.get("actions") or ():
+        if not is_mutating_action(a):
+            continue
+        for k in a.get("keys") or ():
+            out.append(ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
+                                  layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
+                                  via=tuple(a.get("via") or ()), seq=int(command.get("seq") or 0),
+                                  command=str(command.get("command") or "")))
+    return out
 
 
 class PersistenceReader:

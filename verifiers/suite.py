@@ -25,7 +25,7 @@ from verifiers.context import PublicContext
 from verifiers.convergence import ConvergenceCheck
 from verifiers.criteria import Criteria
 from verifiers.protocols import Environment
-from verifiers.observe import observe, prior_snapshots
+from verifiers.observe import JournalLog, observe, prior_snapshots
 from verifiers.persistence import PersistenceCheck, PersistenceReader, capture_prior
 from verifiers.restart import RestartProbe
 from verifiers.scope import ScopeAudit
@@ -45,6 +45,7 @@ class VerifierSuite:
     criteria: Criteria = field(default_factory=Criteria)
     scope: ScopeAudit | None = None
     reader: PersistenceReader | None = None
+    journal_log: JournalLog = field(default_factory=JournalLog)  # observe()'s incremental read of the journal
 
     def as_one(self) -> AllOf:
         """The declaration checks as one verifier (AllOf, stopping at the first failure)."""
@@ -53,7 +54,7 @@ class VerifierSuite:
     def observe(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]) -> list[dict]:
         """What a guard calls before deciding a command: for each action, the state it is about to change and
         this session's earlier changes of the same keys (`input.observed` for the policies; verifiers.observe)."""
-        return observe(env, journal, actions, self.reader)
+        return observe(env, journal, actions, self.reader, self.journal_log)
 
     def before_run(self, env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]],
                    observed: Sequence[Mapping[str, Any]] | None = None) -> list[dict]:

@@ -165,3 +165,77 @@ def test_twin_pushing_back_a_job_still_queued_is_denied_and_a_stranded_one_is_no
     assert g.env.run(f"redis-cli -h redis-queue LPOS rq:queue:long {stranded}").stdout.strip() == ""
     assert "SUB-REDIS-005" in denied(g, f"redis-cli -h redis-queue RPUSH rq:queue:long {stranded} {queued}")
     assert denied(g, f"redis-cli -h redis-queue RPUSH rq:queue:long {stranded}") == []
+
+
+# -- the incremental journal read (JournalLog) answers as the whole-journal read does ------------------------------
+
+
+def _random_session(journal: Journal, rng: Any, n: int) -> None:
+    """Commands (some mutating, some failing, some never answered), results in and out of command order,
+    duplicate results, and snapshots of the keys."""
+    keys = ["maxmemory", "pool_size", "work_mem", "timeout"]
+    pending: list[int] = []
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.45:
+            acts = []
+            for _ in range(rng.randint(1, 2)):
+                k = rng.choice(keys)
+                acts.append({"tool": "psql", "verb": "alter", "mutating": rng.choice([True, True, False, "unknown"]),
+                             "layer": "declared", "target": {"name": rng.choice(["db", "db2", None])},
+                             "keys": [{"key": k, "scope": rng.choice([{}, {"role": "app"}]),
+                                       "value": rng.randint(1, 99)}]})
+            rec = journal.append("command", command=f"cmd {len(journal)}", actions=acts, ran=rng.random() < 0.85)
+            if rec["ran"]:
+                pending.append(rec["seq"])
+        elif roll < 0.8 and pending:
+            ref = pending.pop(rng.randrange(len(pending)) if rng.random() < 0.3 else 0)
+            journal.append("result", ref=ref, exit_code=rng.choice([0, 0, 0, 1, None]))
+            if rng.random() < 0.05:
+                journal.append("result", ref=ref, exit_code=1)  # a second result of the same command
+        elif roll < 0.9:
+            journal.append("snapshot", key=rng.choice(keys), scope=rng.choice([{}, {"role": "app"}]),
+                           before=rng.randint(1, 99))
+        else:
+            journal.append("declare")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_incremental_journal_log_matches_the_whole_journal_read(tmp_path, seed):
+    import random
+
+    from verifiers.observe import JournalLog, _snapshots
+    from verifiers.persistence import changed_keys
+
+    rng = random.Random(seed)
+    # File-backed: more records than the journal keeps in memory between two reads exercise since()'s file path.
+    journal = Journal(tmp_path / "j.jsonl", clock=Clock())
+    log = JournalLog()
+    for _ in range(12):
+        _random_session(journal, rng, rng.choice([5, 40, 400]))
+        log.update(journal)
+        assert log.changes() == changed_keys(journal)
+        for names in ({"maxmemory"}, {"pool_size", "timeout"}, set()):
+            assert log.changes(names) == [c for c in changed_keys(journal) if c.key in names]
+        assert log.first_snapshots == _snapshots(journal)
+    journal.close()
+
+
+def test_observe_gives_the_same_documents_with_and_without_the_incremental_log(tmp_path):
+    import random
+
+    from verifiers.observe import JournalLog
+
+    class Reader:
+        def capture(self, env: Any, action: Any) -> list:
+            return [{"key": k["key"], "scope": dict(k.get("scope") or {}), "before": 7} for k in action["keys"]]
+
+    rng = random.Random(3)
+    journal = Journal(tmp_path / "j.jsonl", clock=Clock())
+    log = JournalLog()
+    for _ in range(30):
+        _random_session(journal, rng, 20)
+        act = {"tool": "psql", "verb": "alter", "mutating": True, "layer": "declared", "target": {"name": "db"},
+               "keys": [{"key": rng.choice(["maxmemory", "work_mem"]), "scope": {}, "value": 1}]}
+        assert observe(None, journal, [act], Reader(), log) == observe(None, journal, [act], Reader())
+    journal.close()
