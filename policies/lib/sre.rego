@@ -222,6 +222,10 @@ protected_exact := {p | some p in protected_settings; not contains(p, "*")}
 
 protected_globs := {p | some p in protected_settings; contains(p, "*")}
 
+# Each exact protected key with a dot after it. A key is a protected key or lies under one exactly when the key
+# with a dot after it starts with one of these (one builtin call per key, before key_prefixes builds the prefixes).
+protected_exact_dotted := {concat("", [p, "."]) | some p in protected_exact}
+
 # A key and each dotted prefix of it: app.roles.channel -> {app, app.roles, app.roles.channel}.
 key_prefixes(key) := {concat(".", array.slice(parts, 0, n)) |
 	parts := split(key, ".")
