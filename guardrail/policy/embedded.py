@@ -11,6 +11,11 @@ context once, as data (`data.incident_contexts[<digest>]`), and sends `{"action"
 policies/lib/sre.rego reads the context from there, or from `input.context` when no ref is given (OPAServer,
 `guardrail policy eval`, Rego tests). Past MAX_LOADED_CONTEXTS distinct contexts the input goes inline as before.
 
+What lib derives from the context alone (protected keys exact and as globs, ceiling globs, constraints by kind) is
+evaluated once when the context is loaded (DERIVED_QUERY) and stored beside it as `data.incident_derived[<digest>]`;
+lib reads that copy on this path and derives the same values per decision on every other
+(tests/guardrail/policy/test_policy_equivalence.py checks the copy against the per-decision values).
+
 Two more savings on the hot path, both measured by bench/policy_latency.py:
 - The action goes to OPA without the fields no rule reads (UNREAD_ACTION_FIELDS): converting input JSON into OPA
   values costs about 0.15 ms per KB. tests/guardrail/policy/test_policy_wire.py fails if a rule starts reading one.
@@ -41,13 +46,17 @@ from guardrail.policy.base import Decision
 from guardrail.policy.decisions import DecisionIds, MalformedDecision, fail_closed, from_document
 from guardrail.policy.loader import PolicyTree, load_error
 
-__all__ = ["EmbeddedOPA", "DECISION_QUERY", "BATCH_QUERY", "CONTEXTS_DATA_KEY", "compile_tree"]
+__all__ = ["EmbeddedOPA", "DECISION_QUERY", "BATCH_QUERY", "CONTEXTS_DATA_KEY", "DERIVED_DATA_KEY", "compile_tree"]
 
 DECISION_QUERY = "decision := data.guardrail.decision"
 # The decisions of several actions of one command in one evaluation: the same document, once per action.
 BATCH_QUERY = "decisions := [d | some a in input.actions; d := data.guardrail.decision with input.action as a]"
 # Where loaded incident contexts live in the data document (read by policies/lib/sre.rego).
 CONTEXTS_DATA_KEY = "incident_contexts"
+# What lib derives from a context alone (protected keys, constraints by kind, ...), evaluated once when the context
+# is loaded and stored beside it; lib reads the stored copy when there is one (see policies/lib/sre.rego).
+DERIVED_DATA_KEY = "incident_derived"
+DERIVED_QUERY = "derived := data.guardrail.lib.context_derived"
 # Each loaded context stays in the engine for its life; a long-lived server meeting endless distinct contexts
 # stops loading them here and sends them inline (correct, only slower).
 MAX_LOADED_CONTEXTS = 256
@@ -270,9 +279,20 @@ class EmbeddedOPA:
                 self._engine.add_data({CONTEXTS_DATA_KEY: {ref: json.loads(text)}})
             except OpaError:
                 return None
+            self._store_derived(ref)
             self._loaded_contexts.add(ref)
         self._remember(context, text, ref)
         return ref
+
+    def _store_derived(self, ref: str) -> None:
+        # Evaluated before anything is stored under the ref, so lib derives each value from the context itself. A
+        # policy tree without lib.context_derived (or an error) stores nothing: lib then derives per decision.
+        try:
+            rows = self._engine.eval_query(DERIVED_QUERY, input={"context_ref": ref})
+            if rows and isinstance(rows[0].get("derived"), dict):
+                self._engine.add_data({DERIVED_DATA_KEY: {ref: rows[0]["derived"]}})
+        except OpaError:
+            pass
 
     def _remember(self, context: Mapping[str, Any], text: str, ref: str) -> None:
         if len(self._seen_contexts) >= 64:  # sessions come and go; the live ones are re-remembered at once

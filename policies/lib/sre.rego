@@ -179,7 +179,33 @@ key_matches(pattern, key) if startswith(key, concat("", [pattern, "."]))
 
 constraints := object.get(context, "constraints", [])
 
-constraints_of(kind) := [c | some c in constraints; c.kind == kind]
+# What the context alone determines, derived once per loaded context. EmbeddedOPA evaluates `context_derived`
+# when it loads a context (guardrail/policy/embedded.py, DERIVED_QUERY) and stores the result beside it, as
+# data.incident_derived[<digest>]: a real incident's context lists dozens of protected keys and constraints, and
+# deriving these sets again on every decision cost more than the rules that read them. Without a stored copy
+# (OPAServer, `guardrail policy eval`, Rego tests, a context sent inline) each rule below derives its value per
+# decision, as `else`. The stored copy has been through JSON, so its sets are sorted arrays: rules only iterate
+# over these, test membership with `in`, and count them, which reads the same on both.
+context_derived := {
+	"constraints_by_kind": constraints_by_kind,
+	"ceiling_globs": ceiling_globs,
+	"protected_exact": protected_exact,
+	"protected_globs": protected_globs,
+	"protected_exact_dotted": protected_exact_dotted,
+}
+
+stored_derived := data.incident_derived[input.context_ref]
+
+# The constraints of each kind, in context order (kinds that are strings; constraints_of is called with strings).
+constraints_by_kind := d if {
+	d := stored_derived.constraints_by_kind
+} else := {kind: [c | some c in constraints; c.kind == kind] |
+	some c0 in constraints
+	kind := c0.kind
+	is_string(kind)
+}
+
+constraints_of(kind) := object.get(constraints_by_kind, kind, [])
 
 # Each constraint kind read once per decision (rules, so OPA evaluates them once and caches them).
 keep_enabled := [c | some c in constraints; c.kind == "keep_enabled"]
@@ -216,15 +242,23 @@ ceiling_constraints[t] := c.value if {
 
 all_ceilings := object.union(ceilings, ceiling_constraints)
 
-ceiling_globs := {p | some p, _ in all_ceilings; contains(p, "*")}
+ceiling_globs := d if {
+	d := stored_derived.ceiling_globs
+} else := {p | some p, _ in all_ceilings; contains(p, "*")}
 
-protected_exact := {p | some p in protected_settings; not contains(p, "*")}
+protected_exact := d if {
+	d := stored_derived.protected_exact
+} else := {p | some p in protected_settings; not contains(p, "*")}
 
-protected_globs := {p | some p in protected_settings; contains(p, "*")}
+protected_globs := d if {
+	d := stored_derived.protected_globs
+} else := {p | some p in protected_settings; contains(p, "*")}
 
 # Each exact protected key with a dot after it. A key is a protected key or lies under one exactly when the key
 # with a dot after it starts with one of these (one builtin call per key, before key_prefixes builds the prefixes).
-protected_exact_dotted := {concat("", [p, "."]) | some p in protected_exact}
+protected_exact_dotted := d if {
+	d := stored_derived.protected_exact_dotted
+} else := {concat("", [p, "."]) | some p in protected_exact}
 
 # A key and each dotted prefix of it: app.roles.channel -> {app, app.roles, app.roles.channel}.
 key_prefixes(key) := {concat(".", array.slice(parts, 0, n)) |

@@ -154,3 +154,19 @@ def test_a_context_changed_in_place_is_decided_with_its_new_content(engine):
     assert "SRE-RESTART-001" in engine.decide(x).rule_ids
     ctx["not_restartable"].clear()
     assert "SRE-RESTART-001" not in engine.decide(x).rule_ids
+
+
+def test_what_lib_derives_from_a_context_is_stored_once_and_equals_deriving_it_per_decision(engine):
+    """EmbeddedOPA stores lib.context_derived beside each loaded context; rules read that copy instead of deriving
+    the sets again per decision. The copy must be exactly what lib derives from the inline context."""
+    from guardrail.policy.embedded import DERIVED_DATA_KEY
+
+    for name, ctx in contexts().items():
+        ref = engine._context_ref(ctx)
+        assert ref is not None, name
+        stored = engine.query(f"d := data.{DERIVED_DATA_KEY}[input.ref]", {"ref": ref})[0]["d"]
+        inline = engine.query("d := data.guardrail.lib.context_derived", {"context": ctx})[0]["d"]
+        assert stored == inline, name
+        # And the rules read the stored copy on the fast path.
+        via_ref = engine.query("d := data.guardrail.lib.context_derived", {"context_ref": ref})[0]["d"]
+        assert via_ref == inline, name
