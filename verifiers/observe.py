@@ -8,8 +8,8 @@ given the state they land on, and each fact here is one an operator reads before
   guard journals as a `snapshot` before a change runs) and its value when this session first touched it
   (`initial`: the earliest snapshot of that key and scope in the journal, else `before`). Rules compare the new
   value with them (a capacity lowered below where the session found it).
-- `earlier`: the changes this session already made to the same keys, with their scopes (role, database), from
-  the journal. A rule tells a change that widens the scope of an earlier one (ALTER SYSTEM after ALTER ROLE ...
+- `earlier`: the changes this session already made to the same keys on the same target, with their scopes
+  (role, database), from the journal. A rule tells a change that widens the scope of an earlier one (ALTER SYSTEM after ALTER ROLE ...
   IN DATABASE of the same setting).
 - `lists`: for a push onto a Redis list, the position of each pushed member already in the list (LPOS), null
   when it is not there. A rule tells a re-delivery of a job that is still queued.
@@ -61,8 +61,12 @@ def observe(env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]
                 p["initial"] = first["before"] if first is not None else p.get("before")
             obs["keys"] = prior
         names = {str(k.get("key")) for k in a.get("keys") or ()}
+        # Only the same target's: a setting on another server is not a wider or narrower scope of this one, and
+        # a session that touches many servers would otherwise carry all of them into every decision.
+        where = str((a.get("target") or {}).get("name") or "")
         earlier = [{"key": c.key, "scope": dict(c.scope), "value": c.value, "seq": c.seq}
-                   for c in changes if c.key in names]
+                   for c in changes if c.key in names
+                   and (not where or not c.target.get("name") or str(c.target.get("name")) == where)]
         if earlier:
             obs["earlier"] = earlier
         lists = _list_positions(env, a)

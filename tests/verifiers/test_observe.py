@@ -117,6 +117,16 @@ def test_earlier_changes_are_those_of_the_same_keys_only():
     assert "earlier" not in obs and obs["keys"][0]["initial"] == 20
 
 
+def test_earlier_changes_are_those_of_the_same_target_only():
+    def maxmemory(host: str, value: str) -> dict:
+        return {"tool": "redis-cli", "verb": "config set", "mutating": True, "target": {"name": host},
+                "keys": [{"key": "redis.maxmemory", "value": value, "scope": {}}]}
+
+    j = journal_with(*((f"set {h}", [maxmemory(h, "64mb")], []) for h in ("cache-1", "cache-2", "queue")))
+    (obs,) = observe(LposEnv({}), j, [maxmemory("queue", "128mb")], reader=None)
+    assert [e["seq"] for e in obs["earlier"]] == [5]  # the queue's own earlier change, not the caches'
+
+
 # -- the guard on the twin ------------------------------------------------------------------------------------------
 
 def twin_guard(sid: str):
