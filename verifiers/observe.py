@@ -9,16 +9,16 @@ given the state they land on, and each fact here is one an operator reads before
   (`initial`: the earliest snapshot of that key and scope in the journal, else `before`). Rules compare the new
   value with them (a capacity lowered below where the session found it).
 - `earlier`: the changes this session already made to the same keys on the same target, with their scopes
-  (role, database), from the journal. A rule tells a change that widens the scope of an earlier one (ALTER SYSTEM after ALTER ROLE ...
-  IN DATABASE of the same setting).
+  (role, database), from the journal. A rule tells a change that widens the scope of an earlier one (ALTER
+  SYSTEM after ALTER ROLE ... IN DATABASE of the same setting).
 - `lists`: for a push onto a Redis list, the position of each pushed member already in the list (LPOS), null
   when it is not there. A rule tells a re-delivery of a job that is still queued.
 
 Nothing here reads a grader or recognises a command: the reads are the catalogue's operator commands and LPOS.
 
 The journal facts come from a `JournalLog` that reads the journal incrementally (`since()`, as the watchdog's
-StepLog does), so a decision costs the same however long the session has run; without one, the whole journal
-is read each time.
+StepLog does), so a decision costs the same however long the session has run; a caller that passes none gets a
+fresh one, which reads the whole journal.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from verifiers.base import is_mutating_action
-from verifiers.persistence import ChangedKey, PersistenceReader, changed_keys, changes_of
+from verifiers.persistence import ChangedKey, PersistenceReader, changes_of
 from verifiers.protocols import Environment
 
 __all__ = ["observe", "JournalLog", "PUSH_VERBS"]
@@ -41,13 +41,11 @@ def observe(env: Environment, journal: Any, actions: Sequence[Mapping[str, Any]]
             reader: PersistenceReader | None, log: "JournalLog | None" = None) -> list[dict[str, Any]]:
     """One `observed` document per action ({} for a read-only one or when there is nothing to say). `log`
     carries what earlier calls read of the same journal."""
-    if log is not None and journal is not None:
+    log = log if log is not None else JournalLog()
+    if journal is not None:
         log.update(journal)
-        names_all = {str(k.get("key")) for a in actions if is_mutating_action(a) for k in a.get("keys") or ()}
-        changes, snaps = log.changes(names_all), log.first_snapshots
-    else:
-        changes = changed_keys(journal) if journal is not None else []
-        snaps = _snapshots(journal)
+    names_all = {str(k.get("key")) for a in actions if is_mutating_action(a) for k in a.get("keys") or ()}
+    changes, snaps = log.changes(names_all), log.first_snapshots
     out = []
     for a in actions:
         if not is_mutating_action(a):
@@ -85,20 +83,9 @@ def _ident(key: Any, scope: Any) -> tuple:
     return (str(key), tuple(sorted((str(k), str(v)) for k, v in dict(scope or {}).items())))
 
 
-def _snapshots(journal: Any) -> dict[tuple, Mapping[str, Any]]:
-    """The earliest snapshot record of each key and scope: its value when the session first changed it."""
-    first: dict[tuple, Mapping[str, Any]] = {}
-    if journal is None:
-        return first
-    for r in journal.records():
-        if r.get("kind") == "snapshot":
-            first.setdefault(_ident(r.get("key"), r.get("scope")), r)
-    return first
-
-
 class JournalLog:
-    """What observe() needs of one journal, read incrementally: the same answers as `changed_keys(journal)` and
-    `_snapshots(journal)`, at a cost per call that does not grow with the session."""
+    """What observe() needs of one journal, read incrementally: the same answers as `changed_keys(journal)` and the
+    earliest `snapshot` record of each key and scope, at a cost per call that does not grow with the session."""
 
     def __init__(self) -> None:
         self.journal_id: int | None = None

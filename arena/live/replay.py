@@ -53,7 +53,7 @@ class LiveIncident(BaseModel):
     image_env: dict[str, dict[str, str]] = Field(default_factory=dict)
     config_overrides: dict[str, dict] = Field(default_factory=dict)
     fault_init: list[str] = Field(default_factory=list)
-    history: "IncidentHistory" = Field(default_factory=lambda: IncidentHistory())
+    history: IncidentHistory = Field(default_factory=IncidentHistory)
 
     @classmethod
     def load(cls, incident_id: str) -> "LiveIncident":

@@ -214,8 +214,16 @@ def _random_session(journal: Journal, rng: Any, n: int) -> None:
 def test_the_incremental_journal_log_matches_the_whole_journal_read(tmp_path, seed):
     import random
 
-    from verifiers.observe import JournalLog, _snapshots
+    from verifiers.observe import JournalLog, _ident
     from verifiers.persistence import changed_keys
+
+    def _snapshots(journal) -> dict:
+        """The whole-journal read: the earliest snapshot record of each key and scope."""
+        first: dict = {}
+        for r in journal.records():
+            if r.get("kind") == "snapshot":
+                first.setdefault(_ident(r.get("key"), r.get("scope")), r)
+        return first
 
     rng = random.Random(seed)
     # File-backed: more records than the journal keeps in memory between two reads exercise since()'s file path.

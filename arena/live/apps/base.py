@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from arena.live.names import HostsFile
 
-__all__ = ["Request", "Response", "AppService", "HttpError", "load_config", "rq_keys"]
+__all__ = ["Request", "Response", "AppService", "HttpError", "load_config", "rq_keys", "refusal"]
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 
@@ -55,6 +55,13 @@ def rq_keys(queue: str) -> tuple[str, str]:
     """RQ's Redis keys for a queue: its list, and the intermediate list a worker moves a job to as it takes it."""
     key = f"rq:queue:{queue}"
     return key, f"{key}:intermediate"
+
+
+def refusal(error: Exception) -> str:
+    """Why Redis refused a command: "oom" (at maxmemory under noeviction; outside MULTI Redis says "OOM command not
+    allowed...", inside it "...used memory > 'maxmemory'"), "noperm" (an ACL), else "error"."""
+    msg = str(error)
+    return "oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg else "error"
 
 
 def load_config(path: str | None = None) -> dict[str, Any]:

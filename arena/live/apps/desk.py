@@ -19,7 +19,7 @@ import pymysql
 import redis
 from prometheus_client import Counter
 
-from arena.live.apps.base import AppService, HttpError, Request, Response, rq_keys
+from arena.live.apps.base import AppService, HttpError, Request, Response, refusal, rq_keys
 
 
 def job_payload(queue_cfg: dict) -> str:
@@ -48,7 +48,7 @@ def fill_to_cap(r: redis.Redis, queue_cfg: dict, *, hold_s: float = 1.0, limit: 
             enqueue_job(r, queue, f"history-{uuid.uuid4().hex}", payload)
             accepted, refused_since = accepted + 1, None
         except redis.exceptions.ResponseError as e:
-            if "OOM" not in str(e) and "maxmemory" not in str(e):
+            if refusal(e) != "oom":
                 raise
             now = time.monotonic()
             refused_since = refused_since or now
@@ -147,9 +147,7 @@ class DeskAPI:
         try:
             enqueue_job(self.redis, q.get("name", "default"), job_id, payload)
         except redis.exceptions.ResponseError as e:
-            msg = str(e)
-            # Outside MULTI Redis says "OOM command not allowed..."; inside it, "...used memory > 'maxmemory'".
-            reason = "oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg else "error"
+            reason = refusal(e)
             self.enqueue_errors.labels(reason).inc()
             raise HttpError(503, "enqueue_failed", reason=reason, detail=str(e)) from e
         except redis.exceptions.ConnectionError as e:

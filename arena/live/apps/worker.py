@@ -7,10 +7,10 @@ the queue's memory grows with the work done until its maxmemory. A worker that c
 0.5 s. One that is refused (NOPERM, or OOM on its heartbeat or a status write; RQ writes a heartbeat before each
 dequeue, so at maxmemory it pops nothing) stops, as RQ's loop crashes, and runs again after `retry_s`, doubling
 while it keeps being refused up to `backoff_max_s` (CrashLoopBackOff); a finished job resets it. Producers, which
-try far more often, take any memory that frees, as in the twin (arena/twin/frappe/rq.py). If the broker refuses the `started` write of a job it has just
-moved (the cap reached between heartbeat and dequeue), the thread keeps that job and records it first on its next
-turn; at boot, jobs left on the intermediate list still `queued` go back to the head of the queue (RQ's
-intermediate-queue cleanup). SIGTERM is a warm shutdown: the job in hand is finished. Serves /healthz and
+try far more often, take any memory that frees, as in the twin (arena/twin/frappe/rq.py). If the broker refuses
+the `started` write of a job it has just moved (the cap reached between heartbeat and dequeue), the thread keeps
+that job and records it first on its next turn; at boot, jobs left on the intermediate list still `queued` go
+back to the head of the queue (RQ's intermediate-queue cleanup). SIGTERM is a warm shutdown: the job in hand is finished. Serves /healthz and
 /metrics (jobs done, `backlog{queue}`).
 """
 
@@ -22,7 +22,7 @@ import time
 import redis
 from prometheus_client import Counter, Gauge
 
-from arena.live.apps.base import AppService, rq_keys
+from arena.live.apps.base import AppService, refusal, rq_keys
 
 
 class QueueWorkers:
@@ -104,9 +104,7 @@ class QueueWorkers:
                 self.done.labels(self.queue).inc()
                 self.in_a_row = 0
             except redis.exceptions.ResponseError as e:
-                msg = str(e)
-                self.failed.labels("oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg
-                                   else "error").inc()
+                self.failed.labels(refusal(e)).inc()
                 self.stop.wait(self._refused())
             except redis.exceptions.RedisError:
                 self.failed.labels("connection").inc()
