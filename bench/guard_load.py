@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guardrail.policy import goruntime
+
 HERE = Path(__file__).resolve().parent
 # A realistic mix of operator commands; the marker makes every request unique in the journal.
 COMMANDS = [
@@ -425,6 +427,8 @@ def main() -> None:
     ap.add_argument("--transports", default="socket,http")
     ap.add_argument("--engines", type=int, default=2, help="embedded OPA engines in the server's pool")
     ap.add_argument("--out", default=str(HERE / "results" / "guard_load.json"))
+    ap.add_argument("--go-defaults", action="store_true",
+                    help="run the servers with Go's default GC (GOGC=100) instead of the guard's settings")
     ap.add_argument("--serve", choices=["socket", "http"], help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -432,6 +436,10 @@ def main() -> None:
     if args.serve:
         serve(args)
         return
+    if not args.go_defaults:
+        # As `guardrail shell`/`mcp` start: re-executed once with the guard's Go GC settings, which the servers
+        # this starts inherit (guardrail/policy/goruntime.py).
+        goruntime.reexec_tuned()
     results = []
     for kind in [k.strip() for k in args.transports.split(",") if k.strip()]:
         with tempfile.TemporaryDirectory(prefix=f"guard-load-{kind}-") as d:
@@ -443,6 +451,7 @@ def main() -> None:
         "bench": "guard_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "params": {"sessions": args.sessions, "rate": args.rate, "duration_s": args.duration,
                    "engines": args.engines},
+        "go_runtime": goruntime.describe(),
         "load_average_at_end": os.getloadavg(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "target": {"socket_p99_ms_max": 5.0, "met": bool(target and target["p99_ms"] <= 5.0)},

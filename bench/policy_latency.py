@@ -13,7 +13,10 @@ memo gives on a session that repeats commands, with its hit rate; the headline f
 guard_before_p99_ms) are the memo-off ones, every decision evaluated. The fsync row times one journal-sized
 append + fsync alone: it is the floor under (b) on this disk.
 
-    python bench/policy_latency.py [--n 3000] [--out bench/results/policy_latency.json]
+The bench runs as the guard's long-lived commands do: re-executed once with the guard's Go GC settings
+(GOGC=1000, GOMEMLIMIT=512MiB; guardrail/policy/goruntime.py). `--go-defaults` measures with Go's defaults.
+
+    python bench/policy_latency.py [--n 3000] [--go-defaults] [--out bench/results/policy_latency.json]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -32,6 +36,7 @@ from guardrail.actions import normalise
 from guardrail.context import IncidentContext, load_context
 from guardrail.guard import Guard
 from guardrail.journal import Journal
+from guardrail.policy import goruntime
 from guardrail.policy.embedded import EmbeddedOPA
 from guardrail.policy.server import OPAServer
 from guardrail.policy.testserver import StandInOPAServer
@@ -91,7 +96,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "policy_latency.json"))
+    ap.add_argument("--go-defaults", action="store_true",
+                    help="measure with Go's default GC (GOGC=100) instead of the guard's settings")
     args = ap.parse_args()
+    if not args.go_defaults:
+        goruntime.reexec_tuned()  # as the guard's long-lived commands run (guardrail/policy/goruntime.py)
 
     cmds = commands()
     ctx = CONTEXT.policy_input()
@@ -137,8 +146,12 @@ def main() -> None:
 
     rows = [embedded, embedded_real, embedded_memo, guard_before, guard_nosync, guard_memo, fsync_floor, rest]
     load = os.getloadavg()
+    go = goruntime.describe()
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs "
           "(wall p99 above CPU p99 is time spent waiting for a core)")
+    print(f"Go GC: GOGC={go['GOGC']} GOMEMLIMIT={go['GOMEMLIMIT']} (set by {go['set_by']}); "
+          f"peak RSS {peak_rss_mb:.0f} MB")
     print(f"{'path':52} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'cpu p50':>8} {'cpu p99':>8} {'decisions/s':>12}")
     for r in rows:
         print(f"{r['name']:52} {r['n']:>6} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {r['cpu_p50_ms']:>8.3f} "
@@ -166,7 +179,7 @@ def main() -> None:
         "embedded_real_cpu_p99_ms": embedded_real["cpu_p99_ms"],
         "guard_before_cpu_p50_ms": guard_before["cpu_p50_ms"], "guard_before_cpu_p99_ms": guard_before["cpu_p99_ms"],
         "rest_cpu_p50_ms": rest["cpu_p50_ms"], "rest_cpu_p99_ms": rest["cpu_p99_ms"],
-        "load_average": load, "cpus": os.cpu_count(),
+        "load_average": load, "cpus": os.cpu_count(), "go_runtime": go, "peak_rss_mb": peak_rss_mb,
         "embedded_memo_p50_ms": embedded_memo["p50_ms"], "embedded_memo_p99_ms": embedded_memo["p99_ms"],
         "embedded_memo_cpu_p99_ms": embedded_memo["cpu_p99_ms"], "embedded_memo_hit_rate": hit_rate,
         "guard_before_memo_p50_ms": guard_memo["p50_ms"], "guard_before_memo_p99_ms": guard_memo["p99_ms"],

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 
 import click
 
+from guardrail.policy import goruntime
 from verifiers.datafile import DataFileError
 
 __all__ = ["main", "cli"]
@@ -44,6 +45,8 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:
+        goruntime.reexec_tuned()  # once, before OPA's Go runtime loads (see guardrail/policy/goruntime.py)
     _register()
     cli.main(args=argv, prog_name="guardrail")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from guardrail.cli import cli
+from guardrail.policy import goruntime
 from guardrail.policy.base import Mode
 
 __all__ = ["shell"]
@@ -62,7 +63,7 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     try:
         daemon.start()
         shims = build_shim_dir(work / "bin")
-        env = dict(os.environ)
+        env = goruntime.child_env()  # the agent's own Go programs (kubectl) keep Go's defaults
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         env[SOCKET_ENV] = daemon.socket_path
         env[SHIM_DIR_ENV] = str(shims)

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from guardrail.context import IncidentContext
 from guardrail.errors import EnvironmentError_
+from guardrail.policy import goruntime
 from verifiers.clock import RealClock as WallClock
 from verifiers.protocols import CommandResult, EnvironmentDescription, RestartResult, Sample
 
@@ -42,7 +43,10 @@ class LocalEnvironment:
     def run(self, command: str) -> CommandResult:
         start = time.monotonic()
         try:
-            proc = subprocess.run([self.shell, "-c", command], cwd=self.cwd, env=self._env, capture_output=True,
+            proc = subprocess.run([self.shell, "-c", command], cwd=self.cwd,
+                                  # without an env of its own: this process's, less the guard's Go settings
+                                  env=self._env if self._env is not None else goruntime.child_env(),
+                                  capture_output=True,
                                   text=True, errors="replace", timeout=self.timeout_s, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")

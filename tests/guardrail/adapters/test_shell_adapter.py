@@ -134,3 +134,28 @@ def test_shell_passes_the_agents_exit_code(guardrail_cmd, tmp_path):
     proc, journal = run_agent(guardrail_cmd, tmp_path, "exit 7\n")
     assert proc.returncode == 7
     assert json.loads(journal.read_text().splitlines()[0])["kind"] == "session_start"
+
+
+def test_the_guard_runs_with_its_go_settings_and_the_agent_without(guardrail_cmd, tmp_path):
+    # `guardrail shell` re-executes itself once with GOGC/GOMEMLIMIT for OPA's Go runtime (guardrail/policy/
+    # goruntime.py); the agent it starts (and the kubectl it may run, also Go) gets the environment without them.
+    # /proc/$PPID/environ is the guard process's environment as the kernel started it, after the re-exec.
+    agent = tmp_path / "agent.sh"
+    agent.write_text(textwrap.dedent("""\
+        echo "agent GOGC=${GOGC-unset} GOMEMLIMIT=${GOMEMLIMIT-unset} marker=${GUARDRAIL_GO_TUNED-unset}"
+        tr '\\0' '\\n' < /proc/$PPID/environ | grep -E '^(GOGC|GOMEMLIMIT)=' | sed 's/^/guard /'
+        """))
+    env = {k: v for k, v in os.environ.items() if k not in {"GOGC", "GOMEMLIMIT", "GUARDRAIL_GO_TUNED",
+                                                            "GUARDRAIL_GO_TUNING"}}
+    proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "j.jsonl"), "--", "bash", str(agent)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "agent GOGC=unset GOMEMLIMIT=unset marker=unset" in proc.stdout
+    assert "guard GOGC=1000" in proc.stdout and "guard GOMEMLIMIT=512MiB" in proc.stdout
+
+    # The operator's own setting wins, and reaches the agent unchanged.
+    proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "k.jsonl"), "--", "bash", str(agent)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**env, "GOGC": "150"})
+    assert proc.returncode == 0, proc.stderr
+    assert "agent GOGC=150 GOMEMLIMIT=unset marker=unset" in proc.stdout
+    assert "guard GOGC=150" in proc.stdout and "GOMEMLIMIT" not in proc.stdout.split("guard GOGC=150")[1]
