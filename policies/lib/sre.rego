@@ -155,15 +155,15 @@ names_component(name, comp) if {
 # The segments and words of a dotted key: app.middleware.auth_enabled -> {app, middleware, auth, enabled}.
 segments(key) := split(lower(replace(key, "-", "_")), ".")
 
-last_segment(key) := s if {
-	segs := segments(key)
-	s := segs[count(segs) - 1]
-}
+# (segments(key) inlined: this runs for every changed key in several rules, and a call costs more than the split.)
+last_segment(key) := segs[count(segs) - 1] if segs := split(lower(replace(key, "-", "_")), ".")
 
 words(key) := {w | some s in segments(key); some w in split(s, "_")}
 
-# The words of every key the action changes, once per decision.
+# The words and the last segment of every key the action changes, once per decision.
 key_words[k.key] := words(k.key) if some k in keys
+
+key_last[k.key] := last_segment(k.key) if some k in keys
 
 # A pattern from the context matches a key exactly, as a glob over dotted segments, or as a whole prefix.
 key_matches(pattern, key) if pattern == key
@@ -192,6 +192,7 @@ context_derived := {
 	"protected_exact": protected_exact,
 	"protected_globs": protected_globs,
 	"protected_exact_dotted": protected_exact_dotted,
+	"all_ceilings": all_ceilings,
 }
 
 stored_derived := data.incident_derived[input.context_ref]
@@ -240,7 +241,9 @@ ceiling_constraints[t] := c.value if {
 	not ceilings[t]
 }
 
-all_ceilings := object.union(ceilings, ceiling_constraints)
+all_ceilings := d if {
+	d := stored_derived.all_ceilings
+} else := object.union(ceilings, ceiling_constraints)
 
 ceiling_globs := d if {
 	d := stored_derived.ceiling_globs

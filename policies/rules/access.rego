@@ -58,7 +58,7 @@ deny contains {
 	"details": {"key": k.key, "command": cmd, "constraint": c.id},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "redis.acl.")
 	some c in keep_denied
 	some t in c.targets

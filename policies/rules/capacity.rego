@@ -41,26 +41,26 @@ above(v, ceiling) if {
 # Which stated ceiling or protection covers each changed key. Exact keys and dotted prefixes are set lookups;
 # only the patterns with a * are matched one by one (a context lists dozens of keys, a change touches few).
 ceiling_hits contains [k, ceiling] if {
-	some k in lib.keys
+	some k in input.action.keys
 	ceiling := lib.all_ceilings[k.key]
 }
 
 ceiling_hits contains [k, lib.all_ceilings[pattern]] if {
-	some k in lib.keys
+	some k in input.action.keys
 	some pattern in lib.ceiling_globs
 	glob.match(pattern, ["."], k.key)
 }
 
 protected_hits contains [k, p] if {
 	count(lib.protected_exact) > 0
-	some k in lib.keys
+	some k in input.action.keys
 	strings.any_prefix_match(concat("", [k.key, "."]), lib.protected_exact_dotted)
 	some p in lib.key_prefixes(k.key)
 	p in lib.protected_exact
 }
 
 protected_hits contains [k, pattern] if {
-	some k in lib.keys
+	some k in input.action.keys
 	some pattern in lib.protected_globs
 	glob.match(pattern, ["."], k.key)
 }
@@ -107,7 +107,7 @@ warn contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	lib.last_segment(k.key) in connection_limits
 	not governed(k.key)
 }
@@ -165,7 +165,7 @@ pool_parts := {"pool_size", "max_overflow"}
 parent(key) := concat(".", array.slice(segs, 0, count(segs) - 1)) if segs := split(key, ".")
 
 pool_halves(k) := [x |
-	some x in lib.keys
+	some x in input.action.keys
 	lib.last_segment(x.key) in pool_parts
 	parent(x.key) == parent(k.key)
 	lib.scope_of(x) == lib.scope_of(k)
@@ -191,7 +191,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value, "initial": o.initial},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	lib.last_segment(k.key) in capacity_limits
 	o := observation(k)
 	[new, start] := judged(k)

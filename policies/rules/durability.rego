@@ -22,7 +22,7 @@ warn contains {
 	"details": {"key": k.key, "layer": "runtime", "declared_source": declared_source(k.key)},
 } if {
 	input.action.layer == "runtime"
-	some k in lib.keys
+	some k in input.action.keys
 	durable_needed(k)
 }
 
@@ -32,5 +32,5 @@ warn contains {
 	"details": {"key": k.key, "layer": "session"},
 } if {
 	input.action.layer == "session"
-	some k in lib.keys
+	some k in input.action.keys
 }

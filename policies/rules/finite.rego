@@ -19,7 +19,7 @@ deny contains {
 } if {
 	input.action.mutating in {true, "unknown"}
 	some c in finite_constraints
-	some k in lib.keys
+	some k in input.action.keys
 	some t in c.targets
 	lib.key_matches(t, k.key)
 	unlimited(k)

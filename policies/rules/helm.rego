@@ -15,12 +15,12 @@ full_values_file if {
 deny contains {
 	"id": "SRE-HELM-001",
 	"msg": sprintf("helm upgrade %s sets values without --reuse-values: helm renders the release from the chart defaults plus only these values, so every other value the release has now (persistence, resources, auth, server flags) resets to the chart's default. Add --reuse-values (check the current values with `helm get values %s` first), or pass the release's full values with -f.", [lib.target_name, lib.target_name]),
-	"details": {"release": lib.target_name, "keys": [k.key | some k in lib.keys; startswith(k.key, "helm.")]},
+	"details": {"release": lib.target_name, "keys": [k.key | some k in input.action.keys; startswith(k.key, "helm.")]},
 } if {
 	input.action.tool == "helm"
 	lib.verb in {"upgrade", "install"}
 	input.action.mutating == true
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "helm.")
 	not object.get(lib.details, "reuse_values", false)
 	not full_values_file
@@ -39,7 +39,7 @@ deny contains {
 } if {
 	input.action.tool == "helm"
 	input.action.mutating == true
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "helm.")
 	some t in lib.protected_exact
 	contains(t, ".")
@@ -55,7 +55,7 @@ deny contains {
 } if {
 	input.action.tool == "helm"
 	input.action.mutating == true
-	some k in lib.keys
+	some k in input.action.keys
 	k.key in object.get(lib.details, "server_flags", [])
 	c := k.scope.component
 	some n in lib.not_restartable

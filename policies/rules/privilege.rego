@@ -7,7 +7,7 @@ import data.guardrail.lib
 
 # Grant facts from the mariadb grant key ({privileges, on, to, all}) or from a SQL classifier's details.
 grants contains g if {
-	some k in lib.keys
+	some k in input.action.keys
 	k.key == "mariadb.grant"
 	is_object(k.value)
 	g := normalised(k.value)

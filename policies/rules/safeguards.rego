@@ -24,7 +24,7 @@ inverted_words := {"disable", "disabled", "skip", "bypass", "off", "insecure", "
 switch_words := {"active", "audit", "auth", "authentication", "authn", "authorization", "authz", "backpressure", "bypass", "circuitbreaker", "csrf", "disable", "disabled", "enable", "enabled", "firewall", "guard", "guardrail", "healthcheck", "insecure", "liveness", "livenessprobe", "maintenance", "mtls", "noauth", "off", "on", "probe", "probes", "ratelimit", "readiness", "readinessprobe", "sanitize", "sanitizer", "security", "skip", "ssl", "startupprobe", "throttle", "tls", "validation", "verify", "waf", "watchdog"}
 
 setting_changes contains k if {
-	some k in lib.keys
+	some k in input.action.keys
 	not startswith(k.key, "file:")
 	not startswith(k.key, "event.")
 }
@@ -97,7 +97,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value, "constraint": c.id},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	k.key in {"maintenance.duration_s", "maintenance.period_s"}
 	lib.number(k.value) <= 0
 	c := kept_enabled(k.key)
@@ -127,7 +127,7 @@ deny contains {
 
 # Runtime events: key event.<name>, value false turns the event off on target.name.
 event_off contains {"event": trim_prefix(k.key, "event."), "key": k.key} if {
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "event.")
 	lib.is_false(k.value)
 }

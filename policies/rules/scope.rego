@@ -82,7 +82,7 @@ deny contains {
 	"details": {"key": k.key, "scope": lib.scope_of(k), "earlier_scope": lib.scope_of(e), "earlier_seq": e.seq},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	some e in lib.observed_earlier
 	e.key == k.key
 	wider(lib.scope_of(k), lib.scope_of(e))

@@ -12,7 +12,7 @@ ingress_words := `(?i)ingress|nginx|gateway|haproxy|envoy|traefik|router|proxy|(
 name_has(name, pattern) if regex.match(pattern, name)
 
 replicas := n if {
-	some k in lib.keys
+	some k in input.action.keys
 	k.key == "k8s.replicas"
 	n := lib.number(k.value)
 } else := n if {
@@ -89,7 +89,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "app.")
 	lib.is_false(k.value)
 	some w in lib.key_words[k.key]
@@ -102,7 +102,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "app.")
 	regex.match(`(?i)(^|[._])(blocklist|denylist|blocked|shed|drop)([._]|$)`, k.key)
 	not lib.is_false(k.value)

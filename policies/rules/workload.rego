@@ -5,7 +5,7 @@ package guardrail.rules.workload
 import data.guardrail.lib
 
 replica_keys contains n if {
-	some k in lib.keys
+	some k in input.action.keys
 	k.key == "k8s.replicas"
 	n := lib.number(k.value)
 }
@@ -18,7 +18,7 @@ replica_keys contains n if {
 
 # Helm values such as workers.replicaCount=0 or svc.replicas=0.
 replica_keys contains n if {
-	some k in lib.keys
+	some k in input.action.keys
 	startswith(k.key, "helm.")
 	lib.last_segment(k.key) in {"replicacount", "replicas"}
 	n := lib.number(k.value)

@@ -5,7 +5,7 @@ package guardrail.rules.redis
 import data.guardrail.lib
 
 setting(name) := k if {
-	some k in lib.keys
+	some k in input.action.keys
 	k.key == concat(".", ["redis", name])
 }
 
@@ -53,7 +53,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	k.key in {"redis.appendonly", "redis.save", "redis.appendfsync"}
 	off_value(k)
 }

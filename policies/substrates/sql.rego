@@ -17,7 +17,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	want := durability_settings[k.key]
 	lib.is_false(k.value)
 }
@@ -28,7 +28,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	k.key in {"mariadb.innodb_flush_log_at_trx_commit", "mariadb.sync_binlog"}
 	lib.number(k.value) == 0
 }
@@ -39,7 +39,7 @@ warn contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	k.key == "postgres.synchronous_commit"
 	lib.is_false(k.value)
 }
@@ -50,7 +50,7 @@ deny contains {
 	"details": {"key": k.key, "value": k.value},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some k in lib.keys
+	some k in input.action.keys
 	k.key in {"mariadb.read_only", "mariadb.super_read_only", "postgres.default_transaction_read_only"}
 	lib.is_true(k.value)
 }
