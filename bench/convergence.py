@@ -359,11 +359,18 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--twin", action="store_true", help="guarded twin episodes (ia-001/006/011) instead")
+    ap.add_argument("--confidence-z", type=float, default=None,
+                    help="the pooled check's z (default: the verifier's, 1.64): lower accepts sooner, more falsely")
+    ap.add_argument("--noise-z", type=float, default=None, help="the per-segment noise allowance's z (default 1.0)")
     args = ap.parse_args()
     if args.twin:
         twin_main(args.episodes)
         return
-    criteria = {"convergence": {"max_wait_cycles": 8}}
+    criteria: dict[str, Any] = {"convergence": {"max_wait_cycles": 8}}
+    if args.confidence_z is not None:
+        criteria["convergence"]["confidence_z"] = args.confidence_z
+    if args.noise_z is not None:
+        criteria["convergence"]["noise_z"] = args.noise_z
     t0 = time.perf_counter()
     rows = [run_one(make_episode(args.seed * 100_000 + i), criteria) for i in range(args.episodes)]
     wall = time.perf_counter() - t0
@@ -380,6 +387,7 @@ def main() -> None:
             "accepted_of_recovering": sum(r["accepted"] for r in rec),
             "after_recovery_median_cycles": statistics.median(after) if after else None,
             "after_recovery_p95_cycles": pct(after, 0.95),
+            "after_recovery_within_2_cycles": sum(a <= 2.0 for a in after) / len(after) if after else None,
             "after_healthy_start_median_cycles": statistics.median(after_h) if after_h else None,
             "after_healthy_start_p95_cycles": pct(after_h, 0.95),
             "false_accepts": sum(r["false_accept"] for r in rs),
