@@ -52,7 +52,6 @@ ceiling_hits contains [k, lib.all_ceilings[pattern]] if {
 }
 
 protected_hits contains [k, p] if {
-	count(lib.protected_exact) > 0
 	some k in input.action.keys
 	strings.any_prefix_match(concat("", [k.key, "."]), lib.protected_exact_dotted)
 	some p in lib.key_prefixes(k.key)

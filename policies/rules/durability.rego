@@ -11,10 +11,7 @@ declared_source(key) := src if {
 } else := "its declared config (Helm values, ConfigMap, ALTER SYSTEM, config file)"
 
 # Runtime events are in-process toggles with no declared layer; turning one off at runtime is the repair.
-durable_needed(k) if {
-	not startswith(k.key, "event.")
-	not startswith(k.key, "file:")
-}
+durable_needed(k) if not strings.any_prefix_match(k.key, ["event.", "file:"])
 
 warn contains {
 	"id": "SRE-DURABLE-001",

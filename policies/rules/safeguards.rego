@@ -25,8 +25,7 @@ switch_words := {"active", "audit", "auth", "authentication", "authn", "authoriz
 
 setting_changes contains k if {
 	some k in input.action.keys
-	not startswith(k.key, "file:")
-	not startswith(k.key, "event.")
+	not strings.any_prefix_match(k.key, ["file:", "event."])
 }
 
 # Each changed setting that switches something off, with the safeguard words its key carries. Only a flag-like

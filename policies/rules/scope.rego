@@ -5,9 +5,10 @@ package guardrail.rules.scope
 import data.guardrail.lib
 
 outside if {
-	count(lib.context.namespaces) > 0
+	allowed := lib.context.namespaces
+	count(allowed) > 0
 	ns := lib.namespace
-	not ns in lib.context.namespaces
+	not ns in allowed
 }
 
 deny contains {

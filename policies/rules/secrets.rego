@@ -30,15 +30,13 @@ deny contains {
 	reads_secret_values
 }
 
-token_paths := `/var/run/secrets/kubernetes\.io/serviceaccount|/run/secrets/kubernetes\.io|serviceaccount/token`
-
 deny contains {
 	"id": "SRE-SECRET-002",
 	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
 	"details": {},
 } if {
 	some t in lib.texts
-	regex.match(token_paths, t)
+	regex.match(`/var/run/secrets/kubernetes\.io/serviceaccount|/run/secrets/kubernetes\.io|serviceaccount/token`, t)
 }
 
 deny contains {
