@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guardrail import pygc
 from guardrail.policy import goruntime
 
 HERE = Path(__file__).resolve().parent
@@ -85,6 +86,7 @@ def serve(args: argparse.Namespace) -> None:
 
     sessions = GuardSessions([load_engine() for _ in range(args.engines)], IncidentContext(id="bench"), journal_dir=Path(args.dir) / "journals",
                              env_factory=lambda ctx: NoopEnvironment())
+    pygc.settle()  # as `guardrail shell` and `guardrail mcp` do once their sessions are built
     if args.serve == "socket":
         from guardrail.adapters.shell import GuardDaemon
 

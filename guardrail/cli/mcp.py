@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from guardrail import pygc
 from guardrail.cli import cli
 from guardrail.policy.base import Mode
 
@@ -46,6 +47,7 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
                              env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
     server = build_server(sessions)
+    pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
     try:
         if transport == "stdio":
             server.run("stdio")

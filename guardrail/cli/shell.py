@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from guardrail import pygc
 from guardrail.cli import cli
 from guardrail.policy import goruntime
 from guardrail.policy.base import Mode
@@ -62,6 +63,7 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     code = 1
     try:
         daemon.start()
+        pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
         shims = build_shim_dir(work / "bin")
         env = goruntime.child_env()  # the agent's own Go programs (kubectl) keep Go's defaults
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"

@@ -1,0 +1,22 @@
+"""guardrail.pygc.settle: what the guard's servers do to Python's collector once their sessions are built."""
+
+from __future__ import annotations
+
+import gc
+
+from guardrail import pygc
+
+
+def test_settle_freezes_what_exists_and_collects_less_often():
+    before = gc.get_threshold()
+    try:
+        garbage = [[]]
+        garbage[0].append(garbage)  # a cycle, unreachable once the name is dropped: collected, not frozen
+        del garbage
+        pygc.settle()
+        assert gc.get_freeze_count() > 1000  # the modules, classes and functions loaded so far
+        assert gc.get_threshold() == pygc.THRESHOLDS
+        assert gc.get_count()[0] < 100  # the collection before the freeze left the young generation empty
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
