@@ -90,8 +90,9 @@ def serve(args: argparse.Namespace) -> None:
     if args.serve == "socket":
         from guardrail.adapters.shell import GuardDaemon
 
+        first = args.first
         daemons = [GuardDaemon(sessions.get(f"sock-{i:02d}"), Path(args.dir) / f"s{i:02d}.sock").start()
-                   for i in range(args.sessions)]
+                   for i in range(first, first + args.sessions)]
         print("ready", flush=True)
         sys.stdin.read()  # until the parent closes our stdin
         for d in daemons:
@@ -134,9 +135,11 @@ RSS_MILESTONES = (1000, 10000, 50000)
 class RssSampler(threading.Thread):
     """The server's RSS once a second, with how many decisions the clients had received by then."""
 
-    def __init__(self, pid: int, progress: list[int] | None = None):
+    def __init__(self, pid: int | list[int], progress: list[int] | None = None):
         super().__init__(daemon=True)
-        self.pid, self.samples, self._halt = pid, [], threading.Event()
+        # Several servers (one per session) are sampled together: the RSS is their sum.
+        self.pids = pid if isinstance(pid, list) else [pid]
+        self.samples, self._halt = [], threading.Event()
         self.progress = progress if progress is not None else []
         self.at_decisions: list[tuple[int, int]] = []  # (decisions so far, RSS kB)
 
@@ -144,7 +147,7 @@ class RssSampler(threading.Thread):
         t0 = time.monotonic()
         while not self._halt.is_set():
             try:
-                kb = rss_kb(self.pid)
+                kb = sum(rss_kb(p) for p in self.pids)
             except OSError:
                 return
             self.samples.append((round(time.monotonic() - t0, 2), kb))
@@ -164,10 +167,17 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-def start_server(kind: str, workdir: Path, sessions: int, port: int, engines: int) -> subprocess.Popen:
+def start_server(kind: str, workdir: Path, sessions: int, port: int, engines: int, first: int = 0,
+                 wait: bool = True) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--dir", str(workdir), "--sessions",
-                             str(sessions), "--port", str(port), "--engines", str(engines)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             str(sessions), "--port", str(port), "--engines", str(engines), "--first", str(first)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if wait:
+        wait_ready(proc, kind, port)
+    return proc
+
+
+def wait_ready(proc: subprocess.Popen, kind: str, port: int = 0) -> None:
     if kind == "socket":
         line = proc.stdout.readline()
         if line.strip() != "ready":
@@ -181,7 +191,6 @@ def start_server(kind: str, workdir: Path, sessions: int, port: int, engines: in
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"http server failed: {proc.stderr.read()[-2000:]}")
             time.sleep(0.1)
-    return proc
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -232,11 +241,18 @@ def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_en
 
 
 def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    proc = start_server("socket", workdir, args.sessions, 0, args.engines)
+    if args.server_per_session:
+        # As `guardrail shell` deploys: one guard process (one engine, one daemon) per agent.
+        procs = [start_server("socket", workdir, 1, 0, 1, first=i, wait=False) for i in range(args.sessions)]
+        for p in procs:
+            wait_ready(p, "socket")
+    else:
+        procs = [start_server("socket", workdir, args.sessions, 0, args.engines)]
+    pids = [p.pid for p in procs]
     progress = [0] * args.sessions
-    sampler = RssSampler(proc.pid, progress)
+    sampler = RssSampler(pids, progress)
     sampler.start()
-    cpu0, load0 = cpu_s(proc.pid), os.getloadavg()
+    cpu0, load0 = sum(cpu_s(p) for p in pids), os.getloadavg()
     interval = args.sessions / args.rate
     out: dict[int, Any] = {}
     t0 = time.perf_counter() + 0.5
@@ -248,10 +264,12 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    cpu = cpu_s(proc.pid) - cpu0
+    cpu = sum(cpu_s(p) for p in pids) - cpu0
     sampler.stop()
-    stop_server(proc)
-    return summarise("socket", out, wall, sampler.samples, workdir / "journals", cpu, load0,
+    for p in procs:
+        stop_server(p)
+    name = "socket, a server per session" if args.server_per_session else "socket"
+    return summarise(name, out, wall, sampler.samples, workdir / "journals", cpu, load0,
                      rss_at=sampler.milestones())
 
 
@@ -431,6 +449,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load per transport")
     ap.add_argument("--transports", default="socket,http")
     ap.add_argument("--engines", type=int, default=2, help="embedded OPA engines in the server's pool")
+    ap.add_argument("--server-per-session", action="store_true",
+                    help="socket: one guard process per session, as `guardrail shell` runs (RSS and CPU summed)")
+    ap.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE / "results" / "guard_load.json"))
     ap.add_argument("--go-defaults", action="store_true",
                     help="run the servers with Go's default GC (GOGC=100) instead of the guard's settings")
@@ -451,11 +472,11 @@ def main() -> None:
             run = run_socket if kind == "socket" else run_http
             results.append(run(args, Path(d)))
     print_table(results, args)
-    target = next((r for r in results if r["transport"] == "socket"), None)
+    target = next((r for r in results if r["transport"].startswith("socket")), None)
     doc = {
         "bench": "guard_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "params": {"sessions": args.sessions, "rate": args.rate, "duration_s": args.duration,
-                   "engines": args.engines},
+                   "engines": args.engines, "server_per_session": args.server_per_session},
         "go_runtime": goruntime.describe(),
         "load_average_at_end": os.getloadavg(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
