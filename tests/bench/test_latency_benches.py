@@ -40,3 +40,15 @@ def test_guard_load_journals_every_decision_once(tmp_path):
     assert r["journal"]["sessions_with_seq_gaps"] == 0
     assert set(r["rss_mb"]["at_decisions"]) == {"1000", "10000", "50000"}
     assert r["server_cpu_ms_per_decision"] > 0
+
+
+def test_guard_load_with_a_server_per_session_sums_them(tmp_path):
+    doc = _run("guard_load.py", "--transports", "socket", "--server-per-session", "--sessions", "2", "--rate", "40",
+               "--duration", "2", out=tmp_path / "gl.json")
+    r = doc["results"][0]
+    assert r["transport"] == "socket, a server per session" and doc["params"]["server_per_session"] is True
+    assert r["decisions"] > 20 and r["errors"] == 0
+    assert r["journal"]["journals"] == 2 and r["journal"]["dropped"] == 0 and r["journal"]["duplicated"] == 0
+    assert set(doc["go_runtime"]) == {"GOGC", "GOMEMLIMIT", "set_by"}
+    # Two processes, each with its own interpreter and OPA engine: well above one server's ~100 MB.
+    assert r["rss_mb"]["max"] > 150
