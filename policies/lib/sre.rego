@@ -160,10 +160,8 @@ last_segment(key) := segs[count(segs) - 1] if segs := split(lower(replace(key, "
 
 words(key) := {w | some s in segments(key); some w in split(s, "_")}
 
-# The words and the last segment of every key the action changes, once per decision.
+# The words of every key the action changes, once per decision.
 key_words[k.key] := words(k.key) if some k in keys
-
-key_last[k.key] := last_segment(k.key) if some k in keys
 
 # A pattern from the context matches a key exactly, as a glob over dotted segments, or as a whole prefix.
 key_matches(pattern, key) if pattern == key
