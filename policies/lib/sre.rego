@@ -155,8 +155,7 @@ names_component(name, comp) if {
 # The segments and words of a dotted key: app.middleware.auth_enabled -> {app, middleware, auth, enabled}.
 segments(key) := split(lower(replace(key, "-", "_")), ".")
 
-# (segments(key) inlined: this runs for every changed key in several rules, and a call costs more than the split.)
-last_segment(key) := segs[count(segs) - 1] if segs := split(lower(replace(key, "-", "_")), ".")
+last_segment(key) := segs[count(segs) - 1] if segs := segments(key)
 
 words(key) := {w | some s in segments(key); some w in split(s, "_")}
 
