@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 from guardrail import pygc
 
@@ -10,10 +11,15 @@ from guardrail import pygc
 def test_settle_freezes_what_exists_and_collects_less_often():
     before = gc.get_threshold()
     try:
-        garbage = [[]]
-        garbage[0].append(garbage)  # a cycle, unreachable once the name is dropped: collected, not frozen
-        del garbage
+        class Node:
+            pass
+
+        node = Node()
+        node.self = node  # a cycle, unreachable once the name is dropped: collected first, never frozen
+        gone = weakref.ref(node)
+        del node
         pygc.settle()
+        assert gone() is None
         assert gc.get_freeze_count() > 1000  # the modules, classes and functions loaded so far
         assert gc.get_threshold() == pygc.THRESHOLDS
         assert gc.get_count()[0] < 100  # the collection before the freeze left the young generation empty
