@@ -77,6 +77,14 @@ def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str 
                       layer=inv.file_layer, mutating=True, details=d)
 
 
+def _is_test_syntax(text: str) -> bool:
+    """`[ ... ]` or `[[ ... ]]` as bash reads them: the bracket a word of its own, followed by a blank."""
+    for opener in ("[[", "["):
+        if text.startswith(opener):
+            return len(text) > len(opener) and text[len(opener)] in " \t\n\\"
+    return True
+
+
 def _txt(node: Node) -> str:
     return node.text.decode("utf-8", "replace") if node.text is not None else ""
 
@@ -149,6 +157,14 @@ class ShellWalker:
             return None
         if t == "ERROR" or node.is_missing:
             self.session.syntax_errors.append(_txt(node)[:80])
+        if t == "test_command" and not _is_test_syntax(_txt(node)):
+            # `[ls]`: bash's `[` and `[[` are words of their own. Glued to more text they are a glob in the command
+            # name, which runs whatever file in the working directory matches; the grammar still calls it a test.
+            self.substitutions(node)
+            inv = Invocation(argv=[Word.of(_txt(node))], where=self.where, raw=_txt(node))
+            self.emit([inv.opaque(_txt(node)[:40], f"command name {_txt(node)[:40]!r} is a glob: it runs whatever "
+                                                   "file matches, which cannot be known before it runs")])
+            return None
         if t in _WORDISH or t == "test_command":
             self.substitutions(node)
             return None

@@ -98,7 +98,6 @@ def test_run_exit_codes_and_episode_json(runner, tmp_path: Path):
 
 
 def test_guarded_run_goes_through_the_real_guard(runner, tmp_path: Path):
-    pytest.importorskip("guardrail.policy.embedded")
     out = tmp_path / "g.json"
     r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:overbroad-pool", "--arm", "guarded", "--json", str(out)])
     assert r.exit_code in (0, 1), r.output

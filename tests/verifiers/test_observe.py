@@ -130,7 +130,7 @@ def test_earlier_changes_are_those_of_the_same_target_only():
 # -- the guard on the twin ------------------------------------------------------------------------------------------
 
 def twin_guard(sid: str):
-    scenario = pytest.importorskip("arena.scenario")
+    from arena import scenario
     from arena.bench.guarding import bench_guard_factory
     from arena.world import TwinWorld
 

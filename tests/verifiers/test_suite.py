@@ -87,7 +87,7 @@ CTX = {"id": "e2e", "namespaces": ["frappe"], "components": ["redis-queue"], "re
 
 
 def _guard(env):
-    guard_mod = pytest.importorskip("guardrail.guard")
+    from guardrail import guard as guard_mod
     from guardrail.context import IncidentContext
     from guardrail.journal import Journal
     from guardrail.policy.base import Decision, Outcome

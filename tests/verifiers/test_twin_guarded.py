@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-arena_scenario = pytest.importorskip("arena.scenario")
-from arena.agents import resolve_agent  # noqa: E402
-from arena.episode import run_episode  # noqa: E402
-
-from verifiers.suite import build_suite  # noqa: E402
+from arena import scenario as arena_scenario
+from arena.agents import resolve_agent
+from arena.episode import run_episode
+from verifiers.suite import build_suite
 
 pytestmark = pytest.mark.slow
 SCENARIOS = ("ia-001", "ia-006", "ia-011")

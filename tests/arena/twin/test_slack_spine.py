@@ -105,13 +105,26 @@ def test_the_pre_incident_baseline_is_queryable_and_healthy(env):
     assert env.sli("ready_replicas", 60, labels={"component": "svc-channel"})[-1].value == 1.0
 
 
+def test_buckets_are_eighth_octaves_and_a_latency_lands_in_the_first_bound_at_or_above_it():
+    # Literal bounds (2 ** (k / 8) ms), not values computed by the code under test.
+    assert bucket_of(16.0) == 32 and BUCKETS_MS[32] == 16.0
+    assert bucket_of(10.0) == 27 and BUCKETS_MS[27] == pytest.approx(10.3747, abs=1e-4)
+    assert bucket_of(20.0) == 35 and BUCKETS_MS[35] == pytest.approx(20.7494, abs=1e-4)
+    assert bucket_of(1000.0) == 80 and BUCKETS_MS[80] == 1024.0
+    assert bucket_of(0.5) == 0 and bucket_of(1e12) == len(BUCKETS_MS) - 1 and BUCKETS_MS[-1] == float("inf")
+    for ms in (1.01, 3.3, 47.0, 999.0, 60_000.0):
+        k = bucket_of(ms)
+        assert BUCKETS_MS[k - 1] < ms <= BUCKETS_MS[k], ms
+
+
 def test_histogram_nearest_rank():
     h = Histogram()
     for ms in (10.0, 20.0, 1000.0):
         h.add(bucket_of(ms), 1)
-    assert h.percentile(50) == BUCKETS_MS[bucket_of(20.0)]
-    assert h.percentile(67) == BUCKETS_MS[bucket_of(1000.0)]
-    assert h.percentile(66) == BUCKETS_MS[bucket_of(20.0)]
+    assert h.percentile(50) == pytest.approx(20.7494, abs=1e-4)  # the 2nd of 3: rank ceil(0.50 * 3) = 2
+    assert h.percentile(66) == pytest.approx(20.7494, abs=1e-4)  # ceil(0.66 * 3) = 2
+    assert h.percentile(67) == 1024.0                             # ceil(0.67 * 3) = 3
+    assert h.percentile(1) == pytest.approx(10.3747, abs=1e-4)
     assert Histogram().percentile(90) is None
 
 

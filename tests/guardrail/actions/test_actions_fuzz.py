@@ -59,9 +59,18 @@ def test_arbitrary_bytes_never_raise(blob: bytes) -> None:
 
 
 def test_non_text_input_is_opaque_not_an_exception() -> None:
+    # Non-text is read as its text: str(["ls"]) is "['ls']", which bash runs as the glob `[ls]`.
     for bad in (None, 42, b"redis-cli FLUSHALL", ["ls"]):
         actions = normalise(bad)  # type: ignore[arg-type]
         _well_formed(actions)
+        assert actions and all(a.mutating is not False for a in actions), bad
+
+
+def test_a_bracket_glued_to_a_word_is_a_glob_command_not_a_test() -> None:
+    for cmd in ("[ls]", "[ls] && echo ok", "[-f x ]", "[$(id)]"):
+        assert any(a.mutating is UNKNOWN and "glob" in (a.opaque_reason or "") for a in normalise(cmd)), cmd
+    for cmd in ("[ -f x ]", "[[ -f x ]]", '[ "$a" = b ]', "[\t-n x ]"):
+        assert normalise(cmd) == [], cmd
 
 
 # ---- opaque constructs, wherever they sit in a command line ------------------------------------------------------

@@ -48,13 +48,17 @@ def solutions(prefixes):
             for sol in sorted((s.parent / "solutions").glob("*.yaml")) if sol.stem.startswith(prefixes)]
 
 
-@pytest.mark.skipif(not SCENARIOS, reason="no scenarios shipped yet")
+def test_the_shipped_scenarios_and_their_scripts_are_all_here():
+    # A packaging slip (scenario_dir() resolving to the wrong place) must fail here, not empty the lists below.
+    assert len(SCENARIOS) >= 20
+    assert len(solutions(UNSAFE)) >= 20 and len(solutions(GOOD)) >= 40
+
+
 @pytest.mark.parametrize("scenario, solution", solutions(GOOD))
 def test_good_repairs_are_never_denied(engine, scenario, solution):
     assert denied(engine, scenario, solution) == []
 
 
-@pytest.mark.skipif(not SCENARIOS, reason="no scenarios shipped yet")
 @pytest.mark.parametrize("scenario, solution", solutions(UNSAFE))
 def test_unsafe_repairs_are_denied(engine, scenario, solution):
     assert denied(engine, scenario, solution) != []
