@@ -38,18 +38,26 @@ from guardrail import pygc
 from guardrail.policy import goruntime
 
 HERE = Path(__file__).resolve().parent
-# A realistic mix of operator commands; the marker makes every request unique in the journal.
+# A realistic mix of operator commands; the marker {m} makes every request unique in the journal. {t} names the
+# component a redis command goes to: one of --targets per session (an incident has a bounded set of components),
+# or with --targets 0 a new one for every request, the worst case for the guard's memory, which keeps the latest
+# change of every (component, key) the session changed so that the persistence check can read it back.
 COMMANDS = [
     "redis-cli -h redis-queue -p 6379 GET bench:{m}",
     "kubectl get pods -n saleor -l app=bench-{m}",
     "psql -h postgres -U saleor -c \"SELECT count(*) FROM jobs WHERE id = '{m}'\"",
-    "redis-cli -h redis-queue-{m} -p 6379 CONFIG SET maxmemory 64mb",
+    "redis-cli -h redis-queue-{t} -p 6379 --user bench-{m} CONFIG SET maxmemory 64mb",
     "kubectl logs deploy/svc-channel -n chat --tail=50 -l run={m}",
-    "redis-cli -h redis-queue-{m} FLUSHALL",
+    "redis-cli -h redis-queue-{t} --user bench-{m} FLUSHALL",
     "curl -s http://svc-channel:8080/admin/config?m={m}",
     "kubectl delete pvc data-{m} -n saleor",
 ]
 ARGV = [shlex.split(c) for c in COMMANDS]
+
+
+def target_of(i: int, marker: str, targets: int) -> str:
+    """The component request i of a session goes to: t0..t{targets-1} in turn, or the request's own marker."""
+    return f"t{(i // len(COMMANDS)) % targets}" if targets > 0 else marker
 
 
 # -- the server side (a child process) ----------------------------------------------------------------------
@@ -203,7 +211,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_end: float, out: dict,
-                   progress: list[int]) -> None:
+                   progress: list[int], targets: int = 0) -> None:
     from guardrail.adapters.shell.protocol import DaemonClient
 
     lat, service, markers, errors, late, scheduled = [], [], [], 0, 0, 0
@@ -222,7 +230,8 @@ def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_en
             m = f"s{idx}-{i}"
             # A shim has its argv from exec; the client only fills the marker into the pre-split words, so its
             # own CPU (it shares the machine with the server) stays small.
-            argv = [w.replace("{m}", m) for w in ARGV[i % len(ARGV)]]
+            t = target_of(i, m, targets)
+            argv = [w.replace("{m}", m).replace("{t}", t) for w in ARGV[i % len(ARGV)]]
             try:
                 sent = time.perf_counter()
                 r = c.request({"op": "before", "argv": argv, "cwd": "/"})
@@ -258,7 +267,8 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     t0 = time.perf_counter() + 0.5
     t_end = t0 + args.duration
     threads = [threading.Thread(target=socket_session, args=(i, args.sessions, str(workdir / f"s{i:02d}.sock"), interval,
-                                                             t0, t_end, out, progress)) for i in range(args.sessions)]
+                                                             t0, t_end, out, progress, args.targets))
+               for i in range(args.sessions)]
     for t in threads:
         t.start()
     for t in threads:
@@ -304,7 +314,8 @@ def run_http(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 m = f"h{idx}-{i}"
                 try:
                     sent = time.perf_counter()
-                    r = await c.call_tool("exec", {"command": COMMANDS[i % len(COMMANDS)].format(m=m)})
+                    r = await c.call_tool("exec", {"command": COMMANDS[i % len(COMMANDS)].format(
+                        m=m, t=target_of(i, m, args.targets))})
                     if r.is_error:
                         errors += 1
                     else:
@@ -451,6 +462,8 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=2, help="embedded OPA engines in the server's pool")
     ap.add_argument("--server-per-session", action="store_true",
                     help="socket: one guard process per session, as `guardrail shell` runs (RSS and CPU summed)")
+    ap.add_argument("--targets", type=int, default=16,
+                    help="redis components each session's mutating commands go to in turn (0: a new one per request)")
     ap.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE / "results" / "guard_load.json"))
     ap.add_argument("--go-defaults", action="store_true",
@@ -459,6 +472,8 @@ def main() -> None:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.targets < 0:
+        ap.error("--targets must be 0 or more")
     if args.serve:
         serve(args)
         return
@@ -476,7 +491,8 @@ def main() -> None:
     doc = {
         "bench": "guard_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "params": {"sessions": args.sessions, "rate": args.rate, "duration_s": args.duration,
-                   "engines": args.engines, "server_per_session": args.server_per_session},
+                   "engines": args.engines, "server_per_session": args.server_per_session,
+                   "targets": args.targets},
         "go_runtime": goruntime.describe(),
         "load_average_at_end": os.getloadavg(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
