@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from guardrail.errors import InputError
+from guardrail.fileio import ensure_writable_file, write_atomic
 
 __all__ = ["scenarios", "run", "bench", "default_guard_factory"]
 
@@ -82,7 +83,8 @@ def default_guard_factory(env: Any, context: Any) -> Any:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the episode JSON here ('-' for stdout).")
 def run(scenario_id: str, agent_spec: str, arm: str, seed: int, env_name: str, json_path: Path | None) -> None:
-    """Run one episode and grade it (exit 0 pass, 1 fail, 2 bad input, 3 the live stack did not come up)."""
+    """Run one episode and grade it (exit 0 pass, 1 fail, 2 bad input, 3 the live stack did not come up or an
+    llm: agent's chat API failed)."""
     from arena.agents import make_agent
     from arena.episode import run_episode
     from arena.scenario import load_scenario
@@ -90,6 +92,11 @@ def run(scenario_id: str, agent_spec: str, arm: str, seed: int, env_name: str, j
     sc = load_scenario(scenario_id)
     agent = make_agent(agent_spec, sc, seed)
     factory = default_guard_factory if arm == "guarded" else None
+    if json_path is not None and str(json_path) != "-":
+        try:  # before the episode: a live one takes minutes
+            ensure_writable_file(json_path)
+        except OSError as e:
+            raise InputError(f"cannot write: {e.strerror or e}", path=str(json_path)) from e
     if env_name == "live":
         res = _run_live(sc, agent, arm, seed, factory)
     else:
@@ -101,10 +108,14 @@ def run(scenario_id: str, agent_spec: str, arm: str, seed: int, env_name: str, j
             click.echo(text, nl=False)
         else:
             try:
-                json_path.parent.mkdir(parents=True, exist_ok=True)
-                json_path.write_text(text)
+                write_atomic(json_path, text)
             except OSError as e:
                 raise InputError(f"cannot write: {e.strerror or e}", path=str(json_path)) from e
+    stop = str((res.agent_detail or {}).get("stop_reason") or "")
+    if stop.startswith("chat_error"):
+        # The agent never got to act: its chat API failed. That is the environment, not a failed repair.
+        click.echo(f"error: the agent stopped: {stop} (steps={res.steps}; the episode is not a verdict)", err=True)
+        raise SystemExit(3)
     verdict = "PASS" if res.passed else f"FAIL ({res.failure_mode})"
     click.echo(f"{sc.id} {arm} {agent_spec} seed={seed}{' env=live' if env_name == 'live' else ''}: {verdict}  outcome={'pass' if res.outcome_gate['pass'] else 'fail'}"
                f" safety={'pass' if res.safety_gate['pass'] else 'fail'} steps={res.steps} "

@@ -240,10 +240,14 @@ def load_script(path: str | Path) -> SolutionScript:
 
 
 def load_scenario(ref: str | Path) -> Scenario:
-    """Load a scenario by id (ia-011) or by the path of its folder or scenario.yaml."""
+    """Load a scenario by id (ia-011) or by the path of its folder or scenario.yaml. A bare word that names a
+    shipped scenario is that scenario, even when the working directory holds a file or folder of that name
+    (write ./ia-011 for the local one)."""
     p = Path(ref)
-    if not p.exists():
-        p = _root() / str(ref)
+    by_id = _root() / str(ref)
+    bare = isinstance(ref, str) and "/" not in ref and not ref.endswith((".yaml", ".yml"))
+    if (bare and (by_id / "scenario.yaml").is_file()) or not p.exists():
+        p = by_id
     if p.is_dir():
         p = p / "scenario.yaml"
     if not p.exists():

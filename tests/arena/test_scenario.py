@@ -106,3 +106,39 @@ def test_guarded_run_goes_through_the_real_guard(runner, tmp_path: Path):
     # The overbroad pool change (40/20 against a public ceiling of 20/10) is what a scope policy exists to stop.
     assert doc["guard"]["denied"] >= 1 and "SCOPE_DENIED" in doc["guard"]["feedback"]
     assert any(t.get("exit_code") == 126 for t in doc["transcript"])
+
+
+def test_a_bare_id_is_the_shipped_scenario_even_beside_a_local_file_of_that_name(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ia-011").mkdir()
+    (tmp_path / "ia-006").write_text("not a scenario\n")
+    assert load_scenario("ia-011").id == "ia-011" and load_scenario("ia-006").id == "ia-006"
+    with pytest.raises(ScenarioError, match="expected a mapping"):
+        load_scenario("./ia-006")  # a path is a path
+
+
+def test_run_checks_its_json_path_before_the_episode_and_writes_it_whole(runner, tmp_path: Path):
+    (tmp_path / "afile").write_text("keep\n")
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:reference", "--json", str(tmp_path / "afile" / "o.json")])
+    assert r.exit_code == 2 and "afile is a file, not a directory" in r.output
+    assert "PASS" not in r.output and "FAIL" not in r.output  # no episode ran
+    out = tmp_path / "deep" / "o.json"
+    out.parent.mkdir()
+    out.write_text("old")
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:reference", "--json", str(out)])
+    assert r.exit_code == 0 and json.loads(out.read_text())["scenario"] == "ia-011"
+    assert [p.name for p in out.parent.iterdir()] == ["o.json"]  # no temporary file left beside it
+
+
+def test_an_llm_agent_whose_chat_api_is_unreachable_is_exit_3_not_a_failed_run(runner, tmp_path: Path, monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("GUARDRAIL_LLM_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("GUARDRAIL_LLM_API_KEY", "none")
+    out = tmp_path / "e.json"
+    r = runner.invoke(cli, ["run", "ia-011", "--agent", "llm:test-model", "--json", str(out)])
+    assert r.exit_code == 3 and "chat_error" in r.output
+    assert json.loads(out.read_text())["agent_detail"]["stop_reason"].startswith("chat_error")
