@@ -25,6 +25,7 @@ from guardrail.context import IncidentContext
 from guardrail.errors import InputError
 from guardrail.journal import read_journal
 from guardrail.policy.base import Decision, Outcome, PolicyEngine
+from verifiers.datafile import decode_text
 from verifiers.protocols import FeedbackCode, Verdict, VerdictStatus
 
 __all__ = ["Step", "Trajectory", "PendingChange", "DurabilityLedger", "StepAudit", "AuditReport",
@@ -78,25 +79,34 @@ def _sniff(path: Path, text: str) -> str:
 def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str = "command") -> Trajectory:
     p = Path(path)
     try:
-        text = p.read_text(errors="replace")
+        raw = p.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read trajectory: {e.strerror or e}", path=str(p)) from e
     if fmt == "auto":
-        fmt = _sniff(p, text)  # type: ignore[assignment]
+        # Sniff on the text up to the first line with content, decoded strictly: undecodable bytes there are bad
+        # input, not a command list. A journal's lines are read by read_journal (a non-UTF-8 last record is torn).
+        end = 0
+        while end < len(raw):
+            nl = raw.find(b"\n", end)
+            start, end = end, (len(raw) if nl < 0 else nl + 1)
+            if raw[start:end].strip():
+                break
+        fmt = _sniff(p, decode_text(raw[:end], path=p, error=InputError))  # type: ignore[assignment]
     if fmt == "journal":
         return _from_journal(p)
+    if fmt not in ("commands", "openai"):
+        raise InputError(f"unknown trajectory format {fmt!r} (one of {', '.join(FORMATS)})", path=str(p))
+    text = decode_text(raw, path=p, error=InputError)
     if fmt == "commands":
         return _from_commands(p, text)
-    if fmt == "openai":
-        return _from_openai(p, text, command_arg)
-    raise InputError(f"unknown trajectory format {fmt!r} (one of {', '.join(FORMATS)})", path=str(p))
+    return _from_openai(p, text, command_arg)
 
 
 def _from_journal(p: Path) -> Trajectory:
     records = read_journal(p)  # a torn last line is skipped; a corrupt line before it is an InputError
     t = Trajectory(path=str(p), format="journal", torn=records.torn)
-    # Records are one per line; their 1-based line numbers follow the file, blank lines aside.
-    for line, rec in enumerate(records, 1):
+    # Lines are the file's own (blank lines count), as read_journal's errors give them.
+    for line, rec in zip(records.lines, records):
         if rec.get("kind") != "command":
             continue
         cmd = rec.get("command")
@@ -106,7 +116,7 @@ def _from_journal(p: Path) -> Trajectory:
         t.steps.append(Step(index=len(t.steps) + 1, command=cmd, line=line, ran=rec.get("ran"),
                             recorded_outcome=rec.get("outcome")))
     if records.torn:
-        t.findings.append({"kind": "torn_tail", "line": len(records) + 1,
+        t.findings.append({"kind": "torn_tail", "line": records.torn_line,
                            "message": f"the last record is incomplete ({records.torn_bytes} bytes, a crash "
                                       "mid-write); audited up to the last complete record"})
     return t

@@ -8,13 +8,14 @@ verifiers.errors.CatalogueError are both of it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["DataFileError", "read_data", "line_of", "validate", "load_model"]
+__all__ = ["DataFileError", "read_data", "decode_text", "line_of", "validate", "load_model"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,21 +38,108 @@ class DataFileError(ValueError):
         return f"{where}: {self.message}"
 
 
+def decode_text(raw: bytes, *, path: str | Path, error: type[DataFileError] = DataFileError) -> str:
+    """UTF-8 text of a file's bytes; undecodable bytes are bad input naming the file and the line they are on."""
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not content
+    except UnicodeDecodeError as e:
+        bad = raw[e.start:e.end]
+        raise error(f"not UTF-8 text (undecodable byte 0x{bad[0]:02x})" if bad else "not UTF-8 text",
+                    path=str(path), line=raw.count(b"\n", 0, e.start) + 1) from e
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _duplicate_key(node: yaml.Node | None) -> tuple[str, int, int] | None:
+    """The first mapping key that appears twice in its mapping: (key, its line, the first one's line)."""
+    seen_nodes: set[int] = set()
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if id(n) in seen_nodes:  # an alias shares its anchor's node (and may be recursive)
+            continue
+        seen_nodes.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            keys: dict[tuple[str, str], int] = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    ident = (k.tag, k.value)
+                    if ident in keys:
+                        return k.value, k.start_mark.line + 1, keys[ident]
+                    keys[ident] = k.start_mark.line + 1
+                stack.append(v)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    return None
+
+
+def _looks_json(p: Path, text: str) -> bool:
+    return p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "["))
+
+
 def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -> tuple[Any, yaml.Node | None, str]:
-    """Parse a YAML (or JSON) file. Returns the data, its node tree (for line numbers) and the text."""
+    """Parse a YAML (or JSON) file. Returns the data, its node tree (for line numbers) and the text.
+
+    JSON (a `.json` file, or text that starts with `{` or `[` and parses as JSON) is read with the json module,
+    so JSON that YAML does not accept (tab indentation) loads too; anything else is YAML. Undecodable bytes and
+    a key given twice in one mapping are errors naming the line."""
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise error(f"cannot read: {e.strerror or e}", path=str(p)) from e
+    text = decode_text(raw, path=p, error=error)
+    if _looks_json(p, text):
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
+        except _DuplicateKey as e:
+            dup = _duplicate_key(_compose_json(text))
+            if dup is not None and dup[0] == e.key:
+                raise error(f"duplicate key {e.key!r} (first given at line {dup[2]})", path=str(p),
+                            line=dup[1]) from e
+            raise error(f"duplicate key {e.key!r}", path=str(p)) from e
+        except json.JSONDecodeError as e:
+            if p.suffix.lower() == ".json":
+                raise error(f"bad JSON: {e.msg}", path=str(p), line=e.lineno) from e
+            # Not JSON after all (a flow-style YAML mapping, say): read it as YAML below.
+        else:
+            return data, _compose_json(text), text
+    loader = yaml.SafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        dup = _duplicate_key(node)
+        if dup is not None:
+            raise error(f"duplicate key {dup[0]!r} (first given at line {dup[2]})", path=str(p), line=dup[1])
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
         raise error(f"bad YAML: {problem}", path=str(p), line=(mark.line + 1) if mark else None) from e
+    finally:
+        loader.dispose()
     return data, node, text
+
+
+def _compose_json(text: str) -> yaml.Node | None:
+    """The YAML node tree of a JSON text, for line numbers (None when YAML cannot read it)."""
+    try:
+        # A tab is only whitespace between JSON tokens (never raw inside a string): a space keeps every line.
+        return yaml.compose(text.replace("\t", " "), Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
 
 
 def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

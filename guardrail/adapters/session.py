@@ -81,17 +81,71 @@ def context_from(path: str | Path | None, *, env_spec: str | None = None) -> Inc
 
 
 def load_criteria(path: str | Path | None) -> dict[str, Any] | None:
-    """Verifier criteria overrides from YAML/JSON, e.g. `{"convergence": {"max_wait_cycles": 2}}`."""
+    """Verifier criteria overrides from YAML/JSON, e.g. `{"convergence": {"max_wait_cycles": 2}}`.
+
+    Each section is checked against its verifiers.criteria dataclass (known keys only, the field's type, and a
+    sane range: no negative wait or zero-length cycle), so a bad file fails at start naming its line."""
     if path is None:
         return None
-    from guardrail.yamlio import read_data
+    import dataclasses
+    import typing
 
-    data, _, _ = read_data(path)
+    from pydantic import ConfigDict, Field, create_model
+
+    from guardrail.yamlio import line_of, read_data, validate
+    from verifiers.criteria import Criteria
+
+    data, node, _ = read_data(path)
     if data is None:
         return None
     if not isinstance(data, dict):
         raise InputError("criteria must be a mapping of verifier name to settings", path=str(path), line=1)
-    return data
+    pos, nonneg, count, ratio = Field(gt=0), Field(ge=0), Field(ge=1), Field(ge=0, le=1)
+    # Ranges of the fields that have one; every other field is checked for its type only.
+    bounds: dict[str, dict[str, Any]] = {
+        "convergence": {"consecutive_cycles": count, "interval_s": pos, "count": count, "max_wait_cycles": pos,
+                        "drain_wait_cycles": nonneg, "failure_limit": nonneg, "inconclusive_limit": nonneg,
+                        "error_limit": nonneg, "min_count": nonneg, "noise_z": nonneg, "confidence_z": nonneg,
+                        "default_cycle_s": pos, "baseline_window_s": nonneg, "baseline_min_segments": count,
+                        "baseline_sigmas": nonneg, "baseline_rel": nonneg, "backlog_settled_abs": nonneg},
+        "restart": {"ready_timeout_s": pos, "poll_s": pos, "post_ready_wait_s": nonneg},
+        "watchdog": {"window_steps": count, "repeat_limit": count, "idle_steps": count,
+                     "max_distinct_ratio": ratio},
+    }
+    special: dict[tuple[str, str], Any] = {
+        ("restart", "targets"): typing.Literal["touched_or_all", "touched", "all"],
+        ("convergence", "baseline_abs"): dict[str, typing.Annotated[float, Field(ge=0)]],
+    }
+    parts = [f.name for f in dataclasses.fields(Criteria)]
+    hints = typing.get_type_hints(Criteria)
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in parts:
+            raise InputError(f"unknown criteria section {name!r} (one of {', '.join(parts)})", path=str(path),
+                             line=line_of(node, (name,)))
+        if value is None:
+            continue
+        part = hints[name]
+        fields: dict[str, Any] = {}
+        for fname, ftype in typing.get_type_hints(part).items():
+            ann = special.get((name, fname), ftype)
+            bound = bounds.get(name, {}).get(fname)
+            if bound is not None:
+                args = typing.get_args(ann)
+                optional = type(None) in args
+                inner = next(a for a in args if a is not type(None)) if optional else ann
+                ann = typing.Annotated[inner, bound]
+                if optional:
+                    ann = typing.Optional[ann]
+            fields[fname] = (ann, None)
+        model = create_model(f"{part.__name__}File", __config__=ConfigDict(extra="forbid"), **fields)
+        checked = validate(model, value, path=path, node=node, loc_prefix=(name,))
+        out[name] = checked.model_dump(exclude_unset=True)
+    try:
+        Criteria.coerce(out)
+    except (TypeError, ValueError) as e:  # what the checks above do not cover
+        raise InputError(f"bad criteria: {e}", path=str(path)) from e
+    return out
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -7,8 +7,11 @@ installed. Exit codes: 0 success, 1 a completed run that denies or fails its gat
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 from importlib.metadata import entry_points
+from typing import NoReturn
 
 import click
 
@@ -19,7 +22,19 @@ __all__ = ["main", "cli"]
 
 
 class _Group(click.Group):
-    """Turns an InputError anywhere below into one line on stderr and exit code 2."""
+    """Turns bad input anywhere below into one line on stderr and exit code 2: an InputError (`error: path:line:
+    message`) and click's own usage errors (`error: --option: message`, without click's usage and hint lines).
+    A closed stdout (`guardrail policy test | head -1`) ends the command quietly with 141, as a shell reports
+    SIGPIPE. Commands added from the entry-point group (arena's) are below this group too."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # the root's own options: --help, --version
+        except click.UsageError as e:
+            _usage_error(ctx, e)
+        except BrokenPipeError:
+            _broken_pipe(ctx)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def invoke(self, ctx: click.Context):
         try:
@@ -27,6 +42,49 @@ class _Group(click.Group):
         except DataFileError as e:  # InputError, and a verifier catalogue's CatalogueError
             click.echo(f"error: {e.one_line()}", err=True)
             ctx.exit(2)
+        except click.UsageError as e:  # a subcommand's parse: a bad value, a missing or unknown option
+            _usage_error(ctx, e)
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise  # a socket or a child's pipe, not our stdout: not the reader going away
+            _broken_pipe(ctx)
+
+
+def _usage_error(ctx: click.Context, e: click.UsageError) -> NoReturn:
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+        raise e  # a bare group prints its help, as click does
+    msg = e.format_message()
+    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
+        # `--port: 99999 is not in the range ...` rather than `Invalid value for '--port': 99999 ...`
+        name = e.param_hint or (max(e.param.opts, key=len) if e.param.param_type_name == "option"
+                                else e.param.human_readable_name)
+        if isinstance(name, (list, tuple)):
+            name = " / ".join(name)
+        msg = f"{name}: {e.message}"
+    click.echo(f"error: {' '.join(msg.split())}", err=True)
+    ctx.exit(e.exit_code)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone (poll reports an error on the write end); True when it cannot be told."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return True
+
+
+def _broken_pipe(ctx: click.Context) -> NoReturn:
+    # Whatever is still buffered for stdout goes nowhere, so the flush at exit cannot fail again.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    ctx.exit(141)
 
 
 @click.group(cls=_Group)

@@ -7,7 +7,9 @@ Exit 0 when the audit completes, findings or not; 2 on bad input (one line namin
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import click
 
@@ -45,7 +47,12 @@ def _print(report) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1; the root group exits 141, quietly
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    console = _Console(soft_wrap=False)
     t = report.trajectory
     steps = Table(title=f"guardrail audit: {t.path} ({t.format})", show_lines=False)
     for col in ("#", "line", "command", "actions", "decision", "rules / flags"):

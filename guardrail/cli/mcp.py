@@ -11,6 +11,7 @@ import click
 
 from guardrail import pygc
 from guardrail.cli import cli
+from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
 __all__ = ["mcp"]
@@ -30,7 +31,8 @@ __all__ = ["mcp"]
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="HTTP port; 0 picks a free one (the server's start-up log names it).")
 @click.option("--path", "http_path", default="/mcp", show_default=True, help="Streamable HTTP endpoint path.")
 def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
         mode: str, transport: str,
@@ -46,6 +48,8 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
+    # Journals are written when a client connects; a directory that cannot take them fails now, at start.
+    _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)
     pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
     try:
@@ -55,3 +59,20 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
             server.run("streamable-http", host=host, port=port, streamable_http_path=http_path)
     finally:
         sessions.close()
+
+
+def _check_journal_dir(d: Path) -> None:
+    """Create the journal directory and prove it writable (a file made and removed), or bad input (exit 2)."""
+    import tempfile
+
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise InputError(f"{d}: not a directory", path="--journal-dir") from e
+    except OSError as e:
+        raise InputError(f"{d}: cannot create: {e.strerror or e}", path="--journal-dir") from e
+    try:
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".guardrail-write-test-"):
+            pass
+    except OSError as e:
+        raise InputError(f"{d}: cannot write: {e.strerror or e}", path="--journal-dir") from e

@@ -17,6 +17,8 @@ from guardrail.cli import cli
 from guardrail.errors import InputError
 from guardrail.policy.embedded import EmbeddedOPA
 from guardrail.policy.testing import run_rego_tests
+from guardrail.resources import policy_dir
+from verifiers.datafile import decode_text
 
 __all__ = ["policy"]
 
@@ -33,8 +35,13 @@ def policy() -> None:
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 @click.option("-v", "--verbose", is_flag=True, help="Also print each test's duration.")
 def test_cmd(directory: Path | None, verbose: bool) -> None:
-    """Run every test_ rule, like `opa test`. Exits 1 when any test fails."""
+    """Run every test_ rule of the *_test.rego files, like `opa test`. Exits 1 when any test fails, 2 when
+    there is none."""
     report = run_rego_tests(directory)
+    if not report.results:
+        # Like `opa test` run on a tree with no tests: nothing was tested, which is not a pass. Tests are the
+        # test_ rules of *_test.rego files (guardrail/policy/loader.py); rules in other files are not run.
+        raise InputError("no test_ rules found in *_test.rego files", path=str(directory or policy_dir()))
     for r in report.results:
         line = f"{r.status} {r.path}: data.{r.package}.{r.name}"
         if r.message:
@@ -43,7 +50,7 @@ def test_cmd(directory: Path | None, verbose: bool) -> None:
             line += f" [{r.duration_ms:.2f} ms]"
         click.echo(line)
     click.echo(report.summary())
-    if report.failed or not report.results:
+    if report.failed:
         raise SystemExit(1)
 
 
@@ -73,9 +80,10 @@ def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
 
 def _read_json(path: Path) -> object:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
+    text = decode_text(raw, path=path, error=InputError)  # undecodable bytes: one line naming file:line
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

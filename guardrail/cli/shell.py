@@ -20,6 +20,7 @@ import click
 
 from guardrail import pygc
 from guardrail.cli import cli
+from guardrail.errors import InputError, JournalError
 from guardrail.policy import goruntime
 from guardrail.policy.base import Mode
 
@@ -50,14 +51,19 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     if journal_path is None:
         journal_path = f"guardrail-journals/shell-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
     journal = Path(journal_path)
-    key = journal.name[:-len(".jsonl")] if journal.name.endswith(".jsonl") else journal.name
+    if journal.suffix != ".jsonl":
+        raise InputError("must name a .jsonl file", path="--journal")
+    key = journal.name[:-len(".jsonl")]
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
                              env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
+    # Everything else is checked before the journal is opened: a failed start appends nothing to it.
+    _check_runnable(agent_command[0])
     # The session's journal must land exactly at --journal: name the session after the file.
-    session = sessions.get(key) if journal.suffix == ".jsonl" else None
-    if session is None:
-        raise click.UsageError("--journal must name a .jsonl file")
+    try:
+        session = sessions.get(key)
+    except JournalError as e:
+        raise InputError(str(e), path="--journal") from e
     work = Path(tempfile.mkdtemp(prefix="guardrail-shell-"))
     daemon = GuardDaemon(session, work / "guard.sock")
     code = 1
@@ -90,3 +96,17 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         sessions.close()
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(code if code >= 0 else 128 - code)
+
+
+def _check_runnable(program: str) -> None:
+    """Bad input (exit 2) unless `program` names an executable file, found on PATH as the agent's start would."""
+    from guardrail.adapters.shell.shimdir import SHIMMED_TOOLS
+
+    if os.sep in program:
+        p = Path(program)
+        if not p.exists():
+            raise InputError("cannot start: no such file", path=program)
+        if p.is_dir() or not os.access(p, os.X_OK):
+            raise InputError("cannot start: not an executable file", path=program)
+    elif shutil.which(program) is None and program not in SHIMMED_TOOLS:  # a shim is first on the agent's PATH
+        raise InputError("cannot start: command not found on PATH", path=program)

@@ -33,14 +33,24 @@ __all__ = ["Journal", "JournalRecords", "read_journal", "JournalReadResult", "GR
 
 
 class JournalReadResult(list):
-    """The records of a journal file, with `torn` set when a torn last line was skipped."""
+    """The records of a journal file, with `torn` set when a torn last line was skipped.
+
+    `lines[i]` is the file line of record i (blank lines are skipped, so it can differ from i + 1); `torn_line`
+    is the line of the skipped torn record and `torn_bytes` its size to the end of the file."""
 
     torn: bool = False
     torn_bytes: int = 0
+    torn_line: int | None = None
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.lines: list[int] = []
 
 
 def read_journal(path: str | Path) -> JournalReadResult:
-    """Read every complete record. A torn last line is skipped; a corrupt line before it is an InputError."""
+    """Read every complete record. A torn last line is skipped; a corrupt line before it is an InputError.
+
+    A last line that is not UTF-8 counts as torn too (a crash can leave garbage in the last block written)."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -50,19 +60,31 @@ def read_journal(path: str | Path) -> JournalReadResult:
     lines = data.split(b"\n")
     # Everything after the last newline is an unterminated tail: complete records always end with "\n".
     tail = lines.pop()
+    # The last line with content, when it is a complete one: where a non-UTF-8 record still counts as torn.
+    last = 0 if tail.strip() else next((i for i in range(len(lines), 0, -1) if lines[i - 1].strip()), 0)
+    pos = 0  # byte offset of line i
     for i, raw in enumerate(lines, 1):
+        start, pos = pos, pos + len(raw) + 1
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
+            rec = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            if i == last:
+                out.torn, out.torn_bytes, out.torn_line = True, len(data) - start, i
+                return out
+            raise InputError(f"corrupt journal record: not UTF-8 (undecodable byte 0x{raw[e.start]:02x})",
+                             path=str(p), line=i) from e
         except json.JSONDecodeError as e:
             raise InputError(f"corrupt journal record: {e.msg}", path=str(p), line=i) from e
         if not isinstance(rec, dict):
             raise InputError("journal record is not an object", path=str(p), line=i)
         out.append(rec)
+        out.lines.append(i)
     if tail.strip():
         out.torn = True
         out.torn_bytes = len(tail)
+        out.torn_line = len(lines) + 1
     return out
 
 
@@ -104,7 +126,13 @@ class Journal:
 
     def _open(self) -> None:
         assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        parent = self.path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            # A regular file where a directory should be gives EEXIST or ENOTDIR; say what is wrong.
+            why = "not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+            raise JournalError(f"{self.path}: cannot create journal directory {parent}: {why}") from e
         torn = 0
         if self.path.exists():
             existing = read_journal(self.path)

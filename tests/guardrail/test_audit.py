@@ -193,3 +193,45 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     assert f"{f}:3:" in p.stderr
     missing = cli(str(tmp_path / "nope.txt"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr
+
+
+def test_journal_steps_and_the_torn_tail_report_file_lines(tmp_path):
+    f = tmp_path / "j.jsonl"
+    f.write_text('{"seq":1,"kind":"session_start"}\n\n{"seq":2,"kind":"command","command":"set a 1","ran":true}\n'
+                 '\n\n{"seq":3,"kind":"command","command":"flushall","ran":false}\n{"seq":4,"kind":"comm')
+    t = load_trajectory(f)
+    assert [(s.command, s.line) for s in t.steps] == [("set a 1", 3), ("flushall", 6)]
+    assert t.findings == [{"kind": "torn_tail", "line": 7, "message": t.findings[0]["message"]}]
+
+
+def test_non_utf8_first_line_is_bad_input_not_a_command_list(tmp_path):
+    f = tmp_path / "j.jsonl"
+    f.write_bytes(b'\n\xff\xfe{"seq":1,"kind":"command"}\n')
+    with pytest.raises(InputError) as e:
+        load_trajectory(f)
+    assert e.value.path == str(f) and e.value.line == 2 and "UTF-8" in e.value.message
+    f.write_bytes(b"redis-cli GET a\nredis-cli GET \xff\n")
+    with pytest.raises(InputError) as e:
+        load_trajectory(f, fmt="commands")
+    assert e.value.line == 2
+
+
+def test_cli_journal_with_a_non_utf8_last_record_is_audited_as_torn(tmp_path):
+    f = tmp_path / "j.jsonl"
+    f.write_bytes(b'{"seq":1,"kind":"command","command":"redis-cli FLUSHALL","ran":false}\n\n'
+                  b'{"seq":2,"kind":"command","command":"x\xff"}\n')
+    p = cli(str(f), "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["summary"]["torn"] is True and rep["steps"][0]["line"] == 1
+    assert [(x["kind"], x["line"]) for x in rep["findings"]] == [("torn_tail", 3)]
+    f.write_bytes(b"\xff\xfe\n")
+    p = cli(str(f))
+    assert p.returncode == 2 and p.stderr.strip() == f"error: {f}:1: not UTF-8 text (undecodable byte 0xff)"
+
+
+def test_cli_bad_format_is_one_line(tmp_path):
+    p = cli(str(tmp_path / "x.txt"), "--format", "bogus")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "error: --format: 'bogus' is not one of 'auto', 'journal', 'commands', 'openai'."]

@@ -58,3 +58,31 @@ def test_bad_context_exits_2_with_file_and_line(tmp_path, content, line):
 def test_missing_context_file_exits_2():
     r = run("--context", "/nonexistent/ctx.yaml", "--", "ls")
     assert r.exit_code == 2 and "/nonexistent/ctx.yaml" in r.output
+
+
+def test_non_utf8_context_is_one_line_exit_2(tmp_path):
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_bytes(b"namespaces: [slack]\nid: \xff\n")
+    r = run("--context", str(ctx), "--", "ls")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == r.output.strip().splitlines()[0] and f"error: {ctx}:2: " in r.output
+
+
+def test_tab_indented_json_context_is_accepted(tmp_path):
+    ctx = tmp_path / "ctx.json"
+    ctx.write_text('{\n\t"namespaces": ["slack"]\n}\n')
+    assert run("--context", str(ctx), "--", "kubectl get pods -n slack").exit_code == 0
+    assert run("--context", str(ctx), "--", "kubectl delete pod web-0 -n payments").exit_code == 1
+
+
+def test_duplicate_key_in_a_context_is_rejected_with_its_line(tmp_path):
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_text("id: x\nnamespaces: [slack]\nid: y\n")
+    r = run("--context", str(ctx), "--", "ls")
+    assert r.exit_code == 2 and f"error: {ctx}:3: duplicate key 'id'" in r.output
+
+
+def test_a_bad_option_value_is_one_line_exit_2():
+    r = run("--mode", "bogus", "--", "ls")
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == ["error: --mode: 'bogus' is not one of 'enforce', 'dry-run', 'warn-only'."]

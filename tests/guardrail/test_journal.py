@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from guardrail.errors import InputError
+from guardrail.errors import InputError, JournalError
 from guardrail.journal import Journal, read_journal
 
 
@@ -217,3 +217,41 @@ def test_a_batch_shares_one_fsync_at_its_end(tmp_path, monkeypatch):
         pass
     assert len(synced) == 2  # an empty batch costs no fsync
     j.close()
+
+
+def test_a_non_utf8_last_record_is_torn_and_reopen_drops_it(tmp_path):
+    p = tmp_path / "j.jsonl"
+    with Journal(p) as j:
+        j.append("command", command="a", ran=True)
+    good = p.read_bytes()
+    with open(p, "ab") as fh:
+        fh.write(b'{"seq":2,"kind":"command","command":"\xff"}\n\n')
+    recs = read_journal(p)
+    assert recs.torn and recs.torn_line == 2 and recs.torn_bytes == len(p.read_bytes()) - len(good)
+    assert [r["command"] for r in recs] == ["a"]
+    with Journal(p) as j:
+        j.append("command", command="b", ran=True)
+    assert [r["kind"] for r in read_journal(p)] == ["command", "recovery", "command"]
+
+
+def test_a_non_utf8_record_before_the_last_names_its_line(tmp_path):
+    p = tmp_path / "j.jsonl"
+    p.write_bytes(b'{"seq":1,"kind":"command"}\n\n{"seq":2,"kind":"command","command":"\xff"}\n{"seq":3,"kind":"x"}\n')
+    with pytest.raises(InputError) as e:
+        read_journal(p)
+    assert e.value.line == 3 and str(p) in e.value.one_line() and "UTF-8" in e.value.message
+
+
+def test_records_carry_their_file_lines(tmp_path):
+    p = tmp_path / "j.jsonl"
+    p.write_text('\n{"seq":1,"kind":"a"}\n\n\n{"seq":2,"kind":"b"}\n{"seq":3,"ki')
+    recs = read_journal(p)
+    assert recs.lines == [2, 5] and recs.torn_line == 6
+
+
+def test_a_journal_under_a_regular_file_is_a_journal_error(tmp_path):
+    (tmp_path / "f").write_text("")
+    for path in (tmp_path / "f" / "j.jsonl", tmp_path / "f" / "sub" / "j.jsonl"):
+        with pytest.raises(JournalError) as e:
+            Journal(path)
+        assert str(path) in str(e.value) and "not a directory" in str(e.value)

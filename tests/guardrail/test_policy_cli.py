@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from guardrail.cli import _register, cli
 
 _register()
+GUARDRAIL = str(Path(sys.executable).parent / "guardrail")
 
 
 def run(*args):
@@ -99,3 +104,43 @@ def test_policy_test_reports_an_erroring_test_and_keeps_the_others(tmp_path):
     assert "PASS y_test.rego: data.y_test.test_ok" in r.output
     assert "ERROR y_test.rego: data.y_test.test_conflicting" in r.output
     assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"
+
+
+def test_policy_eval_non_utf8_input_is_one_line_exit_2(tmp_path):
+    f = tmp_path / "in.json"
+    f.write_bytes(b'{\n  "command": "\xff"\n}\n')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {f}:2: not UTF-8 text (undecodable byte 0xff)"
+
+
+def test_policy_test_with_no_test_rules_is_bad_input(tmp_path):
+    (tmp_path / "x.rego").write_text("package x\n\nallow if input.ok\n")
+    (tmp_path / "x_more.rego").write_text("package x_more\n\ntest_not_in_a_test_file if true\n")
+    r = CliRunner().invoke(cli, ["policy", "test", str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {tmp_path}: no test_ rules found in *_test.rego files"
+
+
+def test_usage_errors_are_one_line_exit_2(tmp_path):
+    for args, line in [(["policy", "eval"], "error: Missing option '--input'."),
+                       (["policy", "test", "--zzz"], "error: No such option '--zzz'."),
+                       (["nosuchcommand"], "error: No such command 'nosuchcommand'.")]:
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2 and r.output.strip().splitlines() == [line], (args, r.output)
+    r = CliRunner().invoke(cli, ["policy", "test", "--help"])
+    assert r.exit_code == 0 and "Usage: " in r.output and "policy test [OPTIONS] [DIRECTORY]" in r.output
+    r = CliRunner().invoke(cli, ["policy"])  # a bare group still shows its help, as click does
+    assert "Commands:" in r.output
+
+
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path):
+    (tmp_path / "x_test.rego").write_text("package x_test\n\ntest_a if true\n\ntest_b if true\n")
+    for args in (["policy", "test", str(tmp_path)], ["--help"]):
+        r, w = os.pipe()
+        os.close(r)  # the reader is gone before the first write, like `| head -0`
+        try:
+            p = subprocess.run([GUARDRAIL, *args], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(w)
+        assert p.returncode == 141 and p.stderr == "", (args, p.stderr)

@@ -1,0 +1,153 @@
+"""Bad input to `guardrail shell` and `guardrail mcp` (journals, ports, criteria): one line, exit 2, and nothing
+written. The real CLI in a subprocess; every case fails at start, before an agent or server runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guardrail.adapters.session import load_criteria
+from guardrail.errors import InputError
+
+GUARDRAIL = str(Path(sys.executable).parent / "guardrail")
+
+
+def run(*args, cwd=None):
+    return subprocess.run([GUARDRAIL, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          stdin=subprocess.DEVNULL)
+
+
+def one_line(p) -> str:
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+# -- shell --journal --------------------------------------------------------------------------------------------
+
+
+def test_shell_journal_under_a_regular_file_is_one_line_exit_2(tmp_path):
+    (tmp_path / "f").write_text("")
+    j = tmp_path / "f" / "j.jsonl"
+    p = run("shell", "--journal", str(j), "--", "true")
+    assert p.returncode == 2
+    assert one_line(p).startswith(f"error: --journal: {j}: cannot create journal directory")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_shell_journal_that_cannot_be_opened_is_one_line_exit_2(tmp_path):
+    p = run("shell", "--journal", "/proc/self/j.jsonl", "--", "true")  # a directory no file can be made in
+    assert p.returncode == 2
+    assert one_line(p).startswith("error: --journal: /proc/self/j.jsonl: cannot open journal")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_shell_journal_in_an_unwritable_directory_is_one_line_exit_2(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        p = run("shell", "--journal", str(d / "j.jsonl"), "--", "true")
+    finally:
+        d.chmod(0o700)
+    assert p.returncode == 2 and one_line(p).startswith(f"error: --journal: {d / 'j.jsonl'}: cannot open journal")
+
+
+def test_shell_that_cannot_start_its_agent_appends_nothing_to_the_journal(tmp_path):
+    j = tmp_path / "j.jsonl"
+    j.write_text('{"seq":1,"kind":"session_start","session":"j"}\n')
+    before = j.read_bytes()
+    p = run("shell", "--journal", str(j), "--", "no-such-agent-guardrail-test")
+    assert p.returncode == 2
+    assert one_line(p) == "error: no-such-agent-guardrail-test: cannot start: command not found on PATH"
+    (tmp_path / "plain").write_text("")  # exists, not executable
+    p = run("shell", "--journal", str(j), "--", str(tmp_path / "plain"))
+    assert p.returncode == 2 and "not an executable file" in one_line(p)
+    assert j.read_bytes() == before
+
+
+def test_shell_journal_must_be_jsonl(tmp_path):
+    p = run("shell", "--journal", str(tmp_path / "j.txt"), "--", "true")
+    assert p.returncode == 2 and one_line(p) == "error: --journal: must name a .jsonl file"
+    assert not (tmp_path / "j.txt").exists()
+
+
+# -- mcp ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_mcp_port_out_of_range_is_one_line_exit_2(port):
+    p = run("mcp", "--transport", "http", "--port", port)
+    assert p.returncode == 2
+    assert one_line(p) == f"error: --port: {port} is not in the range 0<=x<=65535."
+
+
+def test_mcp_journal_dir_that_cannot_be_made_fails_at_start(tmp_path):
+    (tmp_path / "f").write_text("")
+    p = run("mcp", "--journal-dir", str(tmp_path / "f" / "journals"))
+    assert p.returncode == 2
+    assert one_line(p) == f"error: --journal-dir: {tmp_path / 'f' / 'journals'}: not a directory"
+    p = run("mcp", "--journal-dir", str(tmp_path / "f"))  # click's own check, on one line too
+    assert p.returncode == 2 and one_line(p).startswith("error: --journal-dir: ")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_mcp_unwritable_journal_dir_fails_at_start():
+    p = run("mcp", "--journal-dir", "/proc/self")
+    assert p.returncode == 2 and one_line(p).startswith("error: --journal-dir: /proc/self: cannot write")
+
+
+def test_mcp_bad_criteria_fails_at_start_naming_the_line(tmp_path):
+    c = tmp_path / "criteria.yaml"
+    c.write_text("convergence:\n  max_wait_cycles: 4\n  default_cycle_s: -30\n")
+    p = run("mcp", "--criteria", str(c), "--journal-dir", str(tmp_path / "j"))
+    assert p.returncode == 2
+    assert one_line(p) == f"error: {c}:3: convergence.default_cycle_s: Input should be greater than 0"
+    assert not (tmp_path / "j").exists()  # nothing made for a start that failed
+
+
+# -- criteria -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("convergence: {default_cycle_s: -30}\n", 1, "convergence.default_cycle_s: Input should be greater than 0"),
+    ("convergence:\n  max_wait_cycles: 0\n", 2, "convergence.max_wait_cycles: Input should be greater than 0"),
+    ("convergence:\n  consecutive_cycles: 3\n  bogus: 1\n", 3, "convergence.bogus: Extra inputs are not permitted"),
+    ("watchdog:\n  max_distinct_ratio: 2\n", 2, "watchdog.max_distinct_ratio"),
+    ("restart:\n  targets: some\n", 2, "restart.targets"),
+    ("restart: {}\nconvergance: {}\n", 2, "unknown criteria section 'convergance'"),
+    ("convergence:\n  count: 2\n  count: 3\n", 3, "duplicate key 'count'"),
+])
+def test_bad_criteria_name_the_line(tmp_path, text, line, words):
+    c = tmp_path / "criteria.yaml"
+    c.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_criteria(c)
+    assert e.value.line == line and words in e.value.message, e.value.one_line()
+
+
+def test_good_criteria_load_with_their_types(tmp_path):
+    c = tmp_path / "criteria.yaml"
+    c.write_text("convergence: {default_cycle_s: 30, max_wait_cycles: 4, interval_s: null}\nrestart:\n"
+                 "watchdog: {check_slis: false}\n")
+    assert load_criteria(c) == {"convergence": {"default_cycle_s": 30.0, "max_wait_cycles": 4.0, "interval_s": None},
+                                "watchdog": {"check_slis": False}}
+    from verifiers.criteria import Criteria
+
+    assert Criteria.coerce(load_criteria(c)).convergence.max_wait_cycles == 4.0
+
+
+# -- the root group ---------------------------------------------------------------------------------------------
+
+
+def test_usage_errors_of_every_command_are_one_line_and_help_still_works(tmp_path):
+    p = run("scenarios", "--zzz")  # a command added from the entry-point group (arena) is below the root too
+    assert p.returncode == 2 and one_line(p) == "error: No such option '--zzz'."
+    p = run("audit")
+    assert p.returncode == 2 and one_line(p) == "error: Missing argument 'TRAJECTORY'."
+    p = run("mcp", "--help")
+    assert p.returncode == 0 and p.stdout.startswith("Usage: guardrail mcp") and "0 picks a free one" in p.stdout
