@@ -186,11 +186,16 @@ class _ArmTally:
               help="Comma-separated agent specs (default: calibrated; replay:* = every solution script).")
 @click.option("--arms", "arms_opt", default=None,
               help="Comma-separated arms [default: guarded,unguarded; with --env live: unguarded].")
-@click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 0..N-1 per scenario and agent.")
-@click.option("--jobs", type=int, default=2, show_default=True, help="Worker processes.")
+@click.option("--seeds", type=int, default=10, show_default=True,
+              help="Seeds 0..N-1 per scenario and agent (1 to 10000).")
+@click.option("--jobs", type=int, default=2, show_default=True,
+              help="Worker processes (with --env live: stacks at a time): 1 to 4 per CPU, at most 256; never more "
+                   "than the episodes to run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
               show_default=True)
-@click.option("--resume", is_flag=True, help="Keep results.jsonl and run only the episodes not in it.")
+@click.option("--resume", is_flag=True,
+              help="Keep the rows of results.jsonl and of an interrupted run's results.jsonl.partial and run only "
+                   "the episodes in neither.")
 @click.option("--responsiveness", "resp_opt", default="0.5,0.8,1.0", show_default=True,
               help="Guarded-arm sensitivity runs ('' for none).")
 @click.option("--no-detection", is_flag=True, help="Skip replaying every solution script (section 1).")
@@ -204,9 +209,23 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     With --env live: the agreement table instead (exit 0 when every row agrees, 1 otherwise)."""
     import time
 
+    from click.core import ParameterSource
+
+    from arena.bench.runner import check_jobs
+
+    for flag, value in (("--scenarios", scenarios_opt), ("--agents", agents_opt), ("--arms", arms_opt)):
+        if value is not None and not _csv(value):  # an empty list given on purpose is a mistake, not "all"
+            raise InputError("is empty: name at least one, or leave the option out for the default", path=flag)
+    check_jobs(jobs)
     if env_name == "live":
         from arena.live.stack import install_cleanup
 
+        ctx = click.get_current_context()
+        ignored = [flag for name, flag in (("seeds", "--seeds"), ("resume", "--resume"),
+                                           ("resp_opt", "--responsiveness"), ("no_detection", "--no-detection"))
+                   if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+        if ignored:
+            click.echo(f"warning: --env live ignores {', '.join(ignored)}", err=True)
         install_cleanup()  # Ctrl-C or a SIGTERM stops every stack the run has up
         _bench_live(scenarios_opt, agents_opt, arms_opt or "unguarded", jobs, out_dir, as_json)
         return
@@ -215,7 +234,8 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arena.bench.report import write_report
-    from arena.bench.runner import plan_bench, run_plan
+    from arena.bench.runner import (Terminated, out_error, partial_path, plan_bench, prepare_out, run_plan,
+                                    sigterm_raises, write_atomic)
     from arena.bench.stats import summarise
     from arena.scenario import _ids
 
@@ -223,40 +243,51 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     scenario_ids = _csv(scenarios_opt) or known
     unknown = [s for s in scenario_ids if s not in known]
     if unknown:
-        raise InputError(f"unknown scenario {', '.join(unknown)} (known: {', '.join(known) or 'none'})")
-    if jobs < 1:
-        raise InputError(f"--jobs must be at least 1, not {jobs}")
+        raise InputError(f"unknown scenario {', '.join(unknown)} (known: {', '.join(known) or 'none'})",
+                         path="--scenarios")
     try:
         resp = [float(x) for x in _csv(resp_opt)]
     except ValueError as e:
-        raise InputError(f"--responsiveness takes numbers: {resp_opt!r}") from e
+        raise InputError(f"takes numbers: {resp_opt!r}", path="--responsiveness") from e
     agents = _csv(agents_opt) or [_default_agent(scenario_ids[0])]
     plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
     results = out_dir / "results.jsonl"
+    prepare_out(out_dir)  # before any episode: an --out that cannot be written is bad input (exit 2)
     ab_keys = {e.key() for e in plan.episodes if not e.params
                and (e.agent in agents or ("replay:*" in agents and e.agent.startswith("replay:")))}
     tally = _ArmTally(ab_keys)
+    kept = 0
     t0 = time.perf_counter()
-    with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[arms]}"),
-                  TimeRemainingColumn(), disable=as_json, transient=False) as progress:
-        task = progress.add_task("bench", total=len(plan.episodes), arms="")
-
-        def on_result(row: dict[str, Any]) -> None:
-            tally.add(row)
-            progress.update(task, advance=1, arms=tally.text())
-
-        rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result)
-    wall = time.perf_counter() - t0
-    summary = summarise(rows, agents=agents, arms=plan.arms, responsiveness=plan.responsiveness, wall_s=wall,
-                        notes=plan.notes)
-    summary["scenarios"] = scenario_ids
-    summary["seeds"] = seeds
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        md, html_path = write_report(summary, out_dir)
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror or e}", path=str(out_dir)) from e
+        with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: workers stopped, whole lines kept
+            with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[arms]}"), TimeRemainingColumn(), disable=as_json,
+                          transient=False) as progress:
+                task = progress.add_task("bench", total=len(plan.episodes), arms="")
+
+                def on_result(row: dict[str, Any]) -> None:
+                    nonlocal kept
+                    kept += 1
+                    tally.add(row)
+                    progress.update(task, advance=1, arms=tally.text())
+
+                rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result,
+                                on_warning=lambda msg: click.echo(msg, err=True))
+            wall = time.perf_counter() - t0
+            summary = summarise(rows, agents=agents, arms=plan.arms, responsiveness=plan.responsiveness,
+                                wall_s=wall, notes=plan.notes)
+            summary["scenarios"] = scenario_ids
+            summary["seeds"] = seeds
+            try:
+                write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+                md, html_path = write_report(summary, out_dir)
+            except OSError as e:
+                raise out_error(e, out_dir) from e
+    except (KeyboardInterrupt, Terminated) as e:
+        where = partial_path(results) if partial_path(results).exists() else results
+        click.echo(f"interrupted: {kept} of {len(plan.episodes)} episodes kept in {where}; "
+                   "run the same command with --resume to finish", err=True)
+        raise SystemExit(e.code if isinstance(e, Terminated) else 130) from None
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return

@@ -35,8 +35,10 @@ def ensure_writable_dir(path: Path) -> None:
     if blocker is not None:
         raise OSError(errno.ENOTDIR, f"{blocker} is a file, not a directory", str(path))
     path.mkdir(parents=True, exist_ok=True)
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise OSError(errno.EACCES, "the directory is not writable", str(path))
+    # Create and remove a file rather than ask os.access: that also catches a read-only mount, and root.
+    fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def ensure_writable_file(path: Path) -> None:

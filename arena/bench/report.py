@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from arena.bench import plots
+from arena.bench.runner import write_atomic
 from arena.bench.stats import PAPER_MIX, RECALL_MODES
 from arena.scenario import FAILURE_MODES
 
@@ -220,14 +221,15 @@ def _html(sections: list[Section], s: Mapping[str, Any]) -> str:
 
 
 def write_report(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
-    """Write report.md, report.html and plots/*.svg under `out`."""
+    """Write report.md, report.html and plots/*.svg under `out`, each replaced whole in one rename (an interrupted
+    write leaves the previous file, never a part of the new one)."""
     sections = build_sections(summary)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     for sec in sections:
         for name, svg in sec.plots:
             if svg:
-                (out / "plots" / f"{name}.svg").write_text(svg)
+                write_atomic(out / "plots" / f"{name}.svg", svg)
     md, ht = out / "report.md", out / "report.html"
-    md.write_text(_md(sections, summary))
-    ht.write_text(_html(sections, summary))
+    write_atomic(md, _md(sections, summary))
+    write_atomic(ht, _html(sections, summary))
     return md, ht

@@ -10,15 +10,22 @@ skips it:
   that take one (a replay agent has no behaviour after feedback to vary).
 
 Episodes go to worker processes in small chunks (fewer round trips than one task per episode, small enough
-that the progress bar and the results file keep moving). The parent writes each result line and flushes it at
-once, so an interrupted run keeps every episode that finished.
+that the progress bar and the results file keep moving). The parent writes each result line to
+`results.jsonl.partial` and flushes it at once, so an interrupted run keeps every episode that finished; the
+partial file replaces `results.jsonl` only when the run completes, so an earlier run's results are never lost to
+a run that did not finish. `--resume` reads both files (docs/bench.md). SIGINT and SIGTERM stop the workers (a
+worker also dies with its parent: PR_SET_PDEATHSIG) and leave only whole lines behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -27,11 +34,25 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from guardrail.errors import InputError
+from guardrail.fileio import ensure_writable_dir, write_atomic
 
 __all__ = ["EpisodeSpec", "BenchPlan", "plan_bench", "run_plan", "read_results", "expand_agents",
-           "agent_takes", "DEFAULT_RESPONSIVENESS"]
+           "agent_takes", "DEFAULT_RESPONSIVENESS", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
+           "prepare_out", "write_atomic", "Terminated", "sigterm_raises"]
 
 DEFAULT_RESPONSIVENESS = (0.5, 0.8, 1.0)
+MAX_SEEDS = 10_000  # 20 scenarios x 10,000 seeds is already a million episodes; more is a typo
+MAX_JOBS = 256
+
+
+def max_jobs() -> int:
+    """The most worker processes `--jobs` takes: four per CPU, at most 256."""
+    return min(MAX_JOBS, 4 * (os.cpu_count() or 1))
+
+
+def check_jobs(jobs: int) -> None:
+    if not 1 <= jobs <= max_jobs():
+        raise InputError(f"takes 1 to {max_jobs()} (4 per CPU, at most {MAX_JOBS}), not {jobs}", path="--jobs")
 
 
 @dataclass(frozen=True)
@@ -132,11 +153,11 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
     """Validate the inputs (InputError on a bad one) and list the episodes."""
     bad = [a for a in arms if a not in ("guarded", "unguarded")]
     if bad or not arms:
-        raise InputError(f"--arms takes guarded and/or unguarded, not {','.join(bad) or 'nothing'}")
-    if seeds < 1:
-        raise InputError(f"--seeds must be at least 1, not {seeds}")
+        raise InputError(f"takes guarded and/or unguarded, not {','.join(bad) or 'nothing'}", path="--arms")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise InputError(f"takes 1 to {MAX_SEEDS} seeds, not {seeds}", path="--seeds")
     if any(not 0.0 <= r <= 1.0 for r in responsiveness):
-        raise InputError(f"--responsiveness values are probabilities in [0, 1]: {responsiveness}")
+        raise InputError(f"values are probabilities in [0, 1]: {responsiveness}", path="--responsiveness")
     plan = BenchPlan(scenarios, agents, arms, seeds, list(responsiveness))
     seen: set[str] = set()
 
@@ -203,23 +224,98 @@ def _run_chunk(specs: list[EpisodeSpec]) -> list[dict[str, Any]]:
     return [run_one(s) for s in specs]
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The results lines that parse; a torn last line (an interrupted write) is skipped."""
-    rows: list[dict[str, Any]] = []
+class ResultRows(list):
+    """read_results' rows, plus what it skipped: `bad` (line number, why) and `torn` (bytes of a last line cut
+    off mid-write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bad: list[tuple[int, str]] = []
+        self.torn = 0
+
+
+def read_results(path: Path) -> ResultRows:
+    """The results lines that parse. A torn last line (an interrupted write: no newline, not JSON) is skipped and
+    counted in `.torn`; any other line that is not UTF-8 JSON with a `key` is skipped and listed in `.bad`."""
+    rows = ResultRows()
     if not path.exists():
         return rows
-    with path.open() as f:
-        for line in f:
-            line = line.strip()
-            if not line:
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                if not raw.endswith(b"\n"):
+                    rows.torn = len(raw)
+                else:
+                    rows.bad.append((n, "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON"))
                 continue
             if isinstance(row, dict) and "key" in row:
                 rows.append(row)
+            else:
+                rows.bad.append((n, "not a results row (no key)"))
     return rows
+
+
+def partial_path(results: Path) -> Path:
+    """Where a run writes its rows until it completes: `results.jsonl.partial` beside `results.jsonl`."""
+    return results.with_name(results.name + ".partial")
+
+
+def out_error(e: OSError, out_dir: Path) -> InputError:
+    """An OSError on the output directory as the CLI's one line: `--out: <path>: <reason>`."""
+    return InputError(e.strerror or str(e), path=f"--out: {e.filename or out_dir}")
+
+
+def prepare_out(out_dir: Path) -> None:
+    """Create the output directory and check a file can be created in it, before any episode runs (InputError
+    naming --out otherwise)."""
+    try:
+        ensure_writable_dir(out_dir)
+    except OSError as e:
+        raise out_error(e, out_dir) from e
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so the pool is shut down and `finally` blocks run; uncaught it exits
+    128 + the signal number (143), like the signal itself."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While inside: SIGTERM raises Terminated in the main thread (elsewhere it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _worker_init(parent: int) -> None:
+    """In each worker: Ctrl-C is the parent's to handle (it terminates the pool), SIGTERM kills at once (not the
+    parent's handler, inherited by fork), and the worker gets SIGKILL when the parent dies, however it dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def _chunks(specs: list[EpisodeSpec], jobs: int) -> Iterator[list[EpisodeSpec]]:
@@ -229,47 +325,113 @@ def _chunks(specs: list[EpisodeSpec], jobs: int) -> Iterator[list[EpisodeSpec]]:
         yield specs[i:i + size]
 
 
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the workers (shutdown alone waits for running chunks)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    deadline = time.monotonic() + 5
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1)
+
+
+def _run_parallel(todo: list[EpisodeSpec], workers: int, keep: Callable[[dict[str, Any]], None]) -> None:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        pending: set[Future] = {pool.submit(_run_chunk, c) for c in _chunks(todo, workers)}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                for row in fut.result():
+                    keep(row)
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
 def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = False,
-             on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run the plan's episodes not already in `results` (with --resume), appending each line as it finishes.
-    Returns every row of the plan (resumed and new)."""
-    results.parent.mkdir(parents=True, exist_ok=True)
+             on_result: Callable[[dict[str, Any]], None] | None = None,
+             on_warning: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run the plan's episodes and return every row of the plan (resumed and new).
+
+    Rows go to `results.jsonl.partial` as they finish; it replaces `results` when the run completes. Without
+    `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of `results`
+    and of a partial file an interrupted run left (the newer wins on a key) are carried into the new file and
+    only the missing episodes run. At most min(jobs, episodes to run) worker processes. SIGTERM raises
+    Terminated (see sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the partial file
+    is left holding whole lines, and the exception propagates. An OSError on the files is an InputError naming
+    --out."""
+    warn = on_warning or (lambda msg: print(msg, file=sys.stderr))
+    prepare_out(results.parent)
+    partial = partial_path(results)
     wanted = {s.key() for s in plan.episodes}
-    have: dict[str, dict[str, Any]] = {}
+    carried: dict[str, dict[str, Any]] = {}
     if resume:
-        for r in read_results(results):
-            if r["key"] in wanted:
-                have[r["key"]] = r
-    elif results.exists():
-        results.unlink()
+        for src in (results, partial):
+            try:
+                rows = read_results(src)
+            except OSError as e:
+                raise out_error(e, results.parent) from e
+            for n, why in rows.bad:
+                warn(f"warning: {src}:{n}: {why}; skipped, its episode runs again")
+            if rows.torn:
+                warn(f"warning: {src}: a torn last line ({rows.torn} bytes) from an interrupted write; skipped")
+            for r in rows:
+                carried[r["key"]] = r
+    have = {k: r for k, r in carried.items() if k in wanted}
     todo = [s for s in plan.episodes if s.key() not in have]
-    for r in have.values():
-        if on_result is not None:
-            on_result(r)
-    with results.open("a") as out:
+    with sigterm_raises():
+        try:
+            # The new partial file starts with the carried rows (every earlier row, the plan's or not), in one
+            # rename: an interruption here leaves the old partial file as it was.
+            write_atomic(partial, "".join(json.dumps(r, sort_keys=True) + "\n" for r in carried.values()))
+            out = partial.open("ab", buffering=0)  # unbuffered: a line is in the file when keep() returns
+            whole = os.fstat(out.fileno()).st_size  # bytes of whole lines: what an interruption leaves
+        except OSError as e:
+            raise out_error(e, results.parent) from e
+
         def keep(row: dict[str, Any]) -> None:
-            out.write(json.dumps(row, sort_keys=True) + "\n")
-            out.flush()
+            nonlocal whole
+            line = (json.dumps(row, sort_keys=True) + "\n").encode()
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[out.write(view) or 0:]
+            except OSError as e:
+                raise out_error(e, results.parent) from e
+            whole += len(line)
             have[row["key"]] = row
             if on_result is not None:
                 on_result(row)
 
-        if jobs <= 1 or len(todo) <= 1:
-            for s in todo:
-                keep(run_one(s))
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                pending: set[Future] = {pool.submit(_run_chunk, c) for c in _chunks(todo, jobs)}
-                try:
-                    while pending:
-                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in done:
-                            for row in fut.result():
-                                keep(row)
-                except BaseException:
-                    for fut in pending:
-                        fut.cancel()
-                    raise
+        try:
+            for s in plan.episodes:
+                if on_result is not None and s.key() in have:
+                    on_result(have[s.key()])
+            workers = min(jobs, len(todo))
+            if workers <= 1:
+                for s in todo:
+                    keep(run_one(s))
+            else:
+                _run_parallel(todo, workers, keep)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                out.truncate(whole)  # a line a signal cut off mid-write
+            out.close()
+            raise
+        try:
+            with out:
+                os.fsync(out.fileno())
+            os.replace(partial, results)
+        except OSError as e:
+            raise out_error(e, results.parent) from e
     return [have[s.key()] for s in plan.episodes if s.key() in have]
 
 

@@ -98,12 +98,17 @@ def test_interruption_keeps_the_lines_that_finished(tmp_path: Path):
 
     with pytest.raises(KeyboardInterrupt):
         bench_runner.run_plan(plan, results, jobs=1, on_result=stop_after_two)
-    with results.open("a") as f:
+    # The finished lines are kept in the partial file; results.jsonl appears only when a run completes.
+    partial = bench_runner.partial_path(results)
+    assert not results.exists()
+    with partial.open("a") as f:
         f.write('{"key": "torn')  # a write cut off mid-line
-    kept = bench_runner.read_results(results)
-    assert [r["seed"] for r in kept] == [0, 1]
+    kept = bench_runner.read_results(partial)
+    assert [r["seed"] for r in kept] == [0, 1] and kept.torn
     rows = bench_runner.run_plan(plan, results, jobs=1, resume=True)
     assert [r["seed"] for r in rows] == [0, 1, 2]
+    assert not partial.exists()
+    assert [json.loads(line)["seed"] for line in results.read_text().splitlines()] == [0, 1, 2]
 
 
 def test_bootstrap_ci_on_a_synthetic_case():
