@@ -13,6 +13,7 @@ environment shows an operator.
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -27,6 +28,8 @@ __all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard
 
 # What a denied command returns to the agent, like a shell's "permission denied" for a command it may not run.
 DENIED_EXIT_CODE = 126
+# How many of the latest feedback codes stats() lists in order (every code is counted in feedback_counts).
+FEEDBACK_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,10 @@ class Guard:
         self.declarations: list[dict[str, Any]] = []
         self._counts = {"commands": 0, "denied": 0, "warned": 0, "would_deny": 0, "declarations": 0,
                         "declarations_rejected": 0}
-        self._codes: list[str] = []
+        # The feedback codes in order, the last FEEDBACK_KEPT of them (an episode has a few dozen; a shell session
+        # that runs for days must not grow its status reply without end), and the count of each over the session.
+        self._codes: deque[str] = deque(maxlen=FEEDBACK_KEPT)
+        self._code_counts: Counter[str] = Counter()
 
     @classmethod
     def standard(cls, engine: PolicyEngine, context: IncidentContext, *, env: Environment | None = None,
@@ -313,10 +319,15 @@ class Guard:
     # -- reporting ---------------------------------------------------------------------------------------------
 
     def _note_codes(self, fb: Sequence[Feedback]) -> None:
-        self._codes.extend(f.code for f in fb)
+        for f in fb:
+            self._codes.append(f.code)
+            self._code_counts[f.code] += 1
 
     def stats(self) -> dict[str, Any]:
-        return {**self._counts, "feedback": list(self._codes), "declaration_log": list(self.declarations)}
+        """Counts, the feedback codes in order (the last FEEDBACK_KEPT; `feedback_counts` has every one) and the
+        declarations."""
+        return {**self._counts, "feedback": list(self._codes), "feedback_counts": dict(self._code_counts),
+                "declaration_log": list(self.declarations)}
 
 
 def _failing_cycles_after(verdicts: Sequence[Verdict], t0: float) -> int:

@@ -109,6 +109,18 @@ def test_one_denied_action_blocks_the_whole_command_in_enforce_mode():
     assert g.journal.executed() == []
 
 
+def test_stats_list_the_latest_feedback_codes_and_count_them_all(monkeypatch):
+    import guardrail.guard as guard_mod
+
+    monkeypatch.setattr(guard_mod, "FEEDBACK_KEPT", 3)
+    g, _ = make(deny={"flush"})
+    for _ in range(5):
+        g.execute("flush")
+    st = g.stats()
+    assert st["denied"] == 5 and st["feedback"] == ["SCOPE_DENIED"] * 3  # a long session's reply stays bounded
+    assert st["feedback_counts"] == {"SCOPE_DENIED": 5}
+
+
 def test_dry_run_runs_and_journals_would_deny():
     g, env = make(deny={"flush"}, mode=Mode.DRY_RUN)
     r = g.execute("flush")
