@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -41,26 +42,47 @@ def ensure_writable_dir(path: Path) -> None:
     os.unlink(probe)
 
 
+def _special(path: Path) -> bool:
+    """An existing target that is not a regular file (a device such as /dev/null or /dev/stdout, a FIFO, a
+    process substitution's /dev/fd/N): written through, never replaced."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def ensure_writable_file(path: Path) -> None:
     """Check that `path` can be written (its directory created if missing) without touching an existing file."""
+    path = Path(path)
     if path.is_dir():
         raise OSError(errno.EISDIR, "is a directory", str(path))
-    ensure_writable_dir(path.parent if str(path.parent) else Path("."))
-    if path.exists() and not os.access(path, os.W_OK):
+    if _special(path):
+        if not os.access(path, os.W_OK):
+            raise OSError(errno.EACCES, "not writable", str(path))
+        return
+    real = Path(os.path.realpath(path))  # a symlink's target is what gets written
+    ensure_writable_dir(real.parent)
+    if real.exists() and not os.access(real, os.W_OK):
         raise OSError(errno.EACCES, "the file is not writable", str(path))
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step: readers see the old content or the new, never a part."""
+    """Replace `path` with `text` in one step: readers see the old content or the new, never a part. A symlink
+    is followed (its target is replaced, the link kept); a device, FIFO or /dev/fd/N is written through."""
     path = Path(path)
+    if _special(path):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except OSError:
-            mode = 0o666 & ~_UMASK
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:  # owns fd from here: closed on any error below
+            try:
+                mode = path.stat().st_mode & 0o7777
+            except OSError:
+                mode = 0o666 & ~_UMASK
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

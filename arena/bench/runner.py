@@ -252,10 +252,10 @@ def read_results(path: Path) -> ResultRows:
                 else:
                     rows.bad.append((n, "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON"))
                 continue
-            if isinstance(row, dict) and "key" in row:
+            if isinstance(row, dict) and isinstance(row.get("key"), str):
                 rows.append(row)
             else:
-                rows.bad.append((n, "not a results row (no key)"))
+                rows.bad.append((n, "not a results row (no string key)"))
     return rows
 
 
@@ -304,7 +304,7 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, forked: bool) -> None:
     """In each worker: Ctrl-C is the parent's to handle (it terminates the pool), SIGTERM kills at once (not the
     parent's handler, inherited by fork), and the worker gets SIGKILL when the parent dies, however it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -314,7 +314,7 @@ def _worker_init(parent: int) -> None:
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above
+    if forked and os.getppid() != parent:  # the parent died before the line above (forkserver: not our parent)
         os._exit(1)
 
 
@@ -342,7 +342,10 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 
 
 def _run_parallel(todo: list[EpisodeSpec], workers: int, keep: Callable[[dict[str, Any]], None]) -> None:
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(os.getpid(),))
+    import multiprocessing
+
+    forked = multiprocessing.get_start_method() == "fork"  # 3.14 defaults to forkserver on Linux
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(os.getpid(), forked))
     try:
         pending: set[Future] = {pool.submit(_run_chunk, c) for c in _chunks(todo, workers)}
         while pending:
@@ -374,7 +377,10 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
     wanted = {s.key() for s in plan.episodes}
     carried: dict[str, dict[str, Any]] = {}
     if resume:
-        for src in (results, partial):
+        # An interrupted run's partial file holds everything that run had: the rows it carried (if it was itself
+        # a --resume) and the ones it finished. Only without one does results.jsonl, a finished run, count: a
+        # fresh run that was interrupted must not be topped up with the rows of the run it was replacing.
+        for src in ((partial,) if partial.exists() else (results,)):
             try:
                 rows = read_results(src)
             except OSError as e:
@@ -423,7 +429,7 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
                 _run_parallel(todo, workers, keep)
         except BaseException:
             with contextlib.suppress(OSError):
-                out.truncate(whole)  # a line a signal cut off mid-write
+                _truncate_to_whole_lines(out, whole)  # a line a signal cut off mid-write
             out.close()
             raise
         try:
@@ -433,6 +439,16 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
         except OSError as e:
             raise out_error(e, results.parent) from e
     return [have[s.key()] for s in plan.episodes if s.key() in have]
+
+
+def _truncate_to_whole_lines(out: Any, whole: int) -> None:
+    """Cut the file after its last newline: `whole` (the bytes keep() counted) is where to look from, but a signal
+    can land after a line is written and before it is counted, so a newline further on still ends a whole line."""
+    size = os.fstat(out.fileno()).st_size
+    with open(out.fileno(), "rb", closefd=False) as f:
+        f.seek(whole)
+        tail = f.read(size - whole)
+    out.truncate(whole + tail.rfind(b"\n") + 1)
 
 
 def default_jobs() -> int:

@@ -78,10 +78,13 @@ def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str 
 
 
 def _is_test_syntax(text: str) -> bool:
-    """`[ ... ]` or `[[ ... ]]` as bash reads them: the bracket a word of its own, followed by a blank."""
+    """`[ ... ]` or `[[ ... ]]` as bash reads them: the bracket a word of its own, ended by a blank or a shell
+    metacharacter (`[[( -f x )]]`). A backslash-newline joins lines first (`[\\<newline>ls]` is `[ls]`); any
+    other backslash makes the bracket part of a longer word (`[\\ls]` is still a glob)."""
+    text = text.replace("\\\n", "")
     for opener in ("[[", "["):
         if text.startswith(opener):
-            return len(text) > len(opener) and text[len(opener)] in " \t\n\\"
+            return len(text) > len(opener) and text[len(opener)] in " \t\n()<>;&|"
     return True
 
 

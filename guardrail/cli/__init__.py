@@ -48,10 +48,13 @@ class _Group(click.Group):
             if not _stdout_closed():
                 raise  # a socket or a child's pipe, not our stdout: not the reader going away
             _broken_pipe(ctx)
+        except KeyboardInterrupt:  # Ctrl-C wherever a command has no handler of its own: 130, as a shell says
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
 
 
 def _usage_error(ctx: click.Context, e: click.UsageError) -> NoReturn:
-    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+    if isinstance(e, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # click >= 8.2
         raise e  # a bare group prints its help, as click does
     msg = e.format_message()
     if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:

@@ -86,3 +86,15 @@ def test_a_bad_option_value_is_one_line_exit_2():
     r = run("--mode", "bogus", "--", "ls")
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == ["error: --mode: 'bogus' is not one of 'enforce', 'dry-run', 'warn-only'."]
+
+
+def test_ctrl_c_in_a_command_without_its_own_handler_exits_130(monkeypatch):
+    import guardrail.cli.check as check_mod
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(check_mod, "load_context", interrupted)
+    _register()
+    r = CliRunner().invoke(cli, ["check", "--context", __file__, "--", "kubectl get pods"])
+    assert r.exit_code == 130 and "interrupted" in r.output

@@ -47,7 +47,7 @@ def test_one_cycle_is_not_enough():
     v = judge({"error_ratio": [(0.01, 0.0)]})
     assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.NOT_CONVERGED
     assert v.message.endswith("1/2 so far.") and "2/2" not in v.message
-    assert "in band (1 judged), too few yet" in v.message  # not "no full load cycle in band" beside 1/2
+    assert "1 full load cycle(s) in band since the last change, too few yet" in v.message  # not "no ... in band"
     assert v.evidence["consecutive_ok"] == 1
 
 

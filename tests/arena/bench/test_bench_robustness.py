@@ -173,6 +173,41 @@ def test_an_interrupted_run_keeps_the_previous_results_and_resumes_from_the_part
     assert json.loads((fresh / "summary.json").read_text())["episodes"] == 2
 
 
+def test_resume_after_an_interrupted_fresh_run_reruns_what_it_had_not_redone(tmp_path: Path, monkeypatch):
+    # A finished run, then a fresh run interrupted after one episode: --resume must run the other episode again,
+    # not take it from the finished run the fresh one was replacing.
+    out = tmp_path / "b"
+    assert _cli(*SMALL, "--out", str(out)).exit_code == 0
+    _interrupt_second_episode(monkeypatch, "SIGINT")
+    assert _cli(*SMALL, "--out", str(out)).exit_code == 130
+    kept = _lines(out / "results.jsonl.partial")
+    monkeypatch.undo()
+    ran = _interrupt_second_episode(monkeypatch, "none-needed")
+    assert _cli(*SMALL, "--out", str(out), "--resume").exit_code == 0
+    assert len(ran) == 1 and ran[0] != kept[0]["key"]
+
+
+def test_a_row_whose_key_is_not_a_string_is_skipped_with_a_warning(tmp_path: Path):
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"key": ["x"]}\n{"key": 7}\n')
+    rows = bench_runner.read_results(results)
+    assert list(rows) == [] and [n for n, _ in rows.bad] == [1, 2]
+
+
+def test_workers_check_their_parent_only_when_forked(monkeypatch):
+    # Under forkserver (3.14's Linux default) a worker's parent is the fork server: checking it against the
+    # bench's pid would make every worker exit at once.
+    monkeypatch.setattr(os, "getppid", lambda: 1)
+    exits: list[int] = []
+    monkeypatch.setattr(os, "_exit", lambda code: exits.append(code))
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # leave pytest's handlers alone
+    monkeypatch.setattr(sys, "platform", "not-linux")  # and no PR_SET_PDEATHSIG on pytest itself
+    bench_runner._worker_init(os.getpid() + 1, forked=False)
+    assert exits == []
+    bench_runner._worker_init(os.getpid() + 1, forked=True)
+    assert exits == [1]
+
+
 def test_resume_drops_a_torn_tail_and_skips_a_non_utf8_line(tmp_path: Path):
     plan = bench_runner.plan_bench(["ia-011"], ["replay:reference"], ["guarded", "unguarded"], 1, [],
                                    detection=False)

@@ -67,9 +67,9 @@ def test_non_text_input_is_opaque_not_an_exception() -> None:
 
 
 def test_a_bracket_glued_to_a_word_is_a_glob_command_not_a_test() -> None:
-    for cmd in ("[ls]", "[ls] && echo ok", "[-f x ]", "[$(id)]"):
+    for cmd in ("[ls]", "[ls] && echo ok", "[-f x ]", "[$(id)]", "[\\ls]", "[\\\nls]"):
         assert any(a.mutating is UNKNOWN and "glob" in (a.opaque_reason or "") for a in normalise(cmd)), cmd
-    for cmd in ("[ -f x ]", "[[ -f x ]]", '[ "$a" = b ]', "[\t-n x ]"):
+    for cmd in ("[ -f x ]", "[[ -f x ]]", '[ "$a" = b ]', "[\t-n x ]", "[[( -f x )]]", "[\\\n -f x ]"):
         assert normalise(cmd) == [], cmd
 
 
