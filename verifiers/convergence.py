@@ -542,7 +542,8 @@ def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str,
                          f"share {pc['bad_share']:.4g}, upper bound {pc['upper_bound']:.4g} > {pc['limit']:.4g})")
     evidence["pooled"] = {k: dict(v) for k, v in a.pooled.items()}
     if not parts:
-        parts.append(f"every cycle judged since the last change is in band ({len(a.cycles)} judged), too few yet"
+        parts.append(f"{a.consecutive_ok} full load cycle(s) in band since the last change, too few yet "
+                     f"({len(a.cycles)} judged)"
                      if a.consecutive_ok else
                      f"no full load cycle in band since the last change yet ({len(a.cycles)} judged)")
     msg = (f"SLIs not converged: {'; '.join(parts)}. The guard accepts after {need} consecutive full load cycles "
