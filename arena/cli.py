@@ -235,7 +235,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
 
     from arena.bench.report import write_report
     from arena.bench.runner import (Terminated, out_error, partial_path, plan_bench, prepare_out, run_plan,
-                                    sigterm_raises, write_atomic)
+                                    sigterm_raises)
     from arena.bench.stats import summarise
     from arena.scenario import _ids
 

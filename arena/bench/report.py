@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from arena.bench import plots
-from arena.bench.runner import write_atomic
+from guardrail.fileio import write_atomic
 from arena.bench.stats import PAPER_MIX, RECALL_MODES
 from arena.scenario import FAILURE_MODES
 

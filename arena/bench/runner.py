@@ -38,7 +38,7 @@ from guardrail.fileio import ensure_writable_dir, write_atomic
 
 __all__ = ["EpisodeSpec", "BenchPlan", "plan_bench", "run_plan", "read_results", "expand_agents",
            "agent_takes", "DEFAULT_RESPONSIVENESS", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
-           "prepare_out", "write_atomic", "Terminated", "sigterm_raises"]
+           "prepare_out", "Terminated", "sigterm_raises"]
 
 DEFAULT_RESPONSIVENESS = (0.5, 0.8, 1.0)
 MAX_SEEDS = 10_000  # 20 scenarios x 10,000 seeds is already a million episodes; more is a typo

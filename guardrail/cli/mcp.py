@@ -62,17 +62,15 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
 
 
 def _check_journal_dir(d: Path) -> None:
-    """Create the journal directory and prove it writable (a file made and removed), or bad input (exit 2)."""
-    import tempfile
+    """Create the journal directory and prove it writable (guardrail.fileio), or bad input (exit 2)."""
+    import errno
+
+    from guardrail.fileio import ensure_writable_dir
 
     try:
-        d.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as e:
-        raise InputError(f"{d}: not a directory", path="--journal-dir") from e
+        ensure_writable_dir(d)
     except OSError as e:
-        raise InputError(f"{d}: cannot create: {e.strerror or e}", path="--journal-dir") from e
-    try:
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".guardrail-write-test-"):
-            pass
-    except OSError as e:
-        raise InputError(f"{d}: cannot write: {e.strerror or e}", path="--journal-dir") from e
+        if e.errno in (errno.ENOTDIR, errno.EEXIST):
+            raise InputError(f"{d}: not a directory", path="--journal-dir") from e
+        verb = "cannot write" if d.is_dir() else "cannot create"
+        raise InputError(f"{d}: {verb}: {e.strerror or e}", path="--journal-dir") from e
