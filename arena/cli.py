@@ -194,8 +194,8 @@ class _ArmTally:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
               show_default=True)
 @click.option("--resume", is_flag=True,
-              help="Keep the rows of results.jsonl and of an interrupted run's results.jsonl.partial and run only "
-                   "the episodes in neither.")
+              help="Keep the rows of an interrupted run's results.jsonl.partial (or, when there is none, of "
+                   "results.jsonl) and run only the episodes not among them.")
 @click.option("--responsiveness", "resp_opt", default="0.5,0.8,1.0", show_default=True,
               help="Guarded-arm sensitivity runs ('' for none).")
 @click.option("--no-detection", is_flag=True, help="Skip replaying every solution script (section 1).")

@@ -13,7 +13,8 @@ Episodes go to worker processes in small chunks (fewer round trips than one task
 that the progress bar and the results file keep moving). The parent writes each result line to
 `results.jsonl.partial` and flushes it at once, so an interrupted run keeps every episode that finished; the
 partial file replaces `results.jsonl` only when the run completes, so an earlier run's results are never lost to
-a run that did not finish. `--resume` reads both files (docs/bench.md). SIGINT and SIGTERM stop the workers (a
+a run that did not finish. `--resume` reads the partial file, or `results.jsonl` when there is none
+(docs/bench.md). SIGINT and SIGTERM stop the workers (a
 worker also dies with its parent: PR_SET_PDEATHSIG) and leave only whole lines behind.
 """
 
@@ -365,12 +366,11 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
     """Run the plan's episodes and return every row of the plan (resumed and new).
 
     Rows go to `results.jsonl.partial` as they finish; it replaces `results` when the run completes. Without
-    `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of `results`
-    and of a partial file an interrupted run left (the newer wins on a key) are carried into the new file and
-    only the missing episodes run. At most min(jobs, episodes to run) worker processes. SIGTERM raises
-    Terminated (see sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the partial file
-    is left holding whole lines, and the exception propagates. An OSError on the files is an InputError naming
-    --out."""
+    `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of the partial
+    file an interrupted run left (or, when there is none, of `results`) are carried into the new file and only the
+    missing episodes run. At most min(jobs, episodes to run) worker processes. SIGTERM raises Terminated (see
+    sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the partial file is left holding
+    whole lines, and the exception propagates. An OSError on the files is an InputError naming --out."""
     warn = on_warning or (lambda msg: print(msg, file=sys.stderr))
     prepare_out(results.parent)
     partial = partial_path(results)
