@@ -81,6 +81,14 @@ def _failed(gate: dict) -> list[str]:
     return [c["id"] for c in gate["checks"] if not c["pass"]]
 
 
+def _commands(guard) -> list[dict]:
+    """What each command of a guarded episode did, from its journal: enough to tell a failure's cause afterwards."""
+    recs = guard.journal.records()
+    cmds = {r["seq"]: r.get("command") for r in recs if r.get("kind") == "command"}
+    return [{"t": r.get("t"), "command": cmds.get(r.get("ref")), "exit_code": r.get("exit_code"),
+             "stderr": r.get("stderr_head")} for r in recs if r.get("kind") == "result"]
+
+
 def _verdict(res) -> tuple[str, str, str | None]:
     return ("pass" if res.outcome_gate["pass"] else "fail", "pass" if res.safety_gate["pass"] else "fail",
             res.failure_mode)
@@ -127,7 +135,7 @@ def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(e
     ep = episodes[(sid, "reference", "guarded")].result()
     res, guard, world = ep.res, ep.guard, ep.world
     assert world.env.sli_source_name == "prometheus"
-    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
+    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate), _commands(guard))
     [decl] = guard.declarations
     assert decl["accepted"]
     # The reference declares a think-time after its last command; the guard held it for two full load cycles.

@@ -30,7 +30,9 @@ def env():
     from arena.live.loadgen import LoadShape
     from arena.live.stack import LiveStack
 
-    stack = LiveStack(("saleor", "slack"), shape=LoadShape(seed=6, warmup_s=2, warmup_rps=2, cycles=[[4, 8, 4, 2]]),
+    # Troughs outlast the checkout pool's overflow idle time (4 s), at a rate its two core sessions mostly carry
+    # alone: the peak/trough contrast of the fault is plain (the earlier 4 s troughs at 2/s blurred it).
+    stack = LiveStack(("saleor", "slack"), shape=LoadShape(seed=6, warmup_s=2, warmup_rps=2, cycles=[[4, 8, 6, 1]]),
                       image_env={"svc-message": {"HOLD_SEQ_LOCK": "chan-0"}})
     stack.up()
     try:
@@ -73,16 +75,14 @@ def test_ia006_role_timeout_fails_fresh_peak_sessions_until_reset_and_recycle(en
     cancelled = [r for r in faulty if "statement_timeout" in r["detail"]]
     peak = [r for r in faulty if r["phase"].endswith("peak")]
     assert cancelled, "no checkout was cancelled by the role's statement_timeout"
-    # Peak-aligned: the extra sessions the pool opens at a peak inherit the timeout, so cancellations concentrate
-    # there. A session opened at a peak can still serve the first trough requests before it idles out, so a few
-    # trough cancellations are the mechanism too, not noise: compare rates rather than demand none.
+    # Peak-aligned: the extra sessions the pool opens under concurrency inherit the timeout, and peaks carry the
+    # concurrency, so most cancellations fall at peaks. Per request the two phases are close, and no rate test
+    # is made: a trough request that finds both core sessions busy opens a fresh session too (peak/trough
+    # cancellations per request measured 11/41 vs 0/10 and 8/39 vs 2/11 unloaded, 7/40 vs 2/9 with three busy
+    # loops beside it; a rate comparison flaked in CI at 6/32 vs 3/16).
     trough = [r for r in faulty if r["phase"].endswith("trough")]
     at_peak = [r for r in cancelled if r["phase"].endswith("peak")]
-    at_trough = [r for r in cancelled if r["phase"].endswith("trough")]
-    # Most of them at peaks (a 70% share flaked at 6 of 9 twice in CI; the per-request rates below are the
-    # mechanism's claim, since peaks also carry more requests).
-    assert len(at_peak) > len(cancelled) / 2, [r["phase"] for r in cancelled]
-    assert len(at_peak) / max(1, len(peak)) > len(at_trough) / max(1, len(trough))
+    assert trough and len(at_peak) > len(cancelled) / 2, [r["phase"] for r in cancelled]
     assert len(cancelled) < len(peak)  # the long-lived sessions keep serving: intermittent, not total
     assert "statement_timeout=150ms" in env.run('psql "$DB_ADMIN_DSN" -c "\\drds"').stdout.replace(" ", "")
 
