@@ -231,6 +231,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         return
     arms_opt = arms_opt or "guarded,unguarded"
 
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arena.bench.report import write_report
@@ -262,7 +263,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: workers stopped, whole lines kept
             with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("{task.fields[arms]}"), TimeRemainingColumn(), disable=as_json,
-                          transient=False) as progress:
+                          transient=False, console=Console(stderr=True)) as progress:  # stdout: the summary
                 task = progress.add_task("bench", total=len(plan.episodes), arms="")
 
                 def on_result(row: dict[str, Any]) -> None:
