@@ -368,14 +368,18 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
     Rows go to `results.jsonl.partial` as they finish; it replaces `results` when the run completes. Without
     `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of the partial
     file an interrupted run left (or, when there is none, of `results`) are carried into the new file and only the
-    missing episodes run. At most min(jobs, episodes to run) worker processes. SIGTERM raises Terminated (see
+    missing episodes run; rows stamped with another `build` (arena.bench.build.build_id) are dropped, with a
+    warning, and their episodes run again. At most min(jobs, episodes to run) worker processes. SIGTERM raises Terminated (see
     sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the partial file is left holding
     whole lines, and the exception propagates. An OSError on the files is an InputError naming --out."""
+    from arena.bench.build import build_id
+
     warn = on_warning or (lambda msg: print(msg, file=sys.stderr))
     prepare_out(results.parent)
     partial = partial_path(results)
     wanted = {s.key() for s in plan.episodes}
     carried: dict[str, dict[str, Any]] = {}
+    build = build_id()
     if resume:
         # An interrupted run's partial file holds everything that run had: the rows it carried (if it was itself
         # a --resume) and the ones it finished. Only without one does results.jsonl, a finished run, count: a
@@ -389,8 +393,17 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
                 warn(f"warning: {src}:{n}: {why}; skipped, its episode runs again")
             if rows.torn:
                 warn(f"warning: {src}: a torn last line ({rows.torn} bytes) from an interrupted write; skipped")
+            # A row another build made (the guard, the twin, the policies or the scenarios have changed since) is
+            # not carried: its episode runs again, so one report never mixes the verdicts of two versions.
+            stale = [r for r in rows if r.get("build") != build]
+            if stale:
+                others = sorted({str(r.get("build") or "none recorded") for r in stale})
+                warn(f"warning: {src}: {len(stale)} of {len(rows)} rows were made by another build of the guard, "
+                     f"twin, policies or scenarios (build {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+                     f"; this is {build}); their episodes run again")
             for r in rows:
-                carried[r["key"]] = r
+                if r.get("build") == build:
+                    carried[r["key"]] = r
     have = {k: r for k, r in carried.items() if k in wanted}
     todo = [s for s in plan.episodes if s.key() not in have]
     with sigterm_raises():
@@ -405,6 +418,7 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
 
         def keep(row: dict[str, Any]) -> None:
             nonlocal whole
+            row["build"] = build
             line = (json.dumps(row, sort_keys=True) + "\n").encode()
             try:
                 view = memoryview(line)

@@ -305,3 +305,32 @@ def test_sigterm_with_two_jobs_leaves_no_worker_and_only_whole_lines(tmp_path: P
     assert data.endswith(b"\n")
     rows = _lines(partial)
     assert len(rows) == kept >= 2 and all("key" in r for r in rows)
+
+
+def test_resume_runs_again_the_rows_another_build_made(tmp_path: Path, monkeypatch):
+    """A row stamped by another build (or by none, from before the stamp) is not carried: its episode runs again."""
+    plan = bench_runner.plan_bench(["ia-011"], ["replay:reference"], ["guarded", "unguarded"], 1, [],
+                                   detection=False)
+    results = tmp_path / "results.jsonl"
+    first = bench_runner.run_plan(plan, results)
+    from arena.bench.build import build_id
+
+    assert {r["build"] for r in _lines(results)} == {build_id()}
+    rows = _lines(results)
+    rows[0]["build"] = "0123456789abcdef"  # made by an older checkout
+    del rows[1]["build"]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ran: list[str] = []
+    real = bench_runner.run_one
+    monkeypatch.setattr(bench_runner, "run_one", lambda spec: ran.append(spec.key()) or real(spec))
+    warnings: list[str] = []
+    again = bench_runner.run_plan(plan, results, resume=True, on_warning=warnings.append)
+    assert sorted(ran) == sorted(r["key"] for r in first)
+    assert len(warnings) == 1 and "2 of 2 rows were made by another build" in warnings[0], warnings
+    assert "0123456789abcdef" in warnings[0] and "none recorded" in warnings[0]
+    assert {r["build"] for r in again} == {build_id()} and len(_lines(results)) == 2
+
+    # Rows of this build are carried as before: nothing runs.
+    ran.clear()
+    bench_runner.run_plan(plan, results, resume=True)
+    assert ran == []
