@@ -7,10 +7,11 @@ The Guard passes one `criteria` value to every verifier's `check()`; each verifi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
-__all__ = ["ConvergenceCriteria", "RestartCriteria", "WatchdogCriteria", "Criteria"]
+__all__ = ["ConvergenceCriteria", "RestartCriteria", "WatchdogCriteria", "Criteria", "RANGES", "check_ranges"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class RestartCriteria:
     ready_timeout_s: float = 300.0
     poll_s: float = 5.0
     post_ready_wait_s: float = 15.0  # the spec's challenges wait after readiness before probing
-    targets: str = "touched_or_all"  # touched_or_all | touched | all
+    targets: Literal["touched_or_all", "touched", "all"] = "touched_or_all"
     recheck_convergence: bool = True
 
 
@@ -65,6 +66,38 @@ class WatchdogCriteria:
     idle_steps: int = 15  # this many steps with no mutating action while SLIs stay out of band: a loop
     max_distinct_ratio: float = 0.34  # in a full window, at most this share of distinct commands: a loop
     check_slis: bool = True
+
+
+# The sane range of every numeric field that has one (the rest are checked for their type only): no negative wait,
+# no zero-length cycle, no count below one. `Criteria.coerce` enforces them on every override, and a criteria
+# file (guardrail.adapters.session.load_criteria) is checked against the same table, with its line.
+POSITIVE, NON_NEGATIVE, COUNT, SHARE = {"gt": 0}, {"ge": 0}, {"ge": 1}, {"ge": 0, "le": 1}
+RANGES: dict[str, dict[str, dict[str, float]]] = {
+    "convergence": {"consecutive_cycles": COUNT, "interval_s": POSITIVE, "count": COUNT, "max_wait_cycles": POSITIVE,
+                    "drain_wait_cycles": NON_NEGATIVE, "failure_limit": NON_NEGATIVE,
+                    "inconclusive_limit": NON_NEGATIVE, "error_limit": NON_NEGATIVE, "min_count": NON_NEGATIVE,
+                    "noise_z": NON_NEGATIVE, "confidence_z": NON_NEGATIVE, "default_cycle_s": POSITIVE,
+                    "baseline_window_s": NON_NEGATIVE, "baseline_min_segments": COUNT,
+                    "baseline_sigmas": NON_NEGATIVE, "baseline_rel": NON_NEGATIVE, "backlog_settled_abs": NON_NEGATIVE},
+    "restart": {"ready_timeout_s": POSITIVE, "poll_s": POSITIVE, "post_ready_wait_s": NON_NEGATIVE},
+    "watchdog": {"window_steps": COUNT, "repeat_limit": COUNT, "idle_steps": COUNT, "max_distinct_ratio": SHARE},
+}
+_OPS = {"gt": (lambda v, b: v > b, "greater than"), "ge": (lambda v, b: v >= b, "at least"),
+        "le": (lambda v, b: v <= b, "at most")}
+
+
+def check_ranges(part: str, value: Any) -> None:
+    """Raise ValueError naming the first field of `value` (one part's criteria) outside its range in RANGES."""
+    for name, bound in RANGES.get(part, {}).items():
+        v = getattr(value, name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+            raise ValueError(f"{part}.{name} must be a number, not {v!r}")
+        for op, limit in bound.items():
+            ok, words = _OPS[op]
+            if not ok(v, limit):
+                raise ValueError(f"{part}.{name} must be {words} {limit:g}, not {v!r}")
 
 
 @dataclass(frozen=True)
@@ -97,5 +130,6 @@ class Criteria:
                     if unknown:
                         raise ValueError(f"unknown {part.name} criteria: {sorted(unknown)}")
                     out = replace(out, **{part.name: replace(current, **dict(value[part.name]))})
+                    check_ranges(part.name, getattr(out, part.name))
             return out
         raise TypeError(f"criteria must be None, a mapping or a Criteria, not {type(value).__name__}")

@@ -93,27 +93,15 @@ def load_criteria(path: str | Path | None) -> dict[str, Any] | None:
     from pydantic import ConfigDict, Field, create_model
 
     from guardrail.yamlio import line_of, read_data, validate
-    from verifiers.criteria import Criteria
+    from verifiers.criteria import RANGES, Criteria
 
     data, node, _ = read_data(path)
     if data is None:
         return None
     if not isinstance(data, dict):
         raise InputError("criteria must be a mapping of verifier name to settings", path=str(path), line=1)
-    pos, nonneg, count, ratio = Field(gt=0), Field(ge=0), Field(ge=1), Field(ge=0, le=1)
-    # Ranges of the fields that have one; every other field is checked for its type only.
-    bounds: dict[str, dict[str, Any]] = {
-        "convergence": {"consecutive_cycles": count, "interval_s": pos, "count": count, "max_wait_cycles": pos,
-                        "drain_wait_cycles": nonneg, "failure_limit": nonneg, "inconclusive_limit": nonneg,
-                        "error_limit": nonneg, "min_count": nonneg, "noise_z": nonneg, "confidence_z": nonneg,
-                        "default_cycle_s": pos, "baseline_window_s": nonneg, "baseline_min_segments": count,
-                        "baseline_sigmas": nonneg, "baseline_rel": nonneg, "backlog_settled_abs": nonneg},
-        "restart": {"ready_timeout_s": pos, "poll_s": pos, "post_ready_wait_s": nonneg},
-        "watchdog": {"window_steps": count, "repeat_limit": count, "idle_steps": count,
-                     "max_distinct_ratio": ratio},
-    }
+    # Ranges come from verifiers.criteria.RANGES, beside the fields they bound.
     special: dict[tuple[str, str], Any] = {
-        ("restart", "targets"): typing.Literal["touched_or_all", "touched", "all"],
         ("convergence", "baseline_abs"): dict[str, typing.Annotated[float, Field(ge=0)]],
     }
     parts = [f.name for f in dataclasses.fields(Criteria)]
@@ -129,8 +117,9 @@ def load_criteria(path: str | Path | None) -> dict[str, Any] | None:
         fields: dict[str, Any] = {}
         for fname, ftype in typing.get_type_hints(part).items():
             ann = special.get((name, fname), ftype)
-            bound = bounds.get(name, {}).get(fname)
+            bound = RANGES.get(name, {}).get(fname)
             if bound is not None:
+                bound = Field(**bound)
                 args = typing.get_args(ann)
                 optional = type(None) in args
                 inner = next(a for a in args if a is not type(None)) if optional else ann

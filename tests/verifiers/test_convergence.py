@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -390,6 +391,24 @@ def test_criteria_mapping_rejects_unknown_fields():
     with pytest.raises(ValueError):
         Criteria.coerce({"convergence": {"consecutive": 3}})
     assert Criteria.coerce({"convergence": {"consecutive_cycles": 3}}).convergence.consecutive_cycles == 3
+
+
+@pytest.mark.parametrize("override,words", [
+    ({"convergence": {"consecutive_cycles": 0}}, "convergence.consecutive_cycles must be at least 1, not 0"),
+    ({"convergence": {"max_wait_cycles": -1.0}}, "convergence.max_wait_cycles must be greater than 0"),
+    ({"convergence": {"noise_z": float("nan")}}, "convergence.noise_z must be a number"),
+    ({"restart": {"poll_s": 0}}, "restart.poll_s must be greater than 0"),
+    ({"watchdog": {"max_distinct_ratio": 1.5}}, "watchdog.max_distinct_ratio must be at most 1"),
+    ({"watchdog": {"repeat_limit": True}}, "watchdog.repeat_limit must be a number"),
+])
+def test_criteria_mapping_rejects_values_outside_their_range(override, words):
+    """The ranges beside the fields (verifiers.criteria.RANGES) hold for every caller, not only a criteria file."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Criteria.coerce(override)
+    # The edges are allowed: a 1-cycle run, a zero noise allowance, a share of exactly 1.
+    c = Criteria.coerce({"convergence": {"consecutive_cycles": 1, "noise_z": 0, "interval_s": None},
+                         "watchdog": {"max_distinct_ratio": 1.0}})
+    assert (c.convergence.consecutive_cycles, c.convergence.noise_z, c.watchdog.max_distinct_ratio) == (1, 0, 1.0)
 
 
 def test_wait_runs_past_the_bound_while_a_run_of_good_cycles_is_under_way():
