@@ -13,7 +13,7 @@ import os
 
 import click
 
-from guardrail.cli import cli
+from guardrail.cli import POLICY_HELP, cli
 
 __all__ = ["audit_cmd"]
 
@@ -23,7 +23,7 @@ __all__ = ["audit_cmd"]
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context the session ran under (YAML/JSON, or a scenario's public part).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
-              help="A policies/ tree (default: the shipped policies).")
+              help=POLICY_HELP)
 @click.option("--format", "fmt", type=click.Choice(["auto", "journal", "commands", "openai"]), default="auto",
               show_default=True)
 @click.option("--command-arg", default="command", show_default=True,

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from guardrail.cli import cli
+from guardrail.cli import POLICY_HELP, cli
 from guardrail.context import IncidentContext, load_context
 from guardrail.policy.base import Mode
 
@@ -20,7 +20,7 @@ from guardrail.policy.base import Mode
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON; a scenario file's `public` part is read).")
 @click.option("--policy", "policy_dir", type=click.Path(file_okay=False), default=None,
-              help="Policy directory (default: the shipped policies/).")
+              help=POLICY_HELP)
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def check(context_path: str | None, policy_dir: str | None, mode: str, command: tuple[str, ...]) -> None:

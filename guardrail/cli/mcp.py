@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from guardrail import pygc
-from guardrail.cli import cli
+from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
@@ -23,7 +23,7 @@ __all__ = ["mcp"]
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
-              help="A policies/ tree (default: the shipped policies).")
+              help=POLICY_HELP)
 @click.option("--journal-dir", type=click.Path(file_okay=False), default="guardrail-journals", show_default=True,
               help="One journal file per client session is written here.")
 @click.option("--criteria", "criteria_path", type=click.Path(dir_okay=False), default=None,

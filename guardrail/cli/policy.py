@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from opa_bindings import OpaError
 
-from guardrail.cli import cli
+from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError
 from guardrail.policy.embedded import EmbeddedOPA
 from guardrail.policy.testing import run_rego_tests
@@ -36,7 +36,8 @@ def policy() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also print each test's duration.")
 def test_cmd(directory: Path | None, verbose: bool) -> None:
     """Run every test_ rule of the *_test.rego files, like `opa test`. Exits 1 when any test fails, 2 when
-    there is none."""
+    there is none. A DIRECTORY of your own rules (no `package guardrail`) is tested on the shipped library: its
+    tests can import data.guardrail.lib, and only its own tests run."""
     report = run_rego_tests(directory)
     if not report.results:
         # Like `opa test` run on a tree with no tests: nothing was tested, which is not a pass. Tests are the
@@ -60,7 +61,7 @@ def test_cmd(directory: Path | None, verbose: bool) -> None:
 @click.option("--query", "query", default="data.guardrail.decision", show_default=True,
               help="A Rego query; a plain data reference prints {\"result\": value}.")
 @click.option("--policy", "policy_dir", type=click.Path(path_type=Path), default=None,
-              help="The policy directory (default: the shipped policies/).")
+              help=POLICY_HELP)
 def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
     """Evaluate a query against an input file and print the JSON result."""
     doc = _read_json(input_file)

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from guardrail import pygc
-from guardrail.cli import cli
+from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError, JournalError
 from guardrail.policy import goruntime
 from guardrail.policy.base import Mode
@@ -31,7 +31,7 @@ __all__ = ["shell"]
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
-              help="A policies/ tree (default: the shipped policies).")
+              help=POLICY_HELP)
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False), default=None,
               help="Journal file (default: guardrail-journals/shell-<time>-<pid>.jsonl).")
 @click.option("--criteria", "criteria_path", type=click.Path(dir_okay=False), default=None,

@@ -4,6 +4,12 @@ Called by both engines (EmbeddedOPA, OPAServer), the stand-in REST server and `g
 is every `*.rego` below the root (`*_test.rego` are tests, left out of decisions) plus every `data.json`,
 `data.yaml` or `data.yml`, merged at its folder's path as `opa run DIR` does (policies/data.yaml -> data,
 policies/ops/data.yaml -> data.ops).
+
+A tree of its own (`--policy DIR`) either replaces the shipped library or adds to it. One that has a
+`package guardrail` module, which builds `data.guardrail.decision`, is a whole library and replaces it. Any other
+tree, such as a team's `package guardrail.rules.<team>` rules importing `data.guardrail.lib`, is layered on the
+library: its modules and data are loaded with the library's decision modules and data, and only its own tests
+are its tests.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from guardrail.errors import PolicyLoadError
 from guardrail.resources import policy_dir
 from guardrail.yamlio import read_data
 
-__all__ = ["RegoModule", "PolicyTree", "opa_error_location", "load_error"]
+__all__ = ["RegoModule", "PolicyTree", "DECISION_PACKAGE", "opa_error_location", "load_error"]
 
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
 # A test rule is a top-level rule head named test_*, as `opa test` finds them (functions are not tests).
@@ -49,16 +55,35 @@ class RegoModule:
         return list(seen)
 
 
+DECISION_PACKAGE = "guardrail"
+
+
 @dataclass(frozen=True)
 class PolicyTree:
-    """The modules and data documents below one policy root."""
+    """The modules and data documents below one policy root (and, for a tree layered on the library, the
+    library's decision modules and data too; `library` is then the library's root)."""
 
     root: Path
     modules: tuple[RegoModule, ...]
     data: dict[str, Any] = field(default_factory=dict)
+    library: Path | None = None
 
     @classmethod
     def load(cls, root: str | Path | None = None) -> "PolicyTree":
+        """The tree at `root` (the shipped library, or GUARDRAIL_POLICY_DIR, when None); a tree without the
+        decision package is layered on the library (see the module's docstring)."""
+        tree = cls._load_one(root)
+        if root is None or any(m.package == DECISION_PACKAGE for m in tree.modules):
+            return tree
+        base = cls._load_one(None)
+        if base.root.resolve() == tree.root.resolve():
+            return tree
+        data: dict[str, Any] = json.loads(json.dumps(base.data))
+        _merge_at(data, (), tree.data)
+        return cls(tree.root, base.decision_modules + tree.modules, data, base.root)
+
+    @classmethod
+    def _load_one(cls, root: str | Path | None) -> "PolicyTree":
         root = Path(root) if root is not None else policy_dir()
         if not root.exists():
             raise PolicyLoadError("no such policy directory", path=str(root))

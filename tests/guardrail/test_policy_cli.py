@@ -144,3 +144,68 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path):
         finally:
             os.close(w)
         assert p.returncode == 141 and p.stderr == "", (args, p.stderr)
+
+
+TEAM_RULE = """package guardrail.rules.team
+
+import data.guardrail.lib
+
+deny contains {"id": "TEAM-001", "msg": "Do not scale the payments API; page its on-call.", "details": {}} if {
+	input.action.tool == "kubectl"
+	lib.verb == "scale"
+	lib.target_name == "payments-api"
+}
+"""
+TEAM_TEST = """package guardrail.rules.team_test
+
+import data.guardrail.rules.team
+
+test_scaling_payments_is_denied if {
+	count(team.deny) == 1 with input as {"action": {"tool": "kubectl", "verb": "scale",
+		"target": {"name": "payments-api"}}}
+}
+
+test_scaling_another_api_is_allowed if {
+	count(team.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "scale",
+		"target": {"name": "search-api"}}}
+}
+"""
+
+
+def _outcome(r) -> tuple[str, list[str]]:
+    d = json.loads(r.output)
+    return d["outcome"], sorted(f["id"] for x in d["decisions"] for f in x["deny"])
+
+
+def test_a_team_tree_without_the_decision_package_is_layered_on_the_library(tmp_path):
+    """A team's own rules (package guardrail.rules.<team>, importing lib) add to the shipped library: its tests
+    can use lib, only its own tests run, and a decision applies both its rules and the library's."""
+    (tmp_path / "team.rego").write_text(TEAM_RULE)
+    (tmp_path / "team_test.rego").write_text(TEAM_TEST)
+    r = run("policy", "test", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().splitlines() == [
+        "PASS team_test.rego: data.guardrail.rules.team_test.test_scaling_payments_is_denied",
+        "PASS team_test.rego: data.guardrail.rules.team_test.test_scaling_another_api_is_allowed",
+        "2 passed, 0 failed"]
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "scale",
+                                 "deploy/payments-api", "--replicas=3"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-DATA-001"]), r.output  # the library still applies
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "get", "pods"])
+    assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output
+
+
+def test_a_tree_with_its_own_decision_package_replaces_the_library(tmp_path):
+    """A whole library of one's own (it builds data.guardrail.decision) is not mixed with the shipped one."""
+    (tmp_path / "guardrail.rego").write_text(
+        'package guardrail\n\ndecision := {"deny": [f | some f in data.guardrail.rules.team.deny], "warn": [], '
+        '"exempted": []}\n')
+    (tmp_path / "team.rego").write_text(TEAM_RULE.replace("import data.guardrail.lib\n", "").replace(
+        "lib.verb", "input.action.verb").replace("lib.target_name", "input.action.target.name"))
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output  # no SRE-DATA-001: the library is not loaded
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "scale",
+                                 "deploy/payments-api", "--replicas=3"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
