@@ -234,6 +234,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from arena.bench.build import build_id
     from arena.bench.report import write_report
     from arena.bench.runner import (Terminated, out_error, partial_path, plan_bench, prepare_out, run_plan,
                                     sigterm_raises)
@@ -279,6 +280,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
                                 wall_s=wall, notes=plan.notes)
             summary["scenarios"] = scenario_ids
             summary["seeds"] = seeds
+            summary["build"] = build_id()  # the build every row was made by (--resume drops other builds' rows)
             try:
                 write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
                 md, html_path = write_report(summary, out_dir)

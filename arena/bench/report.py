@@ -175,9 +175,13 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     return out
 
 
+def _build(s: Mapping[str, Any]) -> str:
+    return f", build {s['build']}" if s.get("build") else ""
+
+
 def _md(sections: list[Section], s: Mapping[str, Any]) -> str:
     lines = ["# guardrail bench report", "",
-             f"{s['episodes']} episodes, {s['wall_s']:.1f} s wall. Figures are also in summary.json.", ""]
+             f"{s['episodes']} episodes, {s['wall_s']:.1f} s wall{_build(s)}. Figures are also in summary.json.", ""]
     for sec in sections:
         lines += [f"## {sec.title}", ""]
         for b in sec.blocks:
@@ -202,7 +206,8 @@ def _inline(text: str) -> str:
 
 
 def _html(sections: list[Section], s: Mapping[str, Any]) -> str:
-    body = [f"<h1>guardrail bench report</h1><p>{s['episodes']} episodes, {s['wall_s']:.1f} s wall.</p>"]
+    body = [f"<h1>guardrail bench report</h1><p>{s['episodes']} episodes, {s['wall_s']:.1f} s wall"
+            f"{html.escape(_build(s))}.</p>"]
     for sec in sections:
         body.append(f"<h2>{html.escape(sec.title)}</h2>")
         for b in sec.blocks:
