@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["policy_dir", "scenario_dir"]
+__all__ = ["policy_dir", "shipped_policy_dir", "scenario_dir"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -25,6 +25,13 @@ def _find(env: str, packaged: Path, name: str) -> Path:
 
 def policy_dir() -> Path:
     return _find("GUARDRAIL_POLICY_DIR", _HERE / "_data" / "policies", "policies")
+
+
+def shipped_policy_dir() -> Path:
+    """The library this package ships, whatever GUARDRAIL_POLICY_DIR says (the base a tree of one's own rules is
+    layered on when that variable names such a tree)."""
+    packaged = _HERE / "_data" / "policies"
+    return packaged if packaged.is_dir() else _HERE.parent / "policies"
 
 
 def scenario_dir() -> Path:

@@ -5,23 +5,24 @@ is every `*.rego` below the root (`*_test.rego` are tests, left out of decisions
 `data.yaml` or `data.yml`, merged at its folder's path as `opa run DIR` does (policies/data.yaml -> data,
 policies/ops/data.yaml -> data.ops).
 
-A tree of its own (`--policy DIR`) either replaces the shipped library or adds to it. One that has a
-`package guardrail` module, which builds `data.guardrail.decision`, is a whole library and replaces it. Any other
-tree, such as a team's `package guardrail.rules.<team>` rules importing `data.guardrail.lib`, is layered on the
-library: its modules and data are loaded with the library's decision modules and data, and only its own tests
-are its tests.
+A tree of its own (`--policy DIR`) either replaces the library or adds to it. One with a `package guardrail`
+decision module (not a test), which builds `data.guardrail.decision`, is a whole library and replaces it. Any
+other tree, such as a team's `package guardrail.rules.<team>` rules importing `data.guardrail.lib`, is layered on
+the library: its modules and data are loaded with the library's decision modules and data (data merged object by
+object; a value both set is an error), and only its own tests are its tests. The library is GUARDRAIL_POLICY_DIR
+when set, else the shipped one; a GUARDRAIL_POLICY_DIR of one's own rules is itself layered on the shipped one.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from guardrail.errors import PolicyLoadError
-from guardrail.resources import policy_dir
+from guardrail.resources import policy_dir, shipped_policy_dir
 from guardrail.yamlio import read_data
 
 __all__ = ["RegoModule", "PolicyTree", "DECISION_PACKAGE", "opa_error_location", "load_error"]
@@ -42,6 +43,13 @@ class RegoModule:
     source: str
     package: str
     relpath: str
+    # Where the module is uploaded to an OPA server (its id there): relpath, under "overlay/" for a module of a
+    # tree layered on the library, so that team/rules/data.rego cannot replace the library's rules/data.rego.
+    upload_id: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.upload_id or self.relpath
 
     @property
     def is_test(self) -> bool:
@@ -70,17 +78,23 @@ class PolicyTree:
 
     @classmethod
     def load(cls, root: str | Path | None = None) -> "PolicyTree":
-        """The tree at `root` (the shipped library, or GUARDRAIL_POLICY_DIR, when None); a tree without the
-        decision package is layered on the library (see the module's docstring)."""
+        """The tree at `root` (GUARDRAIL_POLICY_DIR, else the shipped library, when None). A tree whose decision
+        modules lack the decision package is layered on the library: on `load(None)` for a `root` of its own,
+        and on the shipped library for GUARDRAIL_POLICY_DIR itself (see the module's docstring)."""
         tree = cls._load_one(root)
-        if root is None or any(m.package == DECISION_PACKAGE for m in tree.modules):
+        if any(m.package == DECISION_PACKAGE for m in tree.decision_modules):
             return tree
-        base = cls._load_one(None)
+        base = cls.load(None) if root is not None else cls._load_one(shipped_policy_dir())
         if base.root.resolve() == tree.root.resolve():
-            return tree
+            return base if root is not None else tree  # the same tree twice; or the shipped one, as it is
         data: dict[str, Any] = json.loads(json.dumps(base.data))
-        _merge_at(data, (), tree.data)
-        return cls(tree.root, base.decision_modules + tree.modules, data, base.root)
+        _merge_data(data, tree.data, where=tree.root)
+        own = tuple(replace(m, upload_id=f"overlay/{m.relpath}") for m in tree.modules)
+        ids = [m.id for m in base.decision_modules + own]
+        clash = next((i for i in ids if ids.count(i) > 1), None)
+        if clash is not None:
+            raise PolicyLoadError(f"two modules would be uploaded as {clash!r}", path=str(tree.root))
+        return cls(tree.root, base.decision_modules + own, data, base.root)
 
     @classmethod
     def _load_one(cls, root: str | Path | None) -> "PolicyTree":
@@ -123,9 +137,22 @@ class PolicyTree:
 
     def by_path(self, name: str) -> Path | None:
         for m in self.modules:
-            if str(m.path) == name or m.relpath == name:
+            if name in (str(m.path), m.id):
                 return m.path
-        return None
+        return next((m.path for m in self.modules if m.relpath == name), None)
+
+
+def _merge_data(into: dict[str, Any], doc: Mapping[str, Any], *, where: Path, at: tuple[str, ...] = ()) -> None:
+    """Merge a layered tree's data into the library's, object by object, as `opa run` merges data documents:
+    a value both set (other than two objects) is a conflict, not an override."""
+    for k, v in doc.items():
+        if k not in into:
+            into[k] = json.loads(json.dumps(v))
+        elif isinstance(into[k], dict) and isinstance(v, Mapping):
+            _merge_data(into[k], v, where=where, at=(*at, k))
+        else:
+            raise PolicyLoadError(f"data.{'.'.join((*at, k))} is set both by the library and by this tree",
+                                  path=str(where))
 
 
 def _merge_at(data: dict[str, Any], parts: tuple[str, ...], doc: dict[str, Any]) -> None:

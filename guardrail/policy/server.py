@@ -54,12 +54,12 @@ class OPAServer:
 
     def _upload(self, tree: PolicyTree, data: Mapping[str, Any] | None) -> None:
         # Modules may call functions of modules not yet uploaded; retry the rejected ones until no progress.
-        pending = sorted(tree.decision_modules, key=lambda m: (not m.relpath.startswith("lib/"), m.relpath))
+        pending = sorted(tree.decision_modules, key=lambda m: (not m.relpath.startswith("lib/"), m.id))
         while pending:
             failed: list[tuple[Any, PolicyLoadError]] = []
             for m in pending:
                 try:
-                    self.client.put_policy(m.relpath, m.source)
+                    self.client.put_policy(m.id, m.source)
                 except PolicyLoadError as e:
                     failed.append((m, e))
             if len(failed) == len(pending):

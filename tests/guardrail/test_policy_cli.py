@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from guardrail.cli import _register, cli
@@ -209,3 +210,60 @@ def test_a_tree_with_its_own_decision_package_replaces_the_library(tmp_path):
     r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "scale",
                                  "deploy/payments-api", "--replicas=3"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
+
+
+def test_the_library_a_tree_is_layered_on_follows_guardrail_policy_dir(tmp_path, monkeypatch):
+    """GUARDRAIL_POLICY_DIR naming a team tree layers it on the shipped library; a --policy tree is then layered
+    on both; the same tree given twice is loaded once."""
+    from guardrail.policy.loader import PolicyTree
+    from guardrail.resources import shipped_policy_dir
+
+    team, other = tmp_path / "team", tmp_path / "other"
+    team.mkdir(), other.mkdir()
+    (team / "team.rego").write_text(TEAM_RULE)
+    (team / "team_test.rego").write_text(TEAM_TEST)
+    (other / "other.rego").write_text(TEAM_RULE.replace("team", "other").replace("TEAM-001", "OTHER-001")
+                                      .replace("payments-api", "search-api"))
+    monkeypatch.setenv("GUARDRAIL_POLICY_DIR", str(team))
+    base = PolicyTree.load()
+    assert base.root == team and base.library == shipped_policy_dir()
+    assert [m.package for m in base.test_modules] == ["guardrail.rules.team_test"]
+    assert PolicyTree.load(team).modules == base.modules
+    both = PolicyTree.load(other)
+    assert both.library == team and {"guardrail", "guardrail.rules.team", "guardrail.rules.other"} <= {
+        m.package for m in both.decision_modules}
+    for cmd, rule in ((["redis-cli", "FLUSHALL"], "SRE-DATA-001"),
+                      (["kubectl", "scale", "deploy/payments-api", "--replicas=3"], "TEAM-001"),
+                      (["kubectl", "scale", "deploy/search-api", "--replicas=3"], "OTHER-001")):
+        r = CliRunner().invoke(cli, ["check", "--policy", str(other), "--", *cmd])
+        assert r.exit_code == 1 and _outcome(r) == ("deny", [rule]), (cmd, r.output)
+
+
+def test_a_test_module_in_package_guardrail_does_not_make_a_tree_a_whole_library(tmp_path):
+    (tmp_path / "team.rego").write_text(TEAM_RULE)
+    (tmp_path / "decision_test.rego").write_text(
+        'package guardrail_test\n\nimport data.guardrail\n\n'
+        'test_payments if {\n\tids := {f.id | some f in guardrail.decision.deny} with input as '
+        '{"action": {"tool": "kubectl", "verb": "scale", "target": {"name": "payments-api"}}}\n'
+        '\t"TEAM-001" in ids\n}\n')
+    (tmp_path / "more_test.rego").write_text('package guardrail\n\ntest_library_is_there if data.guardrail.lib\n')
+    r = run("policy", "test", str(tmp_path))
+    assert r.exit_code == 0 and r.output.strip().splitlines()[-1] == "2 passed, 0 failed", r.output
+
+
+def test_layered_data_merges_object_by_object_and_a_clash_is_an_error(tmp_path, monkeypatch):
+    from guardrail.errors import PolicyLoadError
+    from guardrail.policy.loader import PolicyTree
+
+    lib, team = tmp_path / "lib", tmp_path / "team"
+    lib.mkdir(), team.mkdir()
+    (lib / "lib.rego").write_text('package guardrail\n\ndecision := {"deny": [], "warn": [], "exempted": []}\n')
+    (lib / "data.yaml").write_text("ops:\n  owners: [sre]\nexceptions: [SRE-TRAFFIC-001]\n")
+    (team / "team.rego").write_text("package guardrail.rules.team\n")
+    (team / "data.yaml").write_text("ops:\n  pager: payments\n")
+    monkeypatch.setenv("GUARDRAIL_POLICY_DIR", str(lib))
+    assert PolicyTree.load(team).data == {"ops": {"owners": ["sre"], "pager": "payments"},
+                                          "exceptions": ["SRE-TRAFFIC-001"]}
+    (team / "data.yaml").write_text("exceptions: [SRE-DATA-001]\n")
+    with pytest.raises(PolicyLoadError, match="data.exceptions is set both by the library and by this tree"):
+        PolicyTree.load(team)

@@ -132,3 +132,28 @@ def test_data_exceptions_are_uploaded_too(opa):
         assert d.outcome is Outcome.ALLOW and [f.id for f in d.exempted] == ["SRE-DATA-001"]
     finally:
         remote.client.put_data("", {})
+
+
+TEAM_AT_LIBRARY_PATH = """package guardrail.rules.team
+
+deny contains {"id": "TEAM-001", "msg": "no scaling payments", "details": {}} if {
+	input.action.verb == "scale"
+	input.action.target.name == "payments-api"
+}
+"""
+
+
+def test_a_layered_tree_keeps_the_library_on_a_server_even_where_its_paths_match_the_librarys(tmp_path):
+    """A team file at the same relative path as a library file (rules/data.rego) is uploaded under overlay/, so
+    it adds its rule and the library's rule still holds, as in the embedded engine."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "data.rego").write_text(TEAM_AT_LIBRARY_PATH)
+    flush = {"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True}, "context": {}}
+    scale = {"action": {"tool": "kubectl", "verb": "scale", "mutating": True,
+                        "target": {"kind": "deployment", "name": "payments-api"}}, "context": {}}
+    with StandInOPAServer() as server, EmbeddedOPA(tmp_path) as local:
+        remote = OPAServer(server.url, tmp_path, timeout_s=5)
+        assert "rules/data.rego" in server.modules and "overlay/rules/data.rego" in server.modules
+        for inp, rule in ((flush, "SRE-DATA-001"), (scale, "TEAM-001")):
+            r, l = remote.decide(inp), local.decide(inp)
+            assert r.error is None and rule in r.rule_ids and (r.outcome, r.rule_ids) == (l.outcome, l.rule_ids)
