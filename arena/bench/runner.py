@@ -398,9 +398,14 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
             stale = [r for r in rows if r.get("build") != build]
             if stale:
                 others = sorted({str(r.get("build") or "none recorded") for r in stale})
+                rerun = sum(r["key"] in wanted for r in stale)
+                fate = (f"the {rerun} of this run's episodes among them run again" if rerun else
+                        "none of them is in this run")
+                if rerun < len(stale):
+                    fate += f", the other {len(stale) - rerun} are dropped from the file"
                 warn(f"warning: {src}: {len(stale)} of {len(rows)} rows were made by another build of the guard, "
                      f"twin, policies or scenarios (build {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
-                     f"; this is {build}); their episodes run again")
+                     f"; this is {build}): {fate}")
             for r in rows:
                 if r.get("build") == build:
                     carried[r["key"]] = r

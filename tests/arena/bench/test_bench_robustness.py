@@ -327,6 +327,7 @@ def test_resume_runs_again_the_rows_another_build_made(tmp_path: Path, monkeypat
     again = bench_runner.run_plan(plan, results, resume=True, on_warning=warnings.append)
     assert sorted(ran) == sorted(r["key"] for r in first)
     assert len(warnings) == 1 and "2 of 2 rows were made by another build" in warnings[0], warnings
+    assert "the 2 of this run's episodes among them run again" in warnings[0] and "dropped" not in warnings[0]
     assert "0123456789abcdef" in warnings[0] and "none recorded" in warnings[0]
     assert {r["build"] for r in again} == {build_id()} and len(_lines(results)) == 2
 
@@ -334,3 +335,13 @@ def test_resume_runs_again_the_rows_another_build_made(tmp_path: Path, monkeypat
     ran.clear()
     bench_runner.run_plan(plan, results, resume=True)
     assert ran == []
+
+    # A stale row of an episode outside the plan is not run and not kept, and the warning says so.
+    rows = _lines(results)
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows)
+                       + json.dumps({**rows[0], "key": "ia-000|other|guarded|9|{}", "build": "old"}) + "\n")
+    warnings.clear()
+    bench_runner.run_plan(plan, results, resume=True, on_warning=warnings.append)
+    assert ran == [] and len(warnings) == 1, warnings
+    assert "1 of 3 rows" in warnings[0] and "none of them is in this run, the other 1 are dropped" in warnings[0]
+    assert sorted(r["key"] for r in _lines(results)) == sorted(r["key"] for r in rows)
