@@ -7,7 +7,11 @@ The Guard passes one `criteria` value to every verifier's `check()`; each verifi
 
 from __future__ import annotations
 
+import collections.abc
+import functools
 import math
+import typing
+import weakref
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Mapping
 
@@ -87,17 +91,52 @@ _OPS = {"gt": (lambda v, b: v > b, "greater than"), "ge": (lambda v, b: v >= b, 
 
 
 def check_ranges(part: str, value: Any) -> None:
-    """Raise ValueError naming the first field of `value` (one part's criteria) outside its range in RANGES."""
-    for name, bound in RANGES.get(part, {}).items():
-        v = getattr(value, name)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
-            raise ValueError(f"{part}.{name} must be a number, not {v!r}")
-        for op, limit in bound.items():
+    """Raise ValueError naming the first field of `value` (one part's criteria) whose value is not of its type (a
+    whole number for an int, a finite number for a float, one of a Literal's choices, finite non-negative numbers
+    in a mapping) or lies outside its range in RANGES."""
+    if _checked.get(id(value)) is value:
+        return
+    hints = _hints(type(value))
+    for f in fields(value):
+        v, ann = getattr(value, f.name), hints[f.name]
+        name = f"{part}.{f.name}"
+        args = typing.get_args(ann)
+        if type(None) in args:
+            if v is None:
+                continue
+            ann = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(ann)
+        if origin is Literal:
+            if v not in typing.get_args(ann):
+                raise ValueError(f"{name} must be one of {', '.join(map(str, typing.get_args(ann)))}, not {v!r}")
+        elif ann is bool:
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be true or false, not {v!r}")
+        elif ann is int:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{name} must be a whole number, not {v!r}")
+        elif ann is float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, not {v!r}")
+        elif origin in (Mapping, dict, collections.abc.Mapping):
+            if not isinstance(v, Mapping) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                    for x in v.values()):
+                raise ValueError(f"{name} must map names to finite numbers of at least 0, not {v!r}")
+        for op, limit in RANGES.get(part, {}).get(f.name, {}).items():
             ok, words = _OPS[op]
             if not ok(v, limit):
-                raise ValueError(f"{part}.{name} must be {words} {limit:g}, not {v!r}")
+                raise ValueError(f"{name} must be {words} {limit:g}, not {v!r}")
+    _checked[id(value)] = value
+
+
+# Criteria are frozen: one checked stays good, so each object is checked once (coerce runs on every check()).
+_checked: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 @dataclass(frozen=True)
@@ -110,6 +149,15 @@ class Criteria:
 
     @classmethod
     def coerce(cls, value: Any) -> "Criteria":
+        """`value` as Criteria: None (the defaults), a Criteria, one part's dataclass, or a mapping of parts to
+        field overrides. Every field is checked (check_ranges): a bad one raises ValueError naming it."""
+        out = cls._coerce(value)
+        for part in fields(cls):
+            check_ranges(part.name, getattr(out, part.name))
+        return out
+
+    @classmethod
+    def _coerce(cls, value: Any) -> "Criteria":
         if value is None:
             return cls()
         if isinstance(value, Criteria):
@@ -130,6 +178,5 @@ class Criteria:
                     if unknown:
                         raise ValueError(f"unknown {part.name} criteria: {sorted(unknown)}")
                     out = replace(out, **{part.name: replace(current, **dict(value[part.name]))})
-                    check_ranges(part.name, getattr(out, part.name))
             return out
         raise TypeError(f"criteria must be None, a mapping or a Criteria, not {type(value).__name__}")

@@ -10,7 +10,7 @@ import pytest
 from tests.verifiers.fakes import FakeEnv, FakeJournal, LoadShape, ManualClock, action, comp
 from verifiers.bands import Band, baseline_bands, merge_bands
 from verifiers.convergence import ConvergenceCheck, assess, backlog_trend, evaluate, load_cycles, since_change
-from verifiers.criteria import ConvergenceCriteria, Criteria
+from verifiers.criteria import ConvergenceCriteria, Criteria, RestartCriteria
 from verifiers.protocols import FeedbackCode, Sample, VerdictStatus
 
 ERR = Band("error_ratio", "<=", 0.05)
@@ -396,10 +396,17 @@ def test_criteria_mapping_rejects_unknown_fields():
 @pytest.mark.parametrize("override,words", [
     ({"convergence": {"consecutive_cycles": 0}}, "convergence.consecutive_cycles must be at least 1, not 0"),
     ({"convergence": {"max_wait_cycles": -1.0}}, "convergence.max_wait_cycles must be greater than 0"),
-    ({"convergence": {"noise_z": float("nan")}}, "convergence.noise_z must be a number"),
+    ({"convergence": {"noise_z": float("nan")}}, "convergence.noise_z must be a finite number"),
     ({"restart": {"poll_s": 0}}, "restart.poll_s must be greater than 0"),
     ({"watchdog": {"max_distinct_ratio": 1.5}}, "watchdog.max_distinct_ratio must be at most 1"),
-    ({"watchdog": {"repeat_limit": True}}, "watchdog.repeat_limit must be a number"),
+    ({"watchdog": {"repeat_limit": True}}, "watchdog.repeat_limit must be a whole number"),
+    ({"convergence": {"consecutive_cycles": 1.5}}, "convergence.consecutive_cycles must be a whole number"),
+    ({"restart": {"poll_s": float("inf")}}, "restart.poll_s must be a finite number"),
+    ({"restart": {"targets": "bogus"}}, "restart.targets must be one of touched_or_all, touched, all"),
+    ({"convergence": {"baseline_abs": {"error_ratio": -0.1}}}, "convergence.baseline_abs must map names"),
+    ({"watchdog": {"check_slis": "yes"}}, "watchdog.check_slis must be true or false"),
+    (ConvergenceCriteria(consecutive_cycles=0), "convergence.consecutive_cycles must be at least 1"),
+    (Criteria(restart=RestartCriteria(ready_timeout_s=-5.0)), "restart.ready_timeout_s must be greater than 0"),
 ])
 def test_criteria_mapping_rejects_values_outside_their_range(override, words):
     """The ranges beside the fields (verifiers.criteria.RANGES) hold for every caller, not only a criteria file."""
