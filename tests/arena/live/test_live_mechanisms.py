@@ -1,7 +1,7 @@
 """The live stack plays ia-006 and ia-018 by the servers' own rules, with the twin's solution commands.
 
 ia-006: `ALTER ROLE saleor_app IN DATABASE saleor SET statement_timeout = '150ms'` reaches only sessions opened
-afterwards, which the checkout pool opens at peaks, so checkouts fail with 57014 at peaks; the reference fix
+afterwards, which the checkout pool opens under concurrency, so some checkouts fail with 57014; the reference fix
 (RESET, then terminate the saleor_app sessions) ends it. ia-018: svc-message's boot transaction holds chan-0's
 `channel_seq` row idle in transaction; terminating it helps until the next restart re-arms it, and with
 `idle_in_transaction_session_timeout` set by ALTER SYSTEM the restart no longer brings it back.
@@ -30,8 +30,8 @@ def env():
     from arena.live.loadgen import LoadShape
     from arena.live.stack import LiveStack
 
-    # Troughs outlast the checkout pool's overflow idle time (4 s), at a rate its two core sessions mostly carry
-    # alone: the peak/trough contrast of the fault is plain (the earlier 4 s troughs at 2/s blurred it).
+    # Troughs outlast the checkout pool's overflow idle time (4 s), so between peaks the pool shrinks back to its
+    # core sessions and every peak opens fresh ones: the fault shows every cycle.
     stack = LiveStack(("saleor", "slack"), shape=LoadShape(seed=6, warmup_s=2, warmup_rps=2, cycles=[[4, 8, 6, 1]]),
                       image_env={"svc-message": {"HOLD_SEQ_LOCK": "chan-0"}})
     stack.up()
@@ -64,7 +64,7 @@ def _wait(env, seconds: float) -> tuple[float, float]:
     return t0, env.clock.now()
 
 
-def test_ia006_role_timeout_fails_fresh_peak_sessions_until_reset_and_recycle(env):
+def test_ia006_role_timeout_fails_checkouts_on_fresh_sessions_until_reset_and_recycle(env):
     cycle = env.describe().cycle_s
     healthy = _rows(env, *_wait(env, cycle), "checkout_readback")
     assert healthy and all(r["ok"] and r["correct"] for r in healthy), healthy
@@ -73,17 +73,14 @@ def test_ia006_role_timeout_fails_fresh_peak_sessions_until_reset_and_recycle(en
     assert r.ok, r
     faulty = _rows(env, *_wait(env, 3 * cycle), "checkout_readback")
     cancelled = [r for r in faulty if "statement_timeout" in r["detail"]]
-    peak = [r for r in faulty if r["phase"].endswith("peak")]
     assert cancelled, "no checkout was cancelled by the role's statement_timeout"
-    # Peak-aligned: the extra sessions the pool opens under concurrency inherit the timeout, and peaks carry the
-    # concurrency, so most cancellations fall at peaks. Per request the two phases are close, and no rate test
-    # is made: a trough request that finds both core sessions busy opens a fresh session too (peak/trough
-    # cancellations per request measured 11/41 vs 0/10 and 8/39 vs 2/11 unloaded, 7/40 vs 2/9 with three busy
-    # loops beside it; a rate comparison flaked in CI at 6/32 vs 3/16).
-    trough = [r for r in faulty if r["phase"].endswith("trough")]
-    at_peak = [r for r in cancelled if r["phase"].endswith("peak")]
-    assert trough and len(at_peak) > len(cancelled) / 2, [r["phase"] for r in cancelled]
-    assert len(cancelled) < len(peak)  # the long-lived sessions keep serving: intermittent, not total
+    # Only sessions opened after the ALTER inherit the timeout: the pool's core sessions, opened before it, keep
+    # serving, so the failures are intermittent, not total. The extra sessions open under concurrency, which the
+    # peaks carry, so most cancellations fall at peaks; but peaks also carry ~80% of this shape's requests, and a
+    # trough request that finds both core sessions busy opens a fresh session too, so neither the share at peaks
+    # nor the per-request rates tell the mechanism from the load mix (rates measured 11/41 vs 0/10 and 8/39 vs
+    # 2/11 unloaded; a rate comparison flaked in CI at 6/32 vs 3/16). No peak claim is made here.
+    assert len(cancelled) < len(faulty) / 2  # the long-lived sessions keep serving: intermittent, not total
     assert "statement_timeout=150ms" in env.run('psql "$DB_ADMIN_DSN" -c "\\drds"').stdout.replace(" ", "")
 
     r = env.run('psql "$DB_ADMIN_DSN" -c "ALTER ROLE saleor_app IN DATABASE saleor RESET statement_timeout" && '
