@@ -2,7 +2,8 @@
 
 A non-editable install carries them as package data (guardrail/_data/policies, arena/_data/scenarios, see
 pyproject's force-include); a source checkout has them at the repository root. Environment variables
-GUARDRAIL_POLICY_DIR and GUARDRAIL_SCENARIO_DIR override both.
+GUARDRAIL_POLICY_DIR and GUARDRAIL_SCENARIO_DIR override both (a GUARDRAIL_POLICY_DIR of one's own rules, with no
+`package guardrail`, is layered on the shipped library by guardrail/policy/loader.py).
 """
 
 from __future__ import annotations
