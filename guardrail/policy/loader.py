@@ -15,6 +15,7 @@ when set, else the shipped one; a GUARDRAIL_POLICY_DIR of one's own rules is its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -43,8 +44,9 @@ class RegoModule:
     source: str
     package: str
     relpath: str
-    # Where the module is uploaded to an OPA server (its id there): relpath, under "overlay/" for a module of a
-    # tree layered on the library, so that team/rules/data.rego cannot replace the library's rules/data.rego.
+    # Where the module is uploaded to an OPA server (its id there): relpath, under "overlay/<digest of its root>/"
+    # for a module of a tree layered on the library, so that team/rules/data.rego cannot replace the library's
+    # rules/data.rego, nor one layer's rules.rego another's.
     upload_id: str = ""
 
     @property
@@ -87,9 +89,17 @@ class PolicyTree:
         base = cls.load(None) if root is not None else cls._load_one(shipped_policy_dir())
         if base.root.resolve() == tree.root.resolve():
             return base if root is not None else tree  # the same tree twice; or the shipped one, as it is
+        if tree.root.resolve().is_relative_to(base.root.resolve()):
+            # A part of the library itself (policies/rules): the library, with that part's tests.
+            return cls(tree.root, base.decision_modules + tree.test_modules, base.data, base.root)
         data: dict[str, Any] = json.loads(json.dumps(base.data))
         _merge_data(data, tree.data, where=tree.root)
-        own = tuple(replace(m, upload_id=f"overlay/{m.relpath}") for m in tree.modules)
+        # Each layer uploads under a prefix of its own (two layers may both have a rules.rego); a module that is
+        # the library's own file (a symlink into it) is not loaded twice.
+        prefix = "overlay/" + hashlib.sha1(str(tree.root.resolve()).encode()).hexdigest()[:8]
+        known = {m.path.resolve() for m in base.decision_modules}
+        own = tuple(replace(m, upload_id=f"{prefix}/{m.relpath}") for m in tree.modules
+                    if m.path.resolve() not in known)
         ids = [m.id for m in base.decision_modules + own]
         clash = next((i for i in ids if ids.count(i) > 1), None)
         if clash is not None:

@@ -267,3 +267,30 @@ def test_layered_data_merges_object_by_object_and_a_clash_is_an_error(tmp_path, 
     (team / "data.yaml").write_text("exceptions: [SRE-DATA-001]\n")
     with pytest.raises(PolicyLoadError, match="data.exceptions is set both by the library and by this tree"):
         PolicyTree.load(team)
+
+
+def test_layers_with_the_same_file_names_and_a_part_of_the_library(tmp_path, monkeypatch):
+    """Two layers may both have a rules.rego; a part of the library (--policy policies/rules) is the library with
+    that part's tests, not the library loaded twice."""
+    from guardrail.policy.loader import PolicyTree
+    from guardrail.resources import shipped_policy_dir
+
+    team, other = tmp_path / "team", tmp_path / "other"
+    team.mkdir(), other.mkdir()
+    (team / "rules.rego").write_text(TEAM_RULE)
+    (other / "rules.rego").write_text(TEAM_RULE.replace("team", "other").replace("TEAM-001", "OTHER-001")
+                                      .replace("payments-api", "search-api"))
+    monkeypatch.setenv("GUARDRAIL_POLICY_DIR", str(team))
+    r = CliRunner().invoke(cli, ["check", "--policy", str(other), "--", "kubectl", "scale", "deploy/payments-api",
+                                 "--replicas=3"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
+    monkeypatch.delenv("GUARDRAIL_POLICY_DIR")
+
+    part = PolicyTree.load(shipped_policy_dir() / "rules")
+    whole = PolicyTree.load()
+    assert part.decision_modules == whole.decision_modules
+    assert part.test_modules and all(m.path.parent.name == "rules" for m in part.test_modules)
+    r = run("policy", "test", str(shipped_policy_dir() / "lib"))
+    assert r.exit_code == 0 and r.output.strip().splitlines()[-1].endswith(" passed, 0 failed"), r.output
+    r = CliRunner().invoke(cli, ["check", "--policy", str(shipped_policy_dir() / "lib"), "--", "redis-cli", "FLUSHALL"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-DATA-001"]), r.output

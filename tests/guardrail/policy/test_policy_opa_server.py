@@ -153,7 +153,8 @@ def test_a_layered_tree_keeps_the_library_on_a_server_even_where_its_paths_match
                         "target": {"kind": "deployment", "name": "payments-api"}}, "context": {}}
     with StandInOPAServer() as server, EmbeddedOPA(tmp_path) as local:
         remote = OPAServer(server.url, tmp_path, timeout_s=5)
-        assert "rules/data.rego" in server.modules and "overlay/rules/data.rego" in server.modules
+        assert "rules/data.rego" in server.modules
+        assert any(pid.startswith("overlay/") and pid.endswith("/rules/data.rego") for pid in server.modules)
         for inp, rule in ((flush, "SRE-DATA-001"), (scale, "TEAM-001")):
             r, l = remote.decide(inp), local.decide(inp)
             assert r.error is None and rule in r.rule_ids and (r.outcome, r.rule_ids) == (l.outcome, l.rule_ids)
