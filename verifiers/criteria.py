@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import math
+import numbers
 import typing
 import weakref
 from dataclasses import dataclass, field, fields, replace
@@ -113,14 +114,14 @@ def check_ranges(part: str, value: Any) -> None:
             if not isinstance(v, bool):
                 raise ValueError(f"{name} must be true or false, not {v!r}")
         elif ann is int:
-            if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ValueError(f"{name} must be a whole number, not {v!r}")
         elif ann is float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, not {v!r}")
         elif origin in (Mapping, dict, collections.abc.Mapping):
             if not isinstance(v, Mapping) or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                    isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
                     for x in v.values()):
                 raise ValueError(f"{name} must map names to finite numbers of at least 0, not {v!r}")
         for op, limit in RANGES.get(part, {}).get(f.name, {}).items():
@@ -131,6 +132,7 @@ def check_ranges(part: str, value: Any) -> None:
 
 
 # Criteria are frozen: one checked stays good, so each object is checked once (coerce runs on every check()).
+# (baseline_abs is a dict, so mutating it after its check goes unchecked: pass new criteria instead.)
 _checked: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 

@@ -51,7 +51,7 @@ def _build_id(_policy_env: str | None, _scenario_env: str | None) -> str:
     import arena
     import guardrail
     import verifiers
-    from guardrail.resources import policy_dir, scenario_dir
+    from guardrail.resources import policy_dir, scenario_dir, shipped_policy_dir
 
     h = hashlib.sha256()
     h.update(f"python {sys.version_info[0]}.{sys.version_info[1]}\0".encode())
@@ -59,6 +59,8 @@ def _build_id(_policy_env: str | None, _scenario_env: str | None) -> str:
         h.update(f"{dist} {_version(dist)}\0".encode())
     roots = [("guardrail", Path(guardrail.__file__).parent), ("verifiers", Path(verifiers.__file__).parent),
              ("arena", Path(arena.__file__).parent), ("policies", policy_dir()), ("scenarios", scenario_dir())]
+    if shipped_policy_dir().resolve() != policy_dir().resolve():
+        roots.append(("shipped-policies", shipped_policy_dir()))  # what a GUARDRAIL_POLICY_DIR layer sits on
     for name, root in roots:
         for p in _files(root):
             rel = p.relative_to(root).as_posix() if root.is_dir() else p.name

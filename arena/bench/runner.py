@@ -399,10 +399,14 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
             if stale:
                 others = sorted({str(r.get("build") or "none recorded") for r in stale})
                 rerun = sum(r["key"] in wanted for r in stale)
-                fate = (f"the {rerun} of this run's episodes among them run again" if rerun else
-                        "none of them is in this run")
-                if rerun < len(stale):
-                    fate += f", the other {len(stale) - rerun} are dropped from the file"
+                dropped = len(stale) - rerun
+                if not rerun:
+                    fate = f"none is in this run, so {'it is' if dropped == 1 else 'all are'} dropped from the file"
+                else:
+                    fate = (f"the {rerun} of this run's episodes among them "
+                            f"{'runs' if rerun == 1 else 'run'} again")
+                    if dropped:
+                        fate += f", the other {dropped} {'is' if dropped == 1 else 'are'} dropped from the file"
                 warn(f"warning: {src}: {len(stale)} of {len(rows)} rows were made by another build of the guard, "
                      f"twin, policies or scenarios (build {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
                      f"; this is {build}): {fate}")

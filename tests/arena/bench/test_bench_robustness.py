@@ -343,5 +343,5 @@ def test_resume_runs_again_the_rows_another_build_made(tmp_path: Path, monkeypat
     warnings.clear()
     bench_runner.run_plan(plan, results, resume=True, on_warning=warnings.append)
     assert ran == [] and len(warnings) == 1, warnings
-    assert "1 of 3 rows" in warnings[0] and "none of them is in this run, the other 1 are dropped" in warnings[0]
+    assert "1 of 3 rows" in warnings[0] and "none is in this run, so it is dropped from the file" in warnings[0]
     assert sorted(r["key"] for r in _lines(results)) == sorted(r["key"] for r in rows)
