@@ -14,6 +14,7 @@ CI: `guardrail bench --env live`.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -78,7 +79,9 @@ def episodes():
 
 
 def _failed(gate: dict) -> list[str]:
-    return [c["id"] for c in gate["checks"] if not c["pass"]]
+    """The failed checks' ids, each with what it measured (value, band, counts), so a CI failure shows why."""
+    return [c["id"] + (f" {json.dumps({k: v for k, v in c.items() if k not in ('id', 'pass')}, default=str)[:300]}"
+                       if len(c) > 2 else "") for c in gate["checks"] if not c["pass"]]
 
 
 def _commands(guard) -> list[dict]:
