@@ -16,12 +16,12 @@ __all__ = ["policy_dir", "shipped_policy_dir", "scenario_dir"]
 _HERE = Path(__file__).resolve().parent
 
 
+def _shipped(packaged: Path, name: str) -> Path:
+    return packaged if packaged.is_dir() else _HERE.parent / name
+
+
 def _find(env: str, packaged: Path, name: str) -> Path:
-    if os.environ.get(env):
-        return Path(os.environ[env])
-    if packaged.is_dir():
-        return packaged
-    return _HERE.parent / name
+    return Path(os.environ[env]) if os.environ.get(env) else _shipped(packaged, name)
 
 
 def policy_dir() -> Path:
@@ -31,8 +31,7 @@ def policy_dir() -> Path:
 def shipped_policy_dir() -> Path:
     """The library this package ships, whatever GUARDRAIL_POLICY_DIR says (the base a tree of one's own rules is
     layered on when that variable names such a tree)."""
-    packaged = _HERE / "_data" / "policies"
-    return packaged if packaged.is_dir() else _HERE.parent / "policies"
+    return _shipped(_HERE / "_data" / "policies", "policies")
 
 
 def scenario_dir() -> Path:

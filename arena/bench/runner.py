@@ -368,10 +368,11 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
     Rows go to `results.jsonl.partial` as they finish; it replaces `results` when the run completes. Without
     `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of the partial
     file an interrupted run left (or, when there is none, of `results`) are carried into the new file and only the
-    missing episodes run; rows stamped with another `build` (arena.bench.build.build_id) are dropped, with a
-    warning, and their episodes run again. At most min(jobs, episodes to run) worker processes. SIGTERM raises Terminated (see
-    sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the partial file is left holding
-    whole lines, and the exception propagates. An OSError on the files is an InputError naming --out."""
+    missing episodes run; rows stamped with another `build` (arena.bench.build.build_id) are not carried, with a
+    warning: the plan's episodes among them run again. At most min(jobs, episodes to run) worker processes.
+    SIGTERM raises Terminated (see sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the
+    partial file is left holding whole lines, and the exception propagates. An OSError on the files is an
+    InputError naming --out."""
     from arena.bench.build import build_id
 
     warn = on_warning or (lambda msg: print(msg, file=sys.stderr))

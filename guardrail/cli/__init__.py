@@ -21,9 +21,9 @@ from verifiers.datafile import DataFileError
 __all__ = ["main", "cli", "POLICY_HELP"]
 
 # The --policy option's help, the same on every command that takes it (guardrail/policy/loader.py).
-POLICY_HELP = ("A policy tree. One of your own rules (no `package guardrail`) is added to the shipped library; "
-               "a whole library (it has `package guardrail`) replaces it. Default: the shipped policies, or "
-               "GUARDRAIL_POLICY_DIR.")
+POLICY_HELP = ("A policy tree. One of your own rules (no `package guardrail`) is added to the library; a whole "
+               "library (it has `package guardrail`) replaces it. The library: GUARDRAIL_POLICY_DIR when set, else "
+               "the shipped policies.")
 
 
 class _Group(click.Group):

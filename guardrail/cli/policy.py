@@ -36,8 +36,8 @@ def policy() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also print each test's duration.")
 def test_cmd(directory: Path | None, verbose: bool) -> None:
     """Run every test_ rule of the *_test.rego files, like `opa test`. Exits 1 when any test fails, 2 when
-    there is none. A DIRECTORY of your own rules (no `package guardrail`) is tested on the shipped library: its
-    tests can import data.guardrail.lib, and only its own tests run."""
+    there is none. A DIRECTORY of your own rules (no `package guardrail`) is tested on the library
+    (GUARDRAIL_POLICY_DIR when set, else the shipped policies): its tests can import data.guardrail.lib, and only its own tests run."""
     report = run_rego_tests(directory)
     if not report.results:
         # Like `opa test` run on a tree with no tests: nothing was tested, which is not a pass. Tests are the

@@ -146,10 +146,8 @@ class PolicyTree:
         return tuple(m for m in self.modules if m.is_test)
 
     def by_path(self, name: str) -> Path | None:
-        for m in self.modules:
-            if name in (str(m.path), m.id):
-                return m.path
-        return next((m.path for m in self.modules if m.relpath == name), None)
+        # The engines name a module by its path (EmbeddedOPA) or its upload id (an OPA server).
+        return next((m.path for m in self.modules if name in (str(m.path), m.id)), None)
 
 
 def _merge_data(into: dict[str, Any], doc: Mapping[str, Any], *, where: Path, at: tuple[str, ...] = ()) -> None:
