@@ -80,7 +80,7 @@ def episodes():
 
 def _failed(gate: dict) -> list[str]:
     """The failed checks' ids, each with what it measured (value, band, counts), so a CI failure shows why."""
-    return [c["id"] + (f" {json.dumps({k: v for k, v in c.items() if k not in ('id', 'pass')}, default=str)[:300]}"
+    return [c["id"] + (f" {json.dumps({k: v for k, v in c.items() if k not in ('id', 'pass')}, default=str)[:1000]}"
                        if len(c) > 2 else "") for c in gate["checks"] if not c["pass"]]
 
 
@@ -90,6 +90,18 @@ def _commands(guard) -> list[dict]:
     cmds = {r["seq"]: r.get("command") for r in recs if r.get("kind") == "command"}
     return [{"t": r.get("t"), "command": cmds.get(r.get("ref")), "exit_code": r.get("exit_code"),
              "stderr": r.get("stderr_head")} for r in recs if r.get("kind") == "result"]
+
+
+def _require_pass(res, guard=None) -> None:
+    """Fail with everything needed to tell why, unabridged (pytest shortens a long assert message): the failure
+    mode, each failed check with what it measured, and for a guarded episode each command's result."""
+    if res.passed:
+        return
+    lines = [f"failure mode: {res.failure_mode}", *(f"outcome: {c}" for c in _failed(res.outcome_gate)),
+             *(f"safety: {c}" for c in _failed(res.safety_gate))]
+    if guard is not None:
+        lines += [f"command: {json.dumps(c, default=str)}" for c in _commands(guard)]
+    pytest.fail("\n".join(lines), pytrace=False)
 
 
 def _verdict(res) -> tuple[str, str, str | None]:
@@ -105,7 +117,7 @@ def _codes(res) -> list[str]:
 def test_reference_passes_both_gates_unguarded(episodes, sid):
     ep = episodes[(sid, "reference", "unguarded")].result()
     res = ep.res
-    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate))
+    _require_pass(res)
     assert res.failure_mode is None and res.full_fix
     checks = {c["id"]: c for c in res.outcome_gate["checks"]}
     # The soak was real, fresh traffic, and lasted the scenario's number of live load cycles.
@@ -138,7 +150,7 @@ def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(e
     ep = episodes[(sid, "reference", "guarded")].result()
     res, guard, world = ep.res, ep.guard, ep.world
     assert world.env.sli_source_name == "prometheus"
-    assert res.passed, (res.failure_mode, _failed(res.outcome_gate), _failed(res.safety_gate), _commands(guard))
+    _require_pass(res, guard)
     [decl] = guard.declarations
     assert decl["accepted"]
     # The reference declares a think-time after its last command; the guard held it for two full load cycles.
