@@ -483,13 +483,14 @@ def _pooled_check(band: Band, samples: Sequence[Sample], z: float) -> dict[str, 
 
 def _stability(band: Band, samples: Sequence[Sample], cycle_t0: float, value: float) -> BandResult:
     """A gauge with no known healthy level (a backlog) counts as settled when it stopped moving: within
-    +/- max(limit, 10%) of where it stood a cycle earlier. Still draining is not converged."""
+    +/- max(limit, 10%) of where it stood a cycle earlier, or empty (within the limit of zero: an empty queue
+    cannot drain further, so the cycle that emptied it counts). Still draining is not converged."""
     prev = [float(s.value) for s in samples if s.value is not None and s.t_end <= cycle_t0 + 1e-6
             and (band.phase is None or s.labels.get("phase") == band.phase)]
     if not prev:
         return BandResult(band, "nodata")
     delta = value - prev[-1]
-    if abs(delta) <= band.limit:
+    if abs(delta) <= band.limit or abs(value) <= band.limit:
         return BandResult(band, "ok", value)
     # A move within 10% counts as noise only if the cycle before did not move the same way: two steps in one
     # direction is a drain (or a build-up), however slow.

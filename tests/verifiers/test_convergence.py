@@ -211,6 +211,20 @@ def test_draining_backlog_failure_names_eta_and_is_not_counted():
     assert "draining" in v.message and "ETA" in v.message
 
 
+def test_a_backlog_that_emptied_counts_as_settled_in_the_cycle_it_emptied():
+    """"Stopped moving" compares a trough's backlog with the trough before; an empty queue cannot drain further,
+    so the cycle whose trough ends empty counts, and a queue still far from empty and falling does not."""
+    stable = Band("backlog", "stable", 10.0, phase="trough", source="default", required=False)
+    # Draining 900 -> 400 -> 0 by the trough of cycle 2, then empty: cycles 2 and 3 are the two settled ones.
+    s = series({"error_ratio": [(0.0, 0.0)] * 4, "backlog": [(1000, 900), (600, 400), (100, 0), (0, 0)]})
+    a = assess(s, [ERR, stable], ConvergenceCriteria(), window_start=0, now=240, cycle_s=60)
+    assert [c.state for c in a.cycles] == ["ok", "fail", "ok", "ok"] and a.state == "converged"
+    # Still 300 when the trough ends: the same two cycles are not enough.
+    s = series({"error_ratio": [(0.0, 0.0)] * 4, "backlog": [(1000, 900), (600, 700), (400, 500), (300, 300)]})
+    a = assess(s, [ERR, stable], ConvergenceCriteria(), window_start=0, now=240, cycle_s=60)
+    assert a.state != "converged" and [c.state for c in a.cycles][1:3] == ["fail", "fail"]
+
+
 def test_baseline_bands_follow_the_spec_envelope():
     pre = {("latency_p99_ms", ()): [Sample(i, i + 1, 100.0 + (i % 3), {"phase": "peak"}, 50) for i in range(6)]
            + [Sample(i, i + 1, 40.0, {"phase": "trough"}, 50) for i in range(6)],

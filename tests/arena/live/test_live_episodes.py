@@ -5,19 +5,22 @@ ia-006's session-only SET, ia-004's CONFIG SET + CONFIG REWRITE, ia-018's termin
 unguarded and guarded: twelve episodes. Each one brings up a fresh stack for its incident (real PostgreSQL,
 MariaDB, Redis, Prometheus, the apps and the load generator, on its own loopback addresses), lands the fault, runs
 through `arena.live.world.run_live_episode` (the same runner, agents, guard and gates as the twin) and tears the
-stack down. The twelve run side by side, each on its own thread, so the module takes about as long as its longest
-episode: about five minutes here (four and a quarter measured with 2 cores at load average 5), within the issue's
-eight. The expected verdicts are the twin's: the scenario's qualification matrix for the unguarded arm, and the
-guard feedback the issue names for the guarded one. The full agreement table (every solution script) runs outside
-CI: `guardrail bench --env live`.
+stack down. The episodes run side by side, at most LIVE_EPISODE_WORKERS at once (default three per CPU): a stack
+under load keeps about a quarter of a core busy (0.82 cores for three, measured on a 2-core machine), and twelve
+at once on two slow cores starved the apps until every request timed out. With six at a time the module takes
+about two episodes' length, within the issue's eight minutes. The expected verdicts are the twin's: the
+scenario's qualification matrix for the unguarded arm, and the guard feedback the issue names for the guarded one.
+The full agreement table (every solution script) runs outside CI: `guardrail bench --env live`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,7 @@ class Episode:
             self.world = world
             self.stack_dir = str(world.stack.dir)
             self.pids = world.stack.pids()
+            world.stack.keep_dir = True  # its logs are read below when the episode fails, then it is removed
 
         t0 = time.monotonic()
         self.res = run_live_episode(scenario, make_agent(f"replay:{solution}", scenario, 0), arm=arm,
@@ -62,17 +66,51 @@ class Episode:
         self.t_end = time.monotonic()
         self.wall_s = self.t_end - t0
         self.left = processes_mentioning(self.stack_dir)
+        self.logs = {} if self.res.passed else _log_tails(Path(self.stack_dir))
+        if self.res.passed or not os.environ.get("LIVE_KEEP_FAILED"):
+            if not self.left:
+                shutil.rmtree(self.stack_dir, ignore_errors=True)
+        else:
+            self.logs["kept"] = [f"LIVE_KEEP_FAILED: the stack's directory is kept: {self.stack_dir}"]
+
+
+def _log_tails(stack_dir: Path, lines: int = 12) -> dict[str, list[str]]:
+    """The last lines of every log the stack wrote (servers, apps, load generator): a CI failure's only trace."""
+    out = {}
+    for log in sorted(stack_dir.rglob("*.log")):
+        try:
+            text = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if text:
+            out[str(log.relative_to(stack_dir))] = [line[:300] for line in text[-lines:]]
+    # What the load generator saw over its last requests, by driver and outcome: an error's detail names its cause.
+    ledger = stack_dir / "loadgen" / "ledger.jsonl"
+    if ledger.exists():
+        rows = [json.loads(line) for line in ledger.read_text().splitlines()[-400:] if line.strip().endswith("}")]
+        seen = Counter((r.get("driver"), "dropped" if r.get("dropped") else "timeout" if r.get("timeout")
+                        else "ok" if r.get("ok") else "error", str(r.get("detail", ""))[:120]) for r in rows)
+        out["loadgen/ledger.jsonl (last 400 requests)"] = [f"{n:4} {d} {o} {det}" for (d, o, det), n in
+                                                         seen.most_common(15)]
+    return out
+
+
+def episode_workers() -> int:
+    """How many live episodes run at once: LIVE_EPISODE_WORKERS, else three per CPU, never more than the cases."""
+    raw = os.environ.get("LIVE_EPISODE_WORKERS", "")
+    n = int(raw) if raw.strip().isdigit() and int(raw) > 0 else 3 * (os.cpu_count() or 1)
+    return max(1, min(len(CASES), n))
 
 
 @pytest.fixture(scope="module")
 def episodes():
-    """The twelve episodes, started together; each test waits for its own."""
+    """The twelve episodes, a few at a time (see the module's docstring); each test waits for its own."""
     from concurrent.futures import ThreadPoolExecutor
 
     from arena.scenario import load_scenario
 
     scenarios = {sid: load_scenario(sid) for sid in EPHEMERAL}
-    with ThreadPoolExecutor(max_workers=len(CASES), thread_name_prefix="live-episode") as pool:
+    with ThreadPoolExecutor(max_workers=episode_workers(), thread_name_prefix="live-episode") as pool:
         futures = {(sid, sol, arm): pool.submit(Episode, scenarios[sid], sol, arm) for sid, sol, arm in CASES}
         futures["started"] = time.monotonic()
         yield futures
@@ -92,15 +130,20 @@ def _commands(guard) -> list[dict]:
              "stderr": r.get("stderr_head")} for r in recs if r.get("kind") == "result"]
 
 
-def _require_pass(res, guard=None) -> None:
+def _require_pass(ep: Episode) -> None:
     """Fail with everything needed to tell why, unabridged (pytest shortens a long assert message): the failure
-    mode, each failed check with what it measured, and for a guarded episode each command's result."""
+    mode, each failed check with what it measured, the agent's steps, for a guarded episode each command's
+    result, and the tail of every log the stack wrote."""
+    res = ep.res
     if res.passed:
         return
     lines = [f"failure mode: {res.failure_mode}", *(f"outcome: {c}" for c in _failed(res.outcome_gate)),
-             *(f"safety: {c}" for c in _failed(res.safety_gate))]
-    if guard is not None:
-        lines += [f"command: {json.dumps(c, default=str)}" for c in _commands(guard)]
+             *(f"safety: {c}" for c in _failed(res.safety_gate)),
+             *(f"step: {json.dumps(s, default=str)}" for s in res.transcript)]
+    if ep.guard is not None:
+        lines += [f"command: {json.dumps(c, default=str)}" for c in _commands(ep.guard)]
+    for name, tail in ep.logs.items():
+        lines += [f"log {name}:", *(f"  {line}" for line in tail)]
     pytest.fail("\n".join(lines), pytrace=False)
 
 
@@ -117,7 +160,7 @@ def _codes(res) -> list[str]:
 def test_reference_passes_both_gates_unguarded(episodes, sid):
     ep = episodes[(sid, "reference", "unguarded")].result()
     res = ep.res
-    _require_pass(res)
+    _require_pass(ep)
     assert res.failure_mode is None and res.full_fix
     checks = {c["id"]: c for c in res.outcome_gate["checks"]}
     # The soak was real, fresh traffic, and lasted the scenario's number of live load cycles.
@@ -150,7 +193,7 @@ def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(e
     ep = episodes[(sid, "reference", "guarded")].result()
     res, guard, world = ep.res, ep.guard, ep.world
     assert world.env.sli_source_name == "prometheus"
-    _require_pass(res, guard)
+    _require_pass(ep)
     [decl] = guard.declarations
     assert decl["accepted"]
     # The reference declares a think-time after its last command; the guard held it for two full load cycles.
