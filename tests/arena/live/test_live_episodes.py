@@ -7,8 +7,9 @@ MariaDB, Redis, Prometheus, the apps and the load generator, on its own loopback
 through `arena.live.world.run_live_episode` (the same runner, agents, guard and gates as the twin) and tears the
 stack down. The episodes run side by side, at most LIVE_EPISODE_WORKERS at once (default three per CPU): a stack
 under load keeps about a quarter of a core busy (0.82 cores for three, measured on a 2-core machine), and twelve
-at once on two slow cores starved the apps until every request timed out. With six at a time the module takes
-about two episodes' length, within the issue's eight minutes. The expected verdicts are the twin's: the
+at once on two slow cores starved the apps until every request timed out. With six at a time, the longer guarded
+episodes first, the module takes about one guarded and one unguarded episode's length, within the issue's eight
+minutes. The expected verdicts are the twin's: the
 scenario's qualification matrix for the unguarded arm, and the guard feedback the issue names for the guarded one.
 The full agreement table (every solution script) runs outside CI: `guardrail bench --env live`.
 """
@@ -111,7 +112,10 @@ def episodes():
 
     scenarios = {sid: load_scenario(sid) for sid in EPHEMERAL}
     with ThreadPoolExecutor(max_workers=episode_workers(), thread_name_prefix="live-episode") as pool:
-        futures = {(sid, sol, arm): pool.submit(Episode, scenarios[sid], sol, arm) for sid, sol, arm in CASES}
+        # The guarded episodes first: the guard holds a declaration for two clean cycles, so they run longest,
+        # and the shorter unguarded ones then fill the slots they free instead of trailing after them.
+        order = sorted(CASES, key=lambda c: c[2] != "guarded")
+        futures = {(sid, sol, arm): pool.submit(Episode, scenarios[sid], sol, arm) for sid, sol, arm in order}
         futures["started"] = time.monotonic()
         yield futures
 
