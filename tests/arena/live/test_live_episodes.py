@@ -195,7 +195,7 @@ def test_ephemeral_variant_fails_unguarded_as_in_the_twin(episodes, sid):
 @pytest.mark.parametrize("sid", list(EPHEMERAL))
 def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(episodes, sid):
     ep = episodes[(sid, "reference", "guarded")].result()
-    res, guard, world = ep.res, ep.guard, ep.world
+    guard, world = ep.guard, ep.world
     assert world.env.sli_source_name == "prometheus"
     _require_pass(ep)
     [decl] = guard.declarations
