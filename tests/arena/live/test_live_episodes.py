@@ -9,9 +9,9 @@ stack down. The episodes run side by side, at most LIVE_EPISODE_WORKERS at once 
 under load keeps about a quarter of a core busy (0.82 cores for three, measured on a 2-core machine), and twelve
 at once on two slow cores starved the apps until every request timed out. With six at a time, the longer guarded
 episodes first, the module takes about one guarded and one unguarded episode's length, within the issue's eight
-minutes. The expected verdicts are the twin's: the
-scenario's qualification matrix for the unguarded arm, and the guard feedback the issue names for the guarded one.
-The full agreement table (every solution script) runs outside CI: `guardrail bench --env live`.
+minutes. The expected verdicts are the twin's: the scenario's qualification matrix for the unguarded arm, and the
+guard feedback the issue names for the guarded one. The full agreement table (every solution script) runs outside
+CI: `guardrail bench --env live`.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ class Episode:
 
 def _log_tails(stack_dir: Path, lines: int = 12) -> dict[str, list[str]]:
     """The last lines of every log the stack wrote (servers, apps, load generator): a CI failure's only trace."""
+    from arena.live.sli import read_ledger
+
     out = {}
     for log in sorted(stack_dir.rglob("*.log")):
         try:
@@ -86,11 +88,12 @@ def _log_tails(stack_dir: Path, lines: int = 12) -> dict[str, list[str]]:
         if text:
             out[str(log.relative_to(stack_dir))] = [line[:300] for line in text[-lines:]]
     # What the load generator saw over its last requests, by driver and outcome: an error's detail names its cause.
-    ledger = stack_dir / "loadgen" / "ledger.jsonl"
-    if ledger.exists():
-        rows = [json.loads(line) for line in ledger.read_text().splitlines()[-400:] if line.strip().endswith("}")]
+    # (The outcome names are the load generator's metric labels: ok | incorrect | error | timeout | dropped.)
+    rows = read_ledger(stack_dir / "loadgen" / "ledger.jsonl")[0][-400:]
+    if rows:
         seen = Counter((r.get("driver"), "dropped" if r.get("dropped") else "timeout" if r.get("timeout")
-                        else "ok" if r.get("ok") else "error", str(r.get("detail", ""))[:120]) for r in rows)
+                        else ("ok" if r.get("correct") else "incorrect") if r.get("ok") else "error",
+                        str(r.get("detail", ""))[:120]) for r in rows)
         out["loadgen/ledger.jsonl (last 400 requests)"] = [f"{n:4} {d} {o} {det}" for (d, o, det), n in
                                                          seen.most_common(15)]
     return out
