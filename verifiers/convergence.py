@@ -315,14 +315,18 @@ def assess(
 
     judged: list[CycleJudgement] = []
     z = criteria.confidence_z
+    # Every sample with a value, however few requests it rests on: a cycle is judged only on samples of at least
+    # min_count requests, but the pooled confidence below adds up all of them (a low-traffic trough's few requests
+    # a cycle are exactly what pooling is for).
     in_cycle: dict[tuple[str, Band], list[Sample]] = {}
     for c in full:
         results: list[BandResult] = []
         for band in bands:
-            picked = [s for s in by_cycle.get(band.series_key, {}).get(c, ())
-                      if (band.phase is None or s.labels.get("phase") == band.phase)
-                      and sample_has_data(s, band.sli, criteria.min_count)]
-            in_cycle[(c, band)] = picked
+            mine = [s for s in by_cycle.get(band.series_key, {}).get(c, ())
+                    if band.phase is None or s.labels.get("phase") == band.phase]
+            in_cycle[(c, band)] = [s for s in mine if s.value is not None and s.count > 0
+                                   and math.isfinite(float(s.value))]
+            picked = [s for s in mine if sample_has_data(s, band.sli, criteria.min_count)]
             vals = [float(s.value) for s in picked]
             if not vals:
                 results.append(BandResult(band, "nodata"))
@@ -574,6 +578,7 @@ def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str
                        message=f"SLIs in band for {a.consecutive_ok} consecutive full load cycles since the last "
                                f"change", evidence={**ev_base, "cycles": [c.to_dict() for c in a.cycles[-6:]],
                                                     "consecutive_ok": a.consecutive_ok,
+                                                    "pooled": {k: dict(v) for k, v in a.pooled.items()},
                                                     "settling": [c.to_dict() for c in a.settling],
                                                     "window_start": a.window_start, "now": a.now})
     if a.state == "no_data":

@@ -146,6 +146,32 @@ def test_few_requests_need_pooled_evidence_before_acceptance():
     assert judge({"error_ratio": [(0.0, 0.0), (0.3, 0.0), (0.0, 0.0)]}, counts=40).status is VerdictStatus.FAIL
 
 
+def _low_traffic_troughs(troughs: list[tuple[float, int]], peak_count: int = 100) -> dict:
+    """Cycles of 60 s: a clean peak of `peak_count` requests, then a trough of (error ratio, requests)."""
+    ss = []
+    for c, (tv, tn) in enumerate(troughs):
+        ss.append(Sample(c * 60.0, c * 60.0 + 20.0, 0.0, {"phase": "peak", "cycle": str(c)}, peak_count))
+        ss.append(Sample(c * 60.0 + 20.0, c * 60.0 + 60.0, tv, {"phase": "trough", "cycle": str(c)}, tn))
+    return {("error_ratio", ()): ss}
+
+
+def test_pooled_confidence_counts_the_troughs_too_small_to_judge_alone():
+    # A low-traffic trough (ia-006 live: ~5 checkout requests a trough) alternates 3 and 6 clean requests. Only
+    # the 6-request troughs reach min_count (5) to be judged alone, but every request counts for the pooled
+    # confidence: 12 cycles give 54 clean trough requests (upper bound 0.047 <= 0.05). Pooling only the judged
+    # ones (36, upper bound 0.070) never reached confidence, however long the run of in-band cycles grew.
+    s = _low_traffic_troughs([(0.0, 3), (0.0, 6)] * 6)
+    v = evaluate(s, [ERR], window_start=0.0, now=720.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.PASS, v.message
+    assert v.evidence["pooled"]["error_ratio[trough]"]["requests"] == 54
+    # ...and what those small troughs say counts against the pool: every one of their requests failing
+    # (18 of 378 trough requests, 4.8%) is no longer hidden behind the clean 60-request troughs.
+    s = _low_traffic_troughs([(1.0, 3), (0.0, 60)] * 6)
+    v = evaluate(s, [ERR], window_start=0.0, now=720.0, cycle_s=60.0)
+    assert v.status is VerdictStatus.FAIL and "error_ratio[trough] is in band but not yet with confidence" in v.message
+    assert v.evidence["pooled"]["error_ratio[trough]"]["requests"] == 378
+
+
 def test_a_bad_finished_peak_blocks_acceptance_before_its_cycle_ends():
     s = series({"error_ratio": [(0.0, 0.0)] * 2 + [(0.4, 0.0)]})
     # Cycle 2's peak (120-140) is finished and bad; its trough is still running at t=150.
