@@ -315,7 +315,7 @@ def assess(
 
     judged: list[CycleJudgement] = []
     z = criteria.confidence_z
-    # Every sample with a value, however few requests it rests on: a cycle is judged only on samples of at least
+    # A ratio band's samples with a value and at least one request: a cycle is judged only on samples of at least
     # min_count requests, but the pooled confidence below adds up all of them (a low-traffic trough's few requests
     # a cycle are exactly what pooling is for).
     in_cycle: dict[tuple[str, Band], list[Sample]] = {}
@@ -324,8 +324,9 @@ def assess(
         for band in bands:
             mine = [s for s in by_cycle.get(band.series_key, {}).get(c, ())
                     if band.phase is None or s.labels.get("phase") == band.phase]
-            in_cycle[(c, band)] = [s for s in mine if s.value is not None and s.count > 0
-                                   and math.isfinite(float(s.value))]
+            if band.sli in RATIO_SLIS:
+                in_cycle[(c, band)] = [s for s in mine if sample_has_data(s, band.sli, 1)
+                                       and math.isfinite(float(s.value))]
             picked = [s for s in mine if sample_has_data(s, band.sli, criteria.min_count)]
             vals = [float(s.value) for s in picked]
             if not vals:

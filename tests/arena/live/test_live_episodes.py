@@ -150,7 +150,8 @@ def _require_pass(ep: Episode) -> None:
     if ep.guard is not None:
         lines += [f"command: {json.dumps(c, default=str)}" for c in _commands(ep.guard)]
         # Why the guard held or rejected a declaration: each verifier's verdict with its evidence, and the feedback.
-        lines += [f"{r['kind']}: {json.dumps({k: v for k, v in r.items() if k not in ('seq', 'session')}, default=str)[:1500]}"
+        lines += [f"{r['kind']}: "
+                  + json.dumps({k: v for k, v in r.items() if k not in ("seq", "session")}, default=str)[:1500]
                   for r in ep.guard.journal.records() if r.get("kind") in ("verdict", "feedback")]
     for name, tail in ep.logs.items():
         lines += [f"log {name}:", *(f"  {line}" for line in tail)]
