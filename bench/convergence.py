@@ -361,7 +361,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--twin", action="store_true", help="guarded twin episodes (ia-001/006/011) instead")
     ap.add_argument("--confidence-z", type=float, default=None,
-                    help="the pooled check's z (default: the verifier's, 1.64): lower accepts sooner, more falsely")
+                    help="the pooled check's z at every look after the first (default: the verifier's, 1.64): "
+                         "lower accepts sooner, more falsely")
+    ap.add_argument("--first-look-z", type=float, default=None,
+                    help="the pooled check's z at a run's first look (default: the verifier's, 1.28; 0: as the "
+                         "later looks)")
     ap.add_argument("--noise-z", type=float, default=None, help="the per-segment noise allowance's z (default 1.0)")
     args = ap.parse_args()
     if args.twin:
@@ -370,6 +374,8 @@ def main() -> None:
     criteria: dict[str, Any] = {"convergence": {"max_wait_cycles": 8}}
     if args.confidence_z is not None:
         criteria["convergence"]["confidence_z"] = args.confidence_z
+    if args.first_look_z is not None:
+        criteria["convergence"]["first_look_z"] = args.first_look_z
     if args.noise_z is not None:
         criteria["convergence"]["noise_z"] = args.noise_z
     t0 = time.perf_counter()

@@ -389,6 +389,9 @@ def assess(
     failed = sum(1 for j in judged if j.state == "fail" and not j.draining)
     nodata = sum(1 for j in judged if j.state == "nodata")
     pooled: dict[str, dict[str, Any]] = {}
+    looks = _earlier_looks(judged, criteria.consecutive_cycles)
+    if looks == 0 and criteria.first_look_z > 0 and z > 0:
+        z = criteria.first_look_z
     if consecutive >= criteria.consecutive_cycles and z > 0:
         run = [j.cycle for j in judged[len(judged) - consecutive:] if j.state == "ok"]
         for band in bands:
@@ -399,7 +402,7 @@ def assess(
             for ph in sorted({str(smp.labels.get("phase", "")) for smp in ss}):
                 part = [smp for smp in ss if str(smp.labels.get("phase", "")) == ph]
                 name = band.label() if band.phase or not ph else f"{band.label()}[{ph}]"
-                pooled[name] = _pooled_check(band, part, z)
+                pooled[name] = {**_pooled_check(band, part, z), "z": z, "earlier_looks": looks}
     weak = [k for k, v in pooled.items() if not v["holds"]]
     if consecutive >= criteria.consecutive_cycles and not not_ready and not weak:
         state = "converged"
@@ -452,6 +455,21 @@ def since_change(series: Mapping[SeriesKey, Sequence[Sample]], bands: Sequence[B
     fails = _band_failures(bands, lambda band: picked.get(band.series_key, ()), criteria, until + 2 * eps)
     return CycleJudgement("since-change", window_start, max(s.t_end for s in found), "fail" if fails else "ok",
                           tuple(fails))
+
+
+def _earlier_looks(judged: Sequence[CycleJudgement], need: int) -> int:
+    """How many full cycles before the latest closed a run of `need` in band: the pooled check's earlier looks
+    since the last change (the latest cycle's look is the one being made). A failed cycle ends a run; a cycle with
+    no data neither adds to it nor ends it."""
+    looks = run = 0
+    for j in judged[:-1]:
+        if j.state == "ok":
+            run += 1
+        elif j.state == "fail":
+            run = 0
+        if run >= need:
+            looks += 1
+    return looks
 
 
 def _wilson(bad: float, n: float, z: float) -> tuple[float, float]:
@@ -545,7 +563,8 @@ def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str,
     for name, pc in a.pooled.items():
         if not pc["holds"]:
             parts.append(f"{name} is in band but not yet with confidence over {pc['requests']} requests (bad "
-                         f"share {pc['bad_share']:.4g}, upper bound {pc['upper_bound']:.4g} > {pc['limit']:.4g})")
+                         f"share {pc['bad_share']:.4g}, upper bound {pc['upper_bound']:.4g} > {pc['limit']:.4g} "
+                         f"at z {pc['z']:.3g}, {pc['earlier_looks']} earlier look(s))")
     evidence["pooled"] = {k: dict(v) for k, v in a.pooled.items()}
     if not parts:
         parts.append(f"{a.consecutive_ok} full load cycle(s) in band since the last change, too few yet "

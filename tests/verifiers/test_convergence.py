@@ -146,6 +146,28 @@ def test_few_requests_need_pooled_evidence_before_acceptance():
     assert judge({"error_ratio": [(0.0, 0.0), (0.3, 0.0), (0.0, 0.0)]}, counts=40).status is VerdictStatus.FAIL
 
 
+def test_the_first_look_at_a_run_spends_more_confidence_than_the_looks_after_it():
+    # 100 requests a segment, 2.5% errors: over two cycles 5 of 200 per phase, upper bound 0.0435 at z 1.28 and
+    # 0.0504 at z 1.64. The first look at a run (no earlier cycle closed a run of two) accepts at first_look_z...
+    borderline = [(0.025, 0.025)] * 2
+    v = judge({"error_ratio": [(0.3, 0.3)] * 3 + borderline}, counts=100)
+    assert v.status is VerdictStatus.PASS, v.message
+    assert v.evidence["pooled"]["error_ratio[peak]"]["z"] == 1.28
+    assert v.evidence["pooled"]["error_ratio[peak]"]["earlier_looks"] == 0
+    # ...which turned off, the same cycles are not yet enough.
+    v = judge({"error_ratio": [(0.3, 0.3)] * 3 + borderline}, counts=100, crit=ConvergenceCriteria(first_look_z=0))
+    pc = v.evidence["pooled"]["error_ratio[peak]"]
+    assert v.status is VerdictStatus.FAIL and (pc["upper_bound"], pc["z"], pc["holds"]) == (0.05036, 1.64, False)
+    # A run that ended in a failure had its look: the next run's first look is a later look, at confidence_z, so a
+    # residual fault that breaks runs now and then does not get a fresh 90% chance with every run.
+    v = judge({"error_ratio": [(0.0, 0.0), (0.0, 0.0), (0.3, 0.3)] + borderline}, counts=100)
+    pc = v.evidence["pooled"]["error_ratio[peak]"]
+    assert v.status is VerdictStatus.FAIL and (pc["z"], pc["earlier_looks"], pc["holds"]) == (1.64, 1, False)
+    # The run's own later looks too: a third borderline cycle is judged at z 1.64 (7.5 of 300: bound 0.0466).
+    v = judge({"error_ratio": [(0.3, 0.3)] * 3 + borderline * 2}, counts=100)
+    assert v.status is VerdictStatus.PASS and v.evidence["pooled"]["error_ratio[peak]"]["z"] == 1.64
+
+
 def _low_traffic_troughs(troughs: list[tuple[float, int]], peak_count: int = 100) -> dict:
     """Cycles of 60 s: a clean peak of `peak_count` requests, then a trough of (error ratio, requests)."""
     ss = []
