@@ -143,6 +143,10 @@ class Guard:
         self.mode = Mode(mode)
         self._normalise = normaliser
         self._context_input = self.context.policy_input()
+        # An engine that can load this context and prepare its queries ahead of the first command does so now.
+        warm = getattr(engine, "warm", None)
+        if callable(warm):
+            warm(self._context_input)
         self.suite = suite
         if suite is not None:
             declaration_checks = suite.declare if declaration_checks is None else declaration_checks

@@ -37,22 +37,35 @@ class EnginePool:
         # Idle engines. The embedded engine's native calls release the GIL, so with two or more engines
         # decisions of different sessions evaluate in parallel.
         self._idle: queue.SimpleQueue[PolicyEngine] = queue.SimpleQueue()
+        # Held while an engine works, so that warm() can reach a given engine without racing a decision on it.
+        self._busy = {id(e): threading.Lock() for e in engines}
         for e in engines:
             self._idle.put(e)
 
     def decide(self, input: Mapping[str, Any]) -> Decision:
         engine = self._idle.get()
         try:
-            return engine.decide(input)
+            with self._busy[id(engine)]:
+                return engine.decide(input)
         finally:
             self._idle.put(engine)
+
+    def warm(self, context: Mapping[str, Any]) -> None:
+        """Every engine that can loads `context` ahead of a session's first command (EmbeddedOPA.warm), one
+        engine at a time, each while no decision runs on it."""
+        for e in self.engines:
+            warm = getattr(e, "warm", None)
+            if callable(warm):
+                with self._busy[id(e)]:
+                    warm(context)
 
     def decide_all(self, inputs: Sequence[Mapping[str, Any]]) -> list[Decision]:
         """One command's actions on one engine, in one evaluation when the engine can."""
         engine = self._idle.get()
         try:
-            many = getattr(engine, "decide_all", None)
-            return many(inputs) if many is not None else [engine.decide(i) for i in inputs]
+            with self._busy[id(engine)]:
+                many = getattr(engine, "decide_all", None)
+                return many(inputs) if many is not None else [engine.decide(i) for i in inputs]
         finally:
             self._idle.put(engine)
 

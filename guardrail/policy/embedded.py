@@ -16,6 +16,11 @@ evaluated once when the context is loaded (DERIVED_QUERY) and stored beside it a
 lib reads that copy on this path and derives the same values per decision on every other
 (tests/guardrail/policy/test_policy_equivalence.py checks the copy against the per-decision values).
 
+Loading a context changes the data document, and OPA then prepares its queries again (~50 ms on this tree). The
+context and what lib derives from it go in together, one change per context, and warm() does it when a Guard is
+built (for a shell or MCP session: when the session opens), so that no command pays for it and no session
+queued behind the engine waits for it.
+
 Two more savings on the hot path, both measured by bench/policy_latency.py:
 - The action goes to OPA without the fields no rule reads (UNREAD_ACTION_FIELDS): converting input JSON into OPA
   values costs about 0.15 ms per KB. tests/guardrail/policy/test_policy_wire.py fails if a rule starts reading one.
@@ -190,6 +195,21 @@ class EmbeddedOPA:
             return [fail_closed(i, _describe(e), decision_id=d, engine=self.name, duration_ms=elapsed,
                                 allow_readonly_on_error=self.allow_readonly_on_error) for i, d in zip(inputs, ids)]
 
+    def warm(self, context: Mapping[str, Any]) -> None:
+        """Load `context` and prepare the decision queries for it now, before a session's first command.
+
+        Loading a context changes the engine's data, and OPA then prepares each query afresh (~50 ms each on
+        this policy tree); left to the first decision, that lands on one command and on every session queued
+        behind the engine. Only DECISION_QUERY is prepared: BATCH_QUERY, for commands of several actions, is
+        prepared by the first such command (prepared ahead, it raised the server's RSS under
+        bench/guard_load.py from ~175 to ~275 MB). Never raises: a context that cannot be loaded is sent
+        inline, as decide() would."""
+        try:
+            self._eval(DECISION_QUERY, self._wire_input({"action": dict(_WARM_ACTION), "context": context,
+                                                         "command": "true"}))
+        except Exception:  # noqa: BLE001  (a warm-up that fails costs only the time it was meant to save)
+            pass
+
     # -- for the CLI and tests -----------------------------------------------------------------------------------
 
     def query(self, query: str, input: Any = None) -> list[dict[str, Any]]:
@@ -275,24 +295,31 @@ class EmbeddedOPA:
                 return ref
             if len(self._loaded_contexts) >= MAX_LOADED_CONTEXTS:
                 return None
+            loaded = json.loads(text)
+            # The derived values first, from the context inline, so that the data changes once: every change
+            # makes OPA prepare its queries again.
+            doc = {CONTEXTS_DATA_KEY: {ref: loaded}}
+            derived = self._derived(loaded)
+            if derived is not None:
+                doc[DERIVED_DATA_KEY] = {ref: derived}
             try:
-                self._engine.add_data({CONTEXTS_DATA_KEY: {ref: json.loads(text)}})
+                self._engine.add_data(doc)
             except OpaError:
                 return None
-            self._store_derived(ref)
             self._loaded_contexts.add(ref)
         self._remember(context, text, ref)
         return ref
 
-    def _store_derived(self, ref: str) -> None:
-        # Evaluated before anything is stored under the ref, so lib derives each value from the context itself. A
-        # policy tree without lib.context_derived (or an error) stores nothing: lib then derives per decision.
+    def _derived(self, context: Any) -> dict[str, Any] | None:
+        # What lib derives from the context, evaluated with the context inline (lib reads input.context when no
+        # ref is given). A policy tree without lib.context_derived (or an error) gives None: lib then derives per
+        # decision.
         try:
-            rows = self._engine.eval_query(DERIVED_QUERY, input={"context_ref": ref})
-            if rows and isinstance(rows[0].get("derived"), dict):
-                self._engine.add_data({DERIVED_DATA_KEY: {ref: rows[0]["derived"]}})
+            rows = self._engine.eval_query(DERIVED_QUERY, input={"context": context})
         except OpaError:
-            pass
+            return None
+        derived = rows[0].get("derived") if rows else None
+        return derived if isinstance(derived, dict) else None
 
     def _remember(self, context: Mapping[str, Any], text: str, ref: str) -> None:
         if len(self._seen_contexts) >= 64:  # sessions come and go; the live ones are re-remembered at once
@@ -304,6 +331,11 @@ class EmbeddedOPA:
             return self._engine.eval_query(query, input=input)
         future = self._worker.submit(self._engine.eval_query, query, input)
         return future.result(timeout=self.timeout_s)
+
+
+# The action warm() decides: `true`, a read-only no-op, in the shape the normaliser gives it.
+_WARM_ACTION = {"tool": "true", "verb": "true", "target": {"kind": "", "name": "", "namespace": None}, "keys": [],
+                "layer": "none", "mutating": False, "raw": "true", "opaque_reason": None, "details": {}}
 
 
 def _one_command(inputs: Sequence[Mapping[str, Any]]) -> bool:

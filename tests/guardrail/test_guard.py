@@ -217,3 +217,41 @@ def test_held_failing_cycles_count_settling_segments_and_cycles_after_the_declar
     v = Verdict(VerdictStatus.PASS, "convergence", evidence=ev)
     assert _failing_cycles_after([v], 98.0) == 2  # the settling segment and the last cycle; not the one before
     assert _failing_cycles_after([v], 240.0) == 0
+
+
+class WarmEngine(FakeEngine):
+    """A FakeEngine that can load a context ahead of the first command, and says when it was asked to."""
+
+    def __init__(self, log, name):
+        super().__init__()
+        self.log, self.name = log, name
+
+    def warm(self, context):
+        self.log.append((self.name, "warm", context["id"]))
+
+    def decide(self, input):
+        self.log.append((self.name, "decide", input["context"]["id"]))
+        return super().decide(input)
+
+
+def test_the_guard_has_its_engine_load_the_context_before_the_first_command():
+    log = []
+    ctx = IncidentContext(id="inc-9")
+    g = Guard(WarmEngine(log, "e"), ctx, normaliser=words)
+    assert log == [("e", "warm", "inc-9")]
+    g.before("get")
+    assert log[1:] == [("e", "decide", "inc-9")]
+    Guard(FakeEngine(), ctx, normaliser=words)  # an engine without warm() is left alone
+
+
+def test_an_engine_pool_warms_every_engine_once_per_session():
+    from guardrail.adapters.session import GuardSessions
+
+    log = []
+    sessions = GuardSessions([WarmEngine(log, "a"), WarmEngine(log, "b")], IncidentContext(id="inc-9"))
+    s = sessions.get("one")
+    assert sorted(log) == [("a", "warm", "inc-9"), ("b", "warm", "inc-9")]
+    s.before("get")
+    assert len(log) == 3 and log[2][1] == "decide"
+    sessions.get("one")  # the same session: nothing warmed again
+    assert len(log) == 3

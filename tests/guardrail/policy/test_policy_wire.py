@@ -175,3 +175,42 @@ def test_decide_all_decides_unrelated_inputs_one_by_one():
         a, b = _input("redis-cli -h redis-queue FLUSHALL"), _input("kubectl get pods -n slack")
         out = e.decide_all([a, b])
         assert "SRE-DATA-001" in out[0].rule_ids and out[1].outcome is Outcome.ALLOW
+
+
+class _CountingData:
+    """Counts the engine's add_data calls: each one makes OPA prepare its queries again."""
+
+    def __init__(self, engine: EmbeddedOPA):
+        self.calls = 0
+        inner = engine._engine.add_data
+
+        def add_data(*a, **k):
+            self.calls += 1
+            return inner(*a, **k)
+
+        engine._engine.add_data = add_data
+
+
+def test_warm_loads_the_context_so_the_first_command_changes_no_data():
+    cmd = "redis-cli -h redis-queue FLUSHALL"
+    with EmbeddedOPA() as cold:
+        expected = cold.decide(_input(cmd))
+    with EmbeddedOPA() as e:
+        data = _CountingData(e)
+        e.warm(CTX)
+        # One change of the data document per new context: the context and what lib derives from it together.
+        assert data.calls == 1
+        assert len(e._loaded_contexts) == 1
+        assert e.cache_stats()["hits"] == e.cache_stats()["misses"] == 0  # warm() is not a decision
+        first = e.decide(_input(cmd))
+        assert data.calls == 1  # the first command found its context loaded
+        assert (first.outcome, first.denies, first.warns) == (expected.outcome, expected.denies, expected.warns)
+        e.warm(CTX)  # a context already loaded is not loaded again
+        assert data.calls == 1
+
+
+def test_warm_never_raises_and_a_context_it_cannot_load_goes_inline():
+    with EmbeddedOPA() as e:
+        e.warm({"bad": float("nan")})  # not JSON: no ref, nothing loaded
+        assert e._loaded_contexts == set()
+        assert e.decide(_input("kubectl get pods -n slack")).outcome is Outcome.ALLOW
