@@ -389,7 +389,12 @@ def assess(
     failed = sum(1 for j in judged if j.state == "fail" and not j.draining)
     nodata = sum(1 for j in judged if j.state == "nodata")
     pooled: dict[str, dict[str, Any]] = {}
-    looks = _earlier_looks(judged, criteria.consecutive_cycles)
+    need = criteria.consecutive_cycles
+    looks = _earlier_looks(judged, need)
+    if looks == 0 and consecutive >= need and criteria.first_look_z > 0 and z > 0 and labelled and full:
+        # The cycles are paired back from the latest finished segment, so the pairing shifts by a segment each
+        # time one finishes: the looks made a segment ago, under the other pairing, are not in `judged`.
+        looks = _looks_a_segment_ago(series, bands, criteria, by_cycle, full[-1], window_start, cycle_s)
     if looks == 0 and criteria.first_look_z > 0 and z > 0:
         z = criteria.first_look_z
     if consecutive >= criteria.consecutive_cycles and z > 0:
@@ -455,6 +460,26 @@ def since_change(series: Mapping[SeriesKey, Sequence[Sample]], bands: Sequence[B
     fails = _band_failures(bands, lambda band: picked.get(band.series_key, ()), criteria, until + 2 * eps)
     return CycleJudgement("since-change", window_start, max(s.t_end for s in found), "fail" if fails else "ok",
                           tuple(fails))
+
+
+def _looks_a_segment_ago(series: Mapping[SeriesKey, Sequence[Sample]], bands: Sequence[Band],
+                         criteria: ConvergenceCriteria, by_cycle: Mapping[SeriesKey, Mapping[str, list[Sample]]],
+                         last_cycle: str, window_start: float, cycle_s: float, eps: float = 1e-6) -> int:
+    """The pooled check's looks up to the moment the segment before the latest one finished, judged under the
+    pairing that held then: each of its full cycles that closed a run of consecutive_cycles, its last included."""
+    starts: dict[str, float] = {}
+    for per in by_cycle.values():
+        for smp in per.get(last_cycle, ()):
+            ph = str(smp.labels.get("phase", ""))
+            starts[ph] = min(starts.get(ph, smp.t_start), smp.t_start)
+    if len(starts) < 2:
+        return 0
+    cut = max(starts.values())  # where the latest finished segment began
+    earlier = {key: [smp for smp in ss if smp.t_end <= cut + eps] for key, ss in series.items()}
+    then = assess(earlier, bands, replace(criteria, first_look_z=0.0), window_start=window_start,
+                  now=cut, cycle_s=cycle_s)
+    need = criteria.consecutive_cycles
+    return _earlier_looks(then.cycles, need) + (1 if then.consecutive_ok >= need else 0)
 
 
 def _earlier_looks(judged: Sequence[CycleJudgement], need: int) -> int:

@@ -255,3 +255,51 @@ def test_an_engine_pool_warms_every_engine_once_per_session():
     assert len(log) == 3 and log[2][1] == "decide"
     sessions.get("one")  # the same session: nothing warmed again
     assert len(log) == 3
+
+
+def test_an_engine_pool_never_warms_an_engine_while_it_decides():
+    import threading
+    import time
+
+    from guardrail.adapters.session import EnginePool
+
+    class Exclusive(FakeEngine):
+        """Notes any moment when two calls are inside it at once."""
+
+        def __init__(self):
+            super().__init__()
+            self.inside, self.overlaps, self.lock = 0, 0, threading.Lock()
+
+        def _enter(self, hold):
+            with self.lock:
+                self.inside += 1
+                self.overlaps += self.inside > 1
+            time.sleep(hold)
+            with self.lock:
+                self.inside -= 1
+
+        def warm(self, context):
+            self._enter(0.05)
+
+        def decide(self, input):
+            self._enter(0.001)
+            return super().decide(input)
+
+    engine = Exclusive()
+    pool = EnginePool([engine])
+    stop = threading.Event()
+    inp = {"action": {"verb": "get"}, "context": {"id": "x"}, "command": "get"}
+
+    def decide_loop():
+        while not stop.is_set():
+            pool.decide(inp)
+
+    t = threading.Thread(target=decide_loop)
+    t.start()
+    try:
+        for _ in range(3):
+            pool.warm({"id": "x"})
+    finally:
+        stop.set()
+        t.join()
+    assert len(engine.inputs) > 0 and engine.overlaps == 0

@@ -168,6 +168,37 @@ def test_the_first_look_at_a_run_spends_more_confidence_than_the_looks_after_it(
     assert v.status is VerdictStatus.PASS and v.evidence["pooled"]["error_ratio[peak]"]["z"] == 1.64
 
 
+def _segments(values: list[float], count: int = 100) -> dict:
+    """One error-ratio sample per segment, peak (20 s) and trough (40 s) in turn from t=0: an odd number of
+    values ends on a finished peak."""
+    ss = []
+    for n, v in enumerate(values):
+        c, peak = divmod(n, 2)[0], n % 2 == 0
+        t0 = c * 60.0 + (0.0 if peak else 20.0)
+        ss.append(Sample(t0, t0 + (20.0 if peak else 40.0), v, {"phase": "peak" if peak else "trough",
+                                                               "cycle": str(c)}, count))
+    return {("error_ratio", ()): ss}
+
+
+def test_a_look_made_under_the_other_pairing_a_segment_ago_counts():
+    # Cycles are paired back from the latest finished segment, so the pairing shifts each segment. Four in-band
+    # segments (a look, at 2 cycles), a bad peak, then four borderline ones ending on a peak: under today's
+    # pairing no earlier cycle closed a run, but under the pairing of a segment ago the first four did. This is
+    # not a first look: z 1.64, and 5 of 200 is not yet enough.
+    s = _segments([0.04] * 4 + [0.3] + [0.025] * 4)
+    v = evaluate(s, [ERR], window_start=0.0, now=260.0, cycle_s=60.0)
+    pc = v.evidence["pooled"]["error_ratio[peak]"]
+    assert v.status is VerdictStatus.FAIL and (pc["z"], pc["holds"]) == (1.64, False), v.evidence["pooled"]
+    assert pc["earlier_looks"] >= 1
+    # Without the early run, the same last four segments are the first look, under either pairing.
+    for bad in ([0.3] * 5, [0.3] * 4):
+        s = _segments(bad + [0.025] * 4)
+        end = max(x.t_end for x in s[("error_ratio", ())])
+        v = evaluate(s, [ERR], window_start=0.0, now=end, cycle_s=60.0)
+        pc = v.evidence["pooled"]["error_ratio[peak]"]
+        assert v.status is VerdictStatus.PASS and (pc["z"], pc["earlier_looks"]) == (1.28, 0), (bad, v.message)
+
+
 def _low_traffic_troughs(troughs: list[tuple[float, int]], peak_count: int = 100) -> dict:
     """Cycles of 60 s: a clean peak of `peak_count` requests, then a trough of (error ratio, requests)."""
     ss = []
