@@ -228,6 +228,8 @@ class GuardSessions:
         self._fsync = fsync
         self._sessions: dict[str, GuardSession] = {}
         self._lock = threading.Lock()
+        # Every session shares this context: the engines load it now, before any client waits on them.
+        self.engine.warm(self.context.policy_input())
 
     def get(self, key: str) -> GuardSession:
         with self._lock:
