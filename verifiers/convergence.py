@@ -390,14 +390,14 @@ def assess(
     nodata = sum(1 for j in judged if j.state == "nodata")
     pooled: dict[str, dict[str, Any]] = {}
     need = criteria.consecutive_cycles
-    looks = _earlier_looks(judged, need)
-    if looks == 0 and consecutive >= need and criteria.first_look_z > 0 and z > 0 and labelled and full:
-        # The cycles are paired back from the latest finished segment, so the pairing shifts by a segment each
-        # time one finishes: the looks made a segment ago, under the other pairing, are not in `judged`.
-        looks = _looks_a_segment_ago(series, bands, criteria, by_cycle, full[-1], window_start, cycle_s)
-    if looks == 0 and criteria.first_look_z > 0 and z > 0:
-        z = criteria.first_look_z
-    if consecutive >= criteria.consecutive_cycles and z > 0:
+    if consecutive >= need and z > 0:
+        looks = _earlier_looks(judged, need)
+        if looks == 0 and criteria.first_look_z > 0 and labelled and full:
+            # The cycles are paired back from the latest finished segment, so the pairing shifts by a segment each
+            # time one finishes: the looks made a segment ago, under the other pairing, are not in `judged`.
+            looks = _looks_a_segment_ago(series, bands, criteria, by_cycle, full[-1], window_start, cycle_s)
+        if looks == 0 and criteria.first_look_z > 0:
+            z = criteria.first_look_z
         run = [j.cycle for j in judged[len(judged) - consecutive:] if j.state == "ok"]
         for band in bands:
             if band.sli not in RATIO_SLIS or band.op == "stable":
@@ -409,7 +409,7 @@ def assess(
                 name = band.label() if band.phase or not ph else f"{band.label()}[{ph}]"
                 pooled[name] = {**_pooled_check(band, part, z), "z": z, "earlier_looks": looks}
     weak = [k for k, v in pooled.items() if not v["holds"]]
-    if consecutive >= criteria.consecutive_cycles and not not_ready and not weak:
+    if consecutive >= need and not not_ready and not weak:
         state = "converged"
     elif judged and judged[-1].state == "fail":
         state = "failing"

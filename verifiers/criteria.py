@@ -37,8 +37,8 @@ class ConvergenceCriteria:
     # ~95%) of the bad share pooled over the run, per phase, inside the band. 0 turns either off.
     noise_z: float = 1.0
     confidence_z: float = 1.64
-    # The pooled check is a sequential test: it looks again at every cycle, and every look is another chance for a
-    # residual fault to look healthy by luck. The first look since the last change (no earlier full cycle closed a
+    # The pooled check is a sequential test: it looks again at every finished segment, and every look is another
+    # chance for a residual fault to look healthy by luck. The first look since the last change (no earlier full cycle closed a
     # run of consecutive_cycles) spends more of the error budget (one-sided ~90%); every later look uses
     # confidence_z. 0: confidence_z at every look.
     first_look_z: float = 1.28
@@ -86,7 +86,8 @@ RANGES: dict[str, dict[str, dict[str, float]]] = {
     "convergence": {"consecutive_cycles": COUNT, "interval_s": POSITIVE, "count": COUNT, "max_wait_cycles": POSITIVE,
                     "drain_wait_cycles": NON_NEGATIVE, "failure_limit": NON_NEGATIVE,
                     "inconclusive_limit": NON_NEGATIVE, "error_limit": NON_NEGATIVE, "min_count": NON_NEGATIVE,
-                    "noise_z": NON_NEGATIVE, "confidence_z": NON_NEGATIVE, "first_look_z": NON_NEGATIVE, "default_cycle_s": POSITIVE,
+                    "noise_z": NON_NEGATIVE, "confidence_z": NON_NEGATIVE, "first_look_z": NON_NEGATIVE,
+                    "default_cycle_s": POSITIVE,
                     "baseline_window_s": NON_NEGATIVE, "baseline_min_segments": COUNT,
                     "baseline_sigmas": NON_NEGATIVE, "baseline_rel": NON_NEGATIVE, "backlog_settled_abs": NON_NEGATIVE},
     "restart": {"ready_timeout_s": POSITIVE, "poll_s": POSITIVE, "post_ready_wait_s": NON_NEGATIVE},

@@ -17,9 +17,9 @@ lib reads that copy on this path and derives the same values per decision on eve
 (tests/guardrail/policy/test_policy_equivalence.py checks the copy against the per-decision values).
 
 Loading a context changes the data document, and OPA then prepares its queries again (~50 ms on this tree). The
-context and what lib derives from it go in together, one change per context, and warm() does it when a Guard is
-built (for a shell or MCP session: when the session opens), so that no command pays for it and no session
-queued behind the engine waits for it.
+context and what lib derives from it go in together, one change per context, and warm() does it ahead of any
+command: when GuardSessions is built (`guardrail shell` and `mcp` start) and when a Guard is built, so that no
+command pays for it and no session queued behind the engine waits for it.
 
 Two more savings on the hot path, both measured by bench/policy_latency.py:
 - The action goes to OPA without the fields no rule reads (UNREAD_ACTION_FIELDS): converting input JSON into OPA

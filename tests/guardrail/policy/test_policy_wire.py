@@ -214,3 +214,9 @@ def test_warm_never_raises_and_a_context_it_cannot_load_goes_inline():
         e.warm({"bad": float("nan")})  # not JSON: no ref, nothing loaded
         assert e._loaded_contexts == set()
         assert e.decide(_input("kubectl get pods -n slack")).outcome is Outcome.ALLOW
+
+
+def test_the_warm_up_action_is_what_the_normaliser_gives_for_true():
+    from guardrail.policy.embedded import _WARM_ACTION, _trim_action
+
+    assert _trim_action(normalise("true")[0].to_input()) == _WARM_ACTION
