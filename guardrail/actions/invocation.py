@@ -15,9 +15,12 @@ from typing import Any
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
 from guardrail.actions.words import Word
 
-__all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS"]
+__all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS", "STDIN_PATHS"]
 
 LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"})
+# File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
+# the same set (guardrail/adapters/shell/shim.py, standard library only); a test holds them equal.
+STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ too, so its journal's seq order is the order the guard decided in.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import re
 import threading
@@ -154,7 +155,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def journal_name(key: str) -> str:
-    return (_UNSAFE.sub("_", key).strip("._") or "session")[:120] + ".jsonl"
+    """The journal file of a session key: the key itself when it is a safe file name, else a safe form of it with
+    a digest of the whole key, so that two keys (`ops/x`, `ops:x`, `ops_x`) never share a journal."""
+    safe = _UNSAFE.sub("_", key).strip("._") or "session"
+    if safe != key or len(safe) > 120:
+        safe = f"{safe[:100]}-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+    return safe + ".jsonl"
 
 
 @dataclass

@@ -42,7 +42,7 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
           mode: str,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
-    from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
+    from guardrail.adapters.session import GuardSessions, context_from, journal_name, load_criteria, load_engine
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
     from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs.local import LocalEnvironment
@@ -54,6 +54,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     if journal.suffix != ".jsonl":
         raise InputError("must name a .jsonl file", path="--journal")
     key = journal.name[:-len(".jsonl")]
+    if journal_name(key) != journal.name:
+        raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
                              env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
@@ -76,7 +78,7 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         env[SOCKET_ENV] = daemon.socket_path
         env[SHIM_DIR_ENV] = str(shims)
         try:
-            agent = subprocess.Popen(list(agent_command), env=env)
+            agent = subprocess.Popen(agent_argv(agent_command), env=env)
         except OSError as e:
             click.echo(f"error: cannot start {agent_command[0]}: {e.strerror or e}", err=True)
             sys.exit(2)
@@ -96,6 +98,32 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         sessions.close()
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(code if code >= 0 else 128 - code)
+
+
+# The agent must not outlive its guard: if `guardrail shell` is killed (SIGKILL, OOM), an agent left running would
+# meet shims that refuse everything and a journal that no longer records. On Linux the agent starts through this
+# stub, which asks the kernel for SIGTERM when its parent dies (PR_SET_PDEATHSIG, kept across exec) and then
+# execs the agent in its own place (same pid, so signals forwarded to it reach the agent). A parent already gone
+# by then is caught by comparing getppid() with the pid the guard passed. Not preexec_fn: the guard has threads
+# running (the daemon) when it forks, which preexec_fn does not survive safely.
+_DIE_WITH_GUARD = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(143)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as e:
+    sys.stderr.write("error: cannot start %s: %s\\n" % (sys.argv[2], e.strerror or e))
+    sys.exit(2)
+"""
+
+
+def agent_argv(agent_command: tuple[str, ...] | list[str]) -> list[str]:
+    """The argv that starts the agent: through the die-with-the-guard stub on Linux, as given elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return list(agent_command)
+    return [sys.executable, "-S", "-c", _DIE_WITH_GUARD, str(os.getpid()), *agent_command]
 
 
 def _check_runnable(program: str) -> None:

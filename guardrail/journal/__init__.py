@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import threading
@@ -133,21 +135,29 @@ class Journal:
             # A regular file where a directory should be gives EEXIST or ENOTDIR; say what is wrong.
             why = "not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
             raise JournalError(f"{self.path}: cannot create journal directory {parent}: {why}") from e
-        torn = 0
-        if self.path.exists():
-            existing = read_journal(self.path)
-            for rec in existing:
-                self._index(rec)
-            self._seq = max((int(r.get("seq", 0)) for r in existing), default=0)
-            if existing.torn:
-                torn = existing.torn_bytes
-                size = self.path.stat().st_size
-                with open(self.path, "r+b") as fh:
-                    fh.truncate(size - torn)
         try:
             self._fh = open(self.path, "ab", buffering=0)
         except OSError as e:
             raise JournalError(f"{self.path}: cannot open journal: {e.strerror or e}") from e
+        # One writer per journal: a second session appending with its own seq counter would interleave records
+        # under duplicate seqs and read the other's changes as its own. The lock goes with the open file, so it
+        # also holds between two Journals of one process, and the kernel drops it when the writer dies.
+        try:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            self._fh.close()
+            self._fh = None
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise JournalError(f"{self.path}: journal in use by another guard session") from e
+            raise JournalError(f"{self.path}: cannot lock journal: {e.strerror or e}") from e
+        torn = 0
+        existing = read_journal(self.path)
+        for rec in existing:
+            self._index(rec)
+        self._seq = max((int(r.get("seq", 0)) for r in existing), default=0)
+        if existing.torn:
+            torn = existing.torn_bytes
+            os.ftruncate(self._fh.fileno(), self.path.stat().st_size - torn)
         if torn:
             self.append("recovery", torn_bytes=torn, note="a torn last record from an earlier crash was dropped")
 

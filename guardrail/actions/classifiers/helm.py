@@ -14,7 +14,7 @@ import yaml
 
 from guardrail.actions.helmvals import split_top, value_of
 from guardrail.actions.classifiers.base import OptionSpec, flatten, register
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 # The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
@@ -136,7 +136,7 @@ class Helm:
                 details.setdefault("set_files", []).append(v)
             elif name == "-f":
                 details.setdefault("values_files", []).append(str(value))
-                if str(value) == "-" and inv.stdin is not None and inv.stdin.text is not None:
+                if str(value) in STDIN_PATHS and inv.stdin is not None and inv.stdin.text is not None:
                     keys += self._values(inv.stdin.text, scope)
         flags = [d for k in keys for d in server_flag_keys(k.key, k.value, release)]
         if flags:

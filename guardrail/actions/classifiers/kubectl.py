@@ -14,7 +14,7 @@ import yaml
 
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
 
@@ -269,7 +269,7 @@ class Kubectl:
 
     def _apply(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         files = a.details.get("files", [])
-        if "-" in files and inv.stdin is not None and inv.stdin.text is not None:
+        if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
             self._manifests(a, inv.stdin.text, ns)
         elif files and a.target.kind == "":
             a.target = Target(kind="manifest", name=files[0], namespace=ns)

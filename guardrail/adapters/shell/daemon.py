@@ -27,11 +27,19 @@ STDIN_MARK = "GUARDRAIL_STDIN"
 
 
 def command_text(argv: list[str], stdin: str | None = None) -> str:
-    """The shell text the agent effectively ran: argv with shell quoting, and its stdin payload as a heredoc."""
+    """The shell text the agent effectively ran: argv with shell quoting, and its stdin payload as a heredoc.
+
+    The payload is the agent's, so it may hold the delimiter itself: a line `GUARDRAIL_STDIN` would end the
+    heredoc early and the rest of the payload would be read as shell, not as the tool's input (the guard would
+    decide on other text than the tool runs). The delimiter is therefore one that occurs nowhere in the payload."""
     text = shlex.join(argv)
     if stdin:
         body = stdin if stdin.endswith("\n") else stdin + "\n"
-        text = f"{text} <<'{STDIN_MARK}'\n{body}{STDIN_MARK}"
+        mark, n = STDIN_MARK, 0
+        while mark in body:
+            n += 1
+            mark = f"{STDIN_MARK}_{n}"
+        text = f"{text} <<'{mark}'\n{body}{mark}"
     return text
 
 

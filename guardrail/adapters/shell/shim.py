@@ -26,22 +26,86 @@ DECLARE = "declare_repair_complete"
 ALWAYS_STDIN = {"restart-svc.sh", "reconfigure-infra.sh"}
 
 
-def _flag_given(args, short, longs):
-    for a in args:
-        if a == short or a in longs or any(a.startswith(l + "=") for l in longs):
-            return True
-        if short and a.startswith(short) and not a.startswith("--") and len(a) > 2:
-            return True
-    return False
+# File names under which a tool reads its stdin: the same set as guardrail.actions.invocation.STDIN_PATHS (this
+# file is standard library only; a test holds the two equal).
+STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# Short options that take a value, as each tool's getopt reads them: in a cluster (`psql -tAc SQL`) the letters
+# before one of these are flags, and the value is the rest of the word or else the next word. mysql's -p takes
+# its password only attached (`-psecret`): alone it prompts, and never takes the next word.
+PSQL_VALUE_SHORTS = frozenset("cdfFhLoPpRTUv")
+MYSQL_VALUE_SHORTS = frozenset("DehPSuOo")
+MYSQL_ATTACHED_SHORTS = frozenset("p#")
 
 
-def _file_from_stdin(args, flags):
+def _options(args, value_shorts, attached_shorts=frozenset()):
+    """The short options of argv as getopt reads them, [(letter, value or None)], and the long ones as
+    [(name, value or None)] (`--file=x`, or `--file x` is read as a flag and a word: enough for the names)."""
+    shorts, longs = [], []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            break
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            longs.append((name, value if eq else None))
+        elif a.startswith("-") and len(a) > 1:
+            for j in range(1, len(a)):
+                ch = a[j]
+                if ch in attached_shorts:
+                    shorts.append((ch, a[j + 1:] or None))
+                    break
+                if ch in value_shorts:
+                    value = a[j + 1:]
+                    if not value and i + 1 < len(args):
+                        i += 1
+                        value = args[i]
+                    shorts.append((ch, value))
+                    break
+                shorts.append((ch, None))
+        i += 1
+    return shorts, longs
+
+
+def _long_value(args, name):
     for i, a in enumerate(args):
-        if a in flags and i + 1 < len(args) and args[i + 1] == "-":
-            return True
-        if any(a == f + "=-" for f in flags):
-            return True
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+    return None
+
+
+def _file_from_stdin(args, shorts, longs):
+    """Whether a file option names stdin: `-f -`, `-f-`, `-f /dev/stdin`, `--filename=/dev/fd/0`, ..."""
+    for i, a in enumerate(args):
+        for f in shorts:
+            if a == f and i + 1 < len(args) and args[i + 1] in STDIN_PATHS:
+                return True
+            if a.startswith(f) and not a.startswith("--") and a[len(f):] in STDIN_PATHS:
+                return True
+        for f in longs:
+            if (a == f and i + 1 < len(args) and args[i + 1] in STDIN_PATHS) or \
+                    (a.startswith(f + "=") and a[len(f) + 1:] in STDIN_PATHS):
+                return True
     return False
+
+
+def _psql_reads_stdin(args):
+    shorts, longs = _options(args, PSQL_VALUE_SHORTS)
+    letters = {ch for ch, _ in shorts}
+    names = {n for n, _ in longs}
+    if letters & set("clV?") or names & {"--command", "--list", "--version", "--help"}:
+        return False
+    files = [v for ch, v in shorts if ch == "f"] + ([_long_value(args, "--file")] if "--file" in names else [])
+    return not files or any(f in STDIN_PATHS for f in files)
+
+
+def _mysql_reads_stdin(args):
+    shorts, longs = _options(args, MYSQL_VALUE_SHORTS, MYSQL_ATTACHED_SHORTS)
+    letters = {ch for ch, _ in shorts}
+    names = {n for n, _ in longs}
+    return not (letters & set("eVI?") or names & {"--execute", "--version", "--help"})
 
 
 def reads_stdin(tool, args):
@@ -55,17 +119,34 @@ def reads_stdin(tool, args):
     if tool in ALWAYS_STDIN:
         return True
     if tool == "psql":
-        return not _flag_given(args, "-c", ("--command",)) and not _flag_given(args, "-f", ("--file",)) \
-            and not _flag_given(args, "-l", ("--list",))
+        return _psql_reads_stdin(args)
     if tool in ("mysql", "mariadb"):
-        return not _flag_given(args, "-e", ("--execute",))
+        return _mysql_reads_stdin(args)
     if tool == "redis-cli":
         return "-x" in args
     if tool in ("kubectl", "helm"):
-        return _file_from_stdin(args, ("-f", "--filename", "--values"))
+        return _file_from_stdin(args, ("-f",), ("--filename", "--values"))
     if tool == "curl":
-        return any(a.startswith("@-") or a == "-" for a in args[1:]) and \
-            any(a in ("-d", "--data", "--data-binary", "--data-raw", "-T", "--upload-file", "--json") for a in args)
+        return _curl_reads_stdin(args)
+    return False
+
+
+CURL_DATA = ("--data", "--data-binary", "--data-ascii", "--data-urlencode", "--json", "--upload-file", "--form",
+             "-d", "-T", "-F")
+
+
+def _curl_reads_stdin(args):
+    """`-d @-`, `-d@-`, `--data-binary @/dev/stdin`, `-T -`, `-F file=@-` ...: a data option whose value reads stdin."""
+    for i, a in enumerate(args):
+        for opt in CURL_DATA:
+            if a == opt and i + 1 < len(args):
+                value = args[i + 1]
+            elif opt.startswith("-") and not opt.startswith("--") and a.startswith(opt) and len(a) > len(opt):
+                value = a[len(opt):]
+            else:
+                continue
+            if value in STDIN_PATHS or value.rpartition("@")[2] in STDIN_PATHS and "@" in value:
+                return True
     return False
 
 
@@ -155,13 +236,18 @@ def run(tool, args):
         code = child.wait()
         if code < 0:
             code = 128 - code
-        after = daemon.ask({"op": "after", "id": decision["id"], "exit_code": code,
-                            "duration_s": round(time.monotonic() - start, 6)})
-        _say(after.get("message"))
-        return code
     except (OSError, ConnectionError, ValueError) as e:
         _say(f"guardrail: the guard daemon failed ({e}); refusing to run {tool}")
         return DENIED
+    # The command has run: from here on its own exit code is the truth, whatever becomes of the guard.
+    try:
+        after = daemon.ask({"op": "after", "id": decision["id"], "exit_code": code,
+                            "duration_s": round(time.monotonic() - start, 6)})
+        _say(after.get("message"))
+    except (OSError, ConnectionError, ValueError) as e:
+        _say(f"guardrail: {tool} ran (exit {code}), but the guard daemon failed before its result was journalled "
+             f"({e})")
+    return code
 
 
 if __name__ == "__main__":
