@@ -16,6 +16,7 @@ Inputs (read by `load_trajectory`):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
@@ -46,6 +47,7 @@ class Step:
     line: int | None = None
     ran: bool | None = None  # known for journals (a denied command did not run); unknown otherwise
     recorded_outcome: str | None = None
+    exit_code: int | None = None  # from a journal's result record; unknown otherwise
 
 
 @dataclass
@@ -62,6 +64,12 @@ class Trajectory:
 # -- reading the three input formats ------------------------------------------------------------------------
 
 
+# How a JSON transcript begins: `{"...`, `{}`, `[{`, `[]`, `["` (or the bracket alone on its line). A command list
+# may begin with `[` or `{` too (`[ -n "$NS" ] && ...`, `[[ -f x ]]`, `{ kubectl ...; }`): a space and a word
+# follow the bracket there, or a second `[`.
+_JSON_START = re.compile(r'\A\s*(\{\s*(["}]|\Z)|\[\s*[{"\]]|\[\s*\Z)')
+
+
 def _sniff(path: Path, text: str) -> str:
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     try:
@@ -70,10 +78,7 @@ def _sniff(path: Path, text: str) -> str:
             return "journal"
     except json.JSONDecodeError:
         pass
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        return "openai"
-    return "commands"
+    return "openai" if _JSON_START.match(text) else "commands"
 
 
 def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str = "command") -> Trajectory:
@@ -106,6 +111,7 @@ def _from_journal(p: Path) -> Trajectory:
     records = read_journal(p)  # a torn last line is skipped; a corrupt line before it is an InputError
     t = Trajectory(path=str(p), format="journal", torn=records.torn)
     # Lines are the file's own (blank lines count), as read_journal's errors give them.
+    exit_codes = {rec.get("ref"): rec.get("exit_code") for rec in records if rec.get("kind") == "result"}
     for line, rec in zip(records.lines, records):
         if rec.get("kind") != "command":
             continue
@@ -113,8 +119,9 @@ def _from_journal(p: Path) -> Trajectory:
         if not isinstance(cmd, str):
             t.findings.append({"kind": "malformed_record", "line": line, "message": "command record has no command"})
             continue
+        code = exit_codes.get(rec.get("seq"))
         t.steps.append(Step(index=len(t.steps) + 1, command=cmd, line=line, ran=rec.get("ran"),
-                            recorded_outcome=rec.get("outcome")))
+                            recorded_outcome=rec.get("outcome"), exit_code=code if isinstance(code, int) else None))
     if records.torn:
         t.findings.append({"kind": "torn_tail", "line": records.torn_line,
                            "message": f"the last record is incomplete ({records.torn_bytes} bytes, a crash "
@@ -132,10 +139,9 @@ def _from_commands(p: Path, text: str) -> Trajectory:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             start = n
+        buf.append(line)  # a trailing backslash stays: with the newline after it, the shell's line continuation
         if line.endswith("\\"):
-            buf.append(line[:-1])
             continue
-        buf.append(line)
         t.steps.append(Step(index=len(t.steps) + 1, command="\n".join(buf).strip(), line=start))
         buf = []
     if buf:
@@ -163,6 +169,7 @@ def _from_openai(p: Path, text: str, command_arg: str) -> Trajectory:
         raise InputError("expected a list of messages, or an object with `messages`", path=str(p), line=1)
     t = Trajectory(path=str(p), format="openai")
     where = _line_index(text)
+    other_calls: dict[str, dict[str, Any]] = {}  # tool name -> calls without `command_arg`, and their arguments
     for mi, msg in enumerate(messages):
         if not isinstance(msg, dict):
             continue
@@ -190,13 +197,23 @@ def _from_openai(p: Path, text: str, command_arg: str) -> Trajectory:
                 continue
             cmd = args.get(command_arg)
             if cmd is None:
-                # A tool call without a command (another tool of the agent): not a shell step.
+                # A tool call without a command (another tool of the agent): not a shell step. Counted, so that a
+                # shell tool whose argument has another name shows up instead of auditing to nothing.
+                seen = other_calls.setdefault(str(fn.get("name")), {"count": 0, "arguments": set()})
+                seen["count"] += 1
+                seen["arguments"].update(str(k) for k in args)
                 continue
             if not isinstance(cmd, str):
                 t.findings.append({"kind": "malformed_arguments", "where": label, "line": line,
                                    "tool": fn.get("name"), "message": f"`{command_arg}` is not a string"})
                 continue
             t.steps.append(Step(index=len(t.steps) + 1, command=cmd, line=line))
+    for name, seen in sorted(other_calls.items()):
+        names = ", ".join(sorted(seen["arguments"])) or "none"
+        t.findings.append({"kind": "no_command_arg", "tool": name, "count": seen["count"],
+                           "message": f"{seen['count']} call(s) of tool `{name}` have no `{command_arg}` argument "
+                                      f"(their arguments: {names}); not audited. If `{name}` runs shell commands, "
+                                      "pass --command-arg with its argument's name"})
     return t
 
 
@@ -362,8 +379,10 @@ def audit(trajectory: Trajectory, engine: PolicyEngine, context: IncidentContext
         decisions = [engine.decide({"action": a.to_input(), "context": ctx, "command": step.command})
                      for a in actions]
         outcome = _outcome(decisions)
-        # A journal says whether the step really ran; a plain log is taken as having run (it was recorded).
-        ephemeral = ledger.record(step.index, step.command, actions) if step.ran is not False else []
+        # A journal says whether the step really ran, and how it ended; a plain log is taken as having run (it was
+        # recorded). A command that failed changed nothing to count on, as the guard's own check holds.
+        ran_ok = step.ran is not False and step.exit_code in (0, None)
+        ephemeral = ledger.record(step.index, step.command, actions) if ran_ok else []
         out.append(StepAudit(step, actions, decisions, outcome, ephemeral))
     return AuditReport(trajectory, out, ledger.pending(), ledger.made_durable)
 

@@ -13,6 +13,7 @@ journal, context and environment:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -32,6 +33,10 @@ _INSTRUCTIONS = (
 )
 
 
+ANONYMOUS = "http-anonymous"
+_warned_anonymous: list[bool] = []
+
+
 def session_key(ctx: Context | None, stdio_key: str) -> str:
     """Which client session a tool call belongs to (see the module docstring)."""
     headers = ctx.headers if ctx is not None else None
@@ -43,7 +48,13 @@ def session_key(ctx: Context | None, stdio_key: str) -> str:
     sid = headers.get("mcp-session-id")
     if sid:
         return f"http-{sid}"
-    return "http-anonymous"
+    if not _warned_anonymous:
+        _warned_anonymous.append(True)
+        sys.stderr.write(f"guardrail mcp: an HTTP client sent neither a {SESSION_HEADER} header nor an "
+                         f"mcp-session-id; every such client shares the session {ANONYMOUS}. Give each agent its "
+                         f"own `{SESSION_HEADER}: NAME` header to keep their journals and checks apart.\n")
+        sys.stderr.flush()
+    return ANONYMOUS
 
 
 def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:

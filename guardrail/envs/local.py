@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from guardrail.context import IncidentContext
-from guardrail.errors import EnvironmentError_
+from guardrail.errors import EnvironmentError_, InputError
 from guardrail.policy import goruntime
 from verifiers.clock import RealClock as WallClock
 from verifiers.protocols import CommandResult, EnvironmentDescription, RestartResult, Sample
@@ -55,7 +55,11 @@ class LocalEnvironment:
                                  stderr=err + f"guardrail: command timed out after {self.timeout_s:g}s\n",
                                  exit_code=TIMEOUT_EXIT_CODE, duration_s=time.monotonic() - start)
         except OSError as e:
-            raise EnvironmentError_(f"cannot start {self.shell}: {e.strerror or e}") from e
+            # Answered, not raised: the agent reads why, and the journal gets the command's result.
+            where = f" in {self.cwd}" if not os.path.isdir(self.cwd) else ""
+            return CommandResult(command=command, stderr=f"guardrail: cannot start {self.shell}{where}: "
+                                                         f"{e.strerror or e}\n",
+                                 exit_code=126, duration_s=time.monotonic() - start)
         return CommandResult(command=command, stdout=proc.stdout, stderr=proc.stderr, exit_code=proc.returncode,
                              duration_s=time.monotonic() - start)
 
@@ -73,5 +77,7 @@ class LocalEnvironment:
 
 
 def make(spec: str = "", context: IncidentContext | None = None) -> LocalEnvironment:
-    """Entry-point factory: `local` or `local:<working directory>`."""
+    """Entry-point factory: `local` or `local:<working directory>`; a directory that is not there is bad input."""
+    if spec and not Path(spec).is_dir():
+        raise InputError("no such directory to run commands in", path=f"--env local:{spec}")
     return LocalEnvironment(cwd=spec or None)

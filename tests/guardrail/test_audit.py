@@ -95,7 +95,8 @@ def test_command_list_skips_comments_and_keeps_lines(tmp_path):
     f.write_text("# session of 3 June\n\nset a 1\n  # indented comment\nflushall\nread one \\\n  two\n")
     t = load_trajectory(f)
     assert t.format == "commands"
-    assert [(s.line, s.command) for s in t.steps] == [(3, "set a 1"), (5, "flushall"), (6, "read one \n  two")]
+    # A trailing backslash is kept with its newline: the shell's line continuation, one command.
+    assert [(s.line, s.command) for s in t.steps] == [(3, "set a 1"), (5, "flushall"), (6, "read one \\\n  two")]
 
 
 def test_openai_transcript_with_custom_argument_and_malformed_call(tmp_path):
@@ -115,12 +116,15 @@ def test_openai_transcript_with_custom_argument_and_malformed_call(tmp_path):
     t = load_trajectory(f, command_arg="cmd")
     assert t.format == "openai"
     assert [s.command for s in t.steps] == ["set k 1", "flushall"]
-    (finding,) = t.findings
+    finding, other = t.findings
     assert finding["kind"] == "malformed_arguments" and finding["where"] == "messages[1].tool_calls[1]"
     assert finding["line"] and "call_2" in f.read_text().splitlines()[finding["line"] - 1]
+    # The other tool's call is not a step, but it is counted: a shell tool with another argument name shows here.
+    assert other["kind"] == "no_command_arg" and other["tool"] == "notes" and other["count"] == 1
+    assert "text" in other["message"] and "--command-arg" in other["message"]
     report = audit(t, TableEngine(), normaliser=toy_normalise)
     assert [s.outcome for s in report.steps] == ["allow", "deny"]
-    assert report.summary()["findings"] == 1
+    assert report.summary()["findings"] == 2
 
 
 def test_bad_transcript_is_input_error_with_line(tmp_path):
@@ -235,3 +239,43 @@ def test_cli_bad_format_is_one_line(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "error: --format: 'bogus' is not one of 'auto', 'journal', 'commands', 'openai'."]
+
+
+def test_a_continued_line_is_one_command_to_the_real_normaliser(tmp_path):
+    from guardrail.actions import normalise
+
+    f = tmp_path / "cmds.txt"
+    f.write_text("redis-cli -h redis-queue \\\n  CONFIG SET maxmemory 2gb\n")
+    (step,) = load_trajectory(f).steps
+    actions = normalise(step.command)
+    assert [(a.tool, a.verb, [k.key for k in a.keys]) for a in actions] == [
+        ("redis-cli", "config set", ["redis.maxmemory"])]
+
+
+@pytest.mark.parametrize("text,fmt", [
+    ('[ -n "$NS" ] && kubectl get pods -n slack\n', "commands"),
+    ("{ kubectl get pods -n slack; }\n", "commands"),
+    ("[[ -f x ]] || true\n", "commands"),
+    ('{"messages": []}\n', "openai"),
+    ("{\n  \"messages\": []\n}\n", "openai"),
+    ("[\n  {\"role\": \"user\"}\n]\n", "openai"),
+    ("[]\n", "openai"),
+])
+def test_auto_format_tells_a_command_list_that_starts_with_a_bracket_from_json(tmp_path, text, fmt):
+    f = tmp_path / "t.txt"
+    f.write_text(text)
+    assert load_trajectory(f).format == fmt
+
+
+def test_a_journalled_command_that_failed_is_not_an_unpersisted_change(tmp_path):
+    j = Journal(tmp_path / "j.jsonl", session="s")
+    for seq_cmd, code in (("redis-cli CONFIG SET maxmemory 1mb", 1), ("redis-cli CONFIG SET maxclients 50", 0)):
+        rec = j.append("command", command=seq_cmd, ran=True, outcome="allow", actions=[])
+        j.append("result", ref=rec["seq"], exit_code=code, duration_s=0.0)
+    j.close()
+    t = load_trajectory(tmp_path / "j.jsonl")
+    assert [s.exit_code for s in t.steps] == [1, 0]
+    from guardrail.actions import normalise
+
+    report = audit(t, TableEngine(), normaliser=normalise)
+    assert [p.key for p in report.unpersisted] == ["redis.maxclients"]

@@ -33,3 +33,20 @@ def test_resolution_through_the_entry_point_group(tmp_path):
     assert split_spec("twin:ia-006") == ("twin", "ia-006")
     with pytest.raises(InputError, match="unknown environment 'nosuch'"):
         resolve_environment("nosuch")
+
+
+def test_a_working_directory_that_is_not_there_is_bad_input_at_start(tmp_path):
+    from guardrail.envs.local import make
+
+    with pytest.raises(InputError, match="no such directory"):
+        make(str(tmp_path / "nowhere"))
+
+
+def test_a_shell_that_cannot_start_is_an_answer_not_an_exception(tmp_path):
+    env = LocalEnvironment(cwd=tmp_path)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env.cwd = str(gone)
+    gone.rmdir()  # the directory went away after the session began
+    r = env.run("echo hi")
+    assert r.exit_code == 126 and "cannot start" in r.stderr and str(gone) in r.stderr
