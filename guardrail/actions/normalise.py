@@ -15,12 +15,20 @@ from guardrail.actions.invocation import Invocation, Stdin, Where
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.shell import Session, ShellWalker, parse
 
-__all__ = ["normalise", "Normaliser", "MAX_DEPTH"]
+__all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS"]
 
 # Deeper nesting than this (sh -c inside sh -c inside ...) is treated as opaque rather than followed.
 MAX_DEPTH = 12
 # Texts longer than this are not parsed: a command this long is not one an operator reviews.
 MAX_CHARS = 200_000
+# Simple commands one text may expand to (loops unrolled, functions called, wrappers followed). Past it the text is
+# one opaque action: nested loops and functions calling functions grow geometrically (three nested 32-value loops
+# are 32,768 commands, each a policy decision), and a guard that takes minutes on one command fails its agent.
+MAX_COMMANDS = 512
+
+
+class TooComplex(Exception):
+    """Raised out of the walk when a text expands past MAX_COMMANDS simple commands."""
 
 
 class Normaliser:
@@ -48,8 +56,13 @@ class Normaliser:
 
     def dispatch(self, inv: Invocation) -> list[Action]:
         """One simple command: a function or alias, a wrapper, a tool classifier, or an unknown command."""
+        self.session.dispatched += 1
+        if self.session.dispatched > MAX_COMMANDS:
+            raise TooComplex()
         try:
             return self._dispatch(inv)
+        except TooComplex:
+            raise
         except RecursionError:
             return [inv.opaque("nested", "too deeply nested to follow")]
         except Exception as e:  # a classifier bug must not let a command through unclassified
@@ -114,6 +127,10 @@ def normalise(raw: str) -> list[Action]:
             return [Action(tool="shell", verb="oversized", mutating=UNKNOWN, raw=raw[:1000],
                            opaque_reason=f"command longer than {MAX_CHARS} characters is not parsed")]
         return Normaliser().script(raw, Where())
+    except TooComplex:
+        return [Action(tool="shell", verb="too-complex", mutating=UNKNOWN, raw=str(raw)[:1000],
+                       opaque_reason=f"the text expands to more than {MAX_COMMANDS} commands (loops, functions); "
+                                     "send the commands you mean to run, a few at a time")]
     except Exception as e:  # the guard must get an answer for every text; unknown is the safe one
         return [Action(tool="shell", verb="unclassified", mutating=UNKNOWN, raw=str(raw)[:1000],
                        opaque_reason=f"normalisation failed ({type(e).__name__}); effect not known")]

@@ -62,6 +62,7 @@ class Session:
     functions: dict[str, Node] = field(default_factory=dict)
     variables: dict[str, str | None] = field(default_factory=dict)
     syntax_errors: list[str] = field(default_factory=list)
+    dispatched: int = 0  # simple commands classified so far (bounded by normalise.MAX_COMMANDS)
 
 
 def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str | None = None,
