@@ -171,6 +171,26 @@ def _user(st: Statement) -> SqlEffect:
                      target_kind="user", target_name=user)
 
 
+# The client's own backslash commands, anywhere in a statement, that run a shell command, read a file as SQL, or
+# write one: \\! (system), \\. (source), \\P (pager), \\T (tee), \\e (edit). \\G, \\g, \\c ... only end or clear it.
+_CLIENT_COMMANDS = {"!": "\\!", ".": "\\.", "P": "\\P", "T": "\\T", "e": "\\e"}
+_CLIENT_WORDS = {"SYSTEM", "SOURCE", "PAGER", "TEE", "EDIT"}
+
+
+def _client_command(st: Statement) -> str | None:
+    """The client command a statement holds (`SELECT 1 \\! sh`, `system ls`), or None."""
+    if st.toks and st.toks[0].up in _CLIENT_WORDS:
+        return st.toks[0].value.lower()
+    for i, t in enumerate(st.toks[:-1]):
+        if t.kind == "op" and t.text == "\\":
+            nxt = st.toks[i + 1]
+            if nxt.kind == "op" and nxt.text in ("!", "."):
+                return _CLIENT_COMMANDS[nxt.text]
+            if nxt.kind == "word" and (nxt.text[:1] in ("P", "T") or nxt.text == "e"):
+                return _CLIENT_COMMANDS[nxt.text[:1]]
+    return None
+
+
 @register
 class Mysql:
     """mysql and mariadb clients."""
@@ -190,6 +210,8 @@ class Mysql:
             return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
                                opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
                                details=base)]
+        # --init-command is SQL the client runs on connecting, before anything else.
+        inits = [str(e) for e in p.all("--init-command")]
         sources = [str(e) for e in execs]
         if not sources:
             st = inv.stdin
@@ -203,8 +225,14 @@ class Mysql:
                                    details=base)]
             sources = [st.text]
         out: list[Action] = []
-        for src in sources:
-            for st_ in statements(src, hash_comments=True):
+        for src in inits + sources:
+            for st_ in statements(src, hash_comments=True, exec_comments=True):
+                client = _client_command(st_)
+                if client is not None:
+                    out.append(inv.action("mysql", client, target=target, mutating=UNKNOWN, details=base,
+                                          opaque_reason=f"mysql client command {client} runs or writes something "
+                                                        "not visible"))
+                    continue
                 for eff in mysql_effect(st_):
                     if not eff.skip:
                         out.append(to_action(inv, "mysql", eff, st_.text, target, base))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, statements
+from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, scan, statements
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -298,24 +298,27 @@ class Psql:
         return actions
 
     def _sql(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
+        """SQL as psql reads it: a backslash outside strings, quoted names and comments begins a meta-command
+        that runs to the end of its line, wherever on the line it stands (`SELECT ... \\gexec`, `SELECT 1 \\! cmd`);
+        the SQL before it is sent as it is."""
         out: list[Action] = []
-        plain: list[str] = []
-        for line in sql.splitlines():
-            s = line.strip()
-            if s.startswith("\\"):
-                if plain:
-                    out += self._statements(inv, "\n".join(plain), target, base)
-                    plain = []
-                out += self._meta(inv, s, target, base)
-            else:
-                plain.append(line)
-        if plain:
-            out += self._statements(inv, "\n".join(plain), target, base)
+        pos = 0
+        for tok, a, _ in scan(sql, pg_strings=True):
+            if a < pos or not (tok.kind == "op" and tok.text == "\\"):
+                continue
+            eol = sql.find("\n", a)
+            eol = len(sql) if eol < 0 else eol
+            if sql[pos:a].strip():
+                out += self._statements(inv, sql[pos:a], target, base)
+            out += self._meta(inv, sql[a:eol].strip(), target, base)
+            pos = eol
+        if sql[pos:].strip():
+            out += self._statements(inv, sql[pos:], target, base)
         return out
 
     def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
         out = []
-        for st in statements(sql):
+        for st in statements(sql, pg_strings=True):
             eff = pg_effect(st)
             if eff.skip:
                 continue

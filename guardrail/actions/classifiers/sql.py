@@ -13,7 +13,7 @@ from typing import Any
 
 from guardrail.actions.model import UNKNOWN, KeyChange, Layer, Mutating
 
-__all__ = ["Tok", "Statement", "SqlEffect", "statements", "common_effect", "literal"]
+__all__ = ["Tok", "Statement", "SqlEffect", "scan", "statements", "common_effect", "literal"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -93,19 +93,27 @@ def _unquote(kind: str, text: str) -> str:
     return text
 
 
-def statements(sql: str, *, hash_comments: bool = False) -> list[Statement]:
-    """Split SQL into statements (MySQL also treats `#` as a line comment)."""
-    out: list[Statement] = []
-    toks: list[Tok] = []
-    start = 0
-    pos = 0
-    n = len(sql)
+# PostgreSQL's standard strings ('...' with standard_conforming_strings on, the default since 9.1): a backslash is
+# an ordinary character, so 'C:\' ends there. Only E'...' strings take backslash escapes.
+_STD_STR = re.compile(r"[NnBbXx]?'(?:[^']|'')*(?:'|\Z)")
+# MySQL/MariaDB executable comments: the server runs what is inside /*! ... */, /*!50000 ... */ and /*M! ... */.
+_EXEC_COMMENT = re.compile(r"/\*M?![0-9]{0,6}")
+
+
+def scan(sql: str, start: int = 0, end: int | None = None, *, hash_comments: bool = False,
+         exec_comments: bool = False, pg_strings: bool = False) -> Any:
+    """Every token of `sql` as (Tok, start, end), whitespace and comments left out, `;` as a `semi` token.
+
+    Dialects: `hash_comments` (MySQL `#` line comments), `exec_comments` (MySQL executable comments, lexed as the
+    SQL they hold), `pg_strings` (PostgreSQL: a backslash escapes only inside E'...')."""
+    n = len(sql) if end is None else end
+    pos = start
     while pos < n:
         if hash_comments and sql[pos] == "#":
-            end = sql.find("\n", pos)
-            pos = n if end < 0 else end
+            e = sql.find("\n", pos, n)
+            pos = n if e < 0 else e
             continue
-        m = _TOKEN.match(sql, pos)
+        m = _TOKEN.match(sql, pos, n)
         if m is None:  # pragma: no cover - `other` matches any character
             pos += 1
             continue
@@ -114,26 +122,47 @@ def statements(sql: str, *, hash_comments: bool = False) -> list[Statement]:
         if kind == "tag":
             kind = "dollar"
         if kind == "dollar":
-            tag = text
-            end = sql.find(tag, m.end())
-            body_end = n if end < 0 else end
-            toks.append(Tok("str", sql[pos:body_end + len(tag)], sql[m.end():body_end]))
-            pos = n if end < 0 else end + len(tag)
+            e = sql.find(text, m.end(), n)
+            body_end = n if e < 0 else e
+            stop = n if e < 0 else e + len(text)
+            yield Tok("str", sql[pos:stop], sql[m.end():body_end]), pos, stop
+            pos = stop
             continue
+        if kind == "str" and pg_strings and text[0] not in "Ee":
+            m = _STD_STR.match(sql, pos, n) or m
+            text = m.group(0)
+        if kind == "bc" and exec_comments:
+            x = _EXEC_COMMENT.match(sql, pos, n)
+            if x is not None:
+                body_end = m.end() - 2 if text.endswith("*/") and m.end() - 2 >= x.end() else m.end()
+                yield from scan(sql, x.end(), body_end, hash_comments=hash_comments, exec_comments=True)
+                pos = m.end()
+                continue
         pos = m.end()
         if kind in ("ws", "lc", "bc"):
             continue
         if kind == "semi":
+            yield Tok("semi", text, text), m.start(), m.end()
+        elif kind == "bq":
+            yield Tok("qid", text, _unquote("bq", text)), m.start(), m.end()
+        else:
+            yield Tok(kind, text, _unquote(kind, text)), m.start(), m.end()
+
+
+def statements(sql: str, *, hash_comments: bool = False, exec_comments: bool = False,
+               pg_strings: bool = False) -> list[Statement]:
+    """Split SQL into statements (dialect flags as in `scan`)."""
+    out: list[Statement] = []
+    toks: list[Tok] = []
+    start = 0
+    for tok, a, b in scan(sql, hash_comments=hash_comments, exec_comments=exec_comments, pg_strings=pg_strings):
+        if tok.kind == "semi":
             if toks:
-                out.append(Statement(toks, sql[start:m.start()].strip()))
+                out.append(Statement(toks, sql[start:a].strip()))
             toks = []
-            start = pos
+            start = b
             continue
-        if kind == "bq":
-            kind = "qid"
-            toks.append(Tok(kind, text, _unquote("bq", text)))
-            continue
-        toks.append(Tok(kind, text, _unquote(kind, text)))
+        toks.append(tok)
     if toks:
         out.append(Statement(toks, sql[start:].strip()))
     return out
@@ -202,14 +231,19 @@ def common_effect(st: Statement) -> SqlEffect | None:
     if k in ("SHOW", "DESCRIBE", "DESC", "HELP", "USE"):
         return SqlEffect(verb=k.lower(), mutating=False, details={"sql_kind": "read"})
     if k == "EXPLAIN":
-        if st.index("ANALYZE", "ANALYSE") >= 0:
-            inner_at = next((i for i, t in enumerate(st.toks) if t.up in
-                             ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "MERGE")), -1)
+        # EXPLAIN ANALYZE runs the statement. ANALYZE may come bare or in the option list, `EXPLAIN (ANALYZE,
+        # FORMAT json) DELETE ...`: anywhere before the statement it explains.
+        inner_at = next((i for i, t in enumerate(st.toks) if i > 0 and t.up in
+                         ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "MERGE", "REPLACE", "EXECUTE")), -1)
+        head = st.toks[1:inner_at] if inner_at > 0 else st.toks[1:]
+        if any(t.up in ("ANALYZE", "ANALYSE") for t in head):
             if inner_at > 0:
                 eff = common_effect(Statement(st.toks[inner_at:], st.text))
                 if eff is not None:
                     eff.details["explain_analyze"] = True
                     return eff
+            return SqlEffect(verb="explain", mutating=UNKNOWN, details={"sql_kind": "unknown", "explain_analyze": True},
+                             opaque_reason="EXPLAIN ANALYZE runs a statement that is not in the text")
         return SqlEffect(verb="explain", mutating=False, details={"sql_kind": "read"})
     if k in ("INSERT", "REPLACE", "UPSERT"):
         i = st.index("INTO")
