@@ -102,6 +102,13 @@ def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -
     except OSError as e:
         raise error(f"cannot read: {e.strerror or e}", path=str(p)) from e
     text = decode_text(raw, path=p, error=error)
+    try:
+        return _parse(p, text, error)
+    except RecursionError as e:  # a document nested thousands deep: no configuration file is
+        raise error("nested too deeply to read", path=str(p)) from e
+
+
+def _parse(p: Path, text: str, error: type[DataFileError]) -> tuple[Any, yaml.Node | None, str]:
     if _looks_json(p, text):
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -117,7 +124,13 @@ def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -
             # Not JSON after all (a flow-style YAML mapping, say): read it as YAML below.
         else:
             return data, _compose_json(text), text
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # a character YAML does not allow (NUL, ...) fails here already
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = (mark.line + 1) if mark else _line_of_bad_char(text, getattr(e, "position", None))
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error(f"bad YAML: {why}", path=str(p), line=where) from e
     try:
         node = loader.get_single_node()
         dup = _duplicate_key(node)
@@ -131,6 +144,10 @@ def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -
     finally:
         loader.dispose()
     return data, node, text
+
+
+def _line_of_bad_char(text: str, position: int | None) -> int | None:
+    return text.count("\n", 0, position) + 1 if isinstance(position, int) else None
 
 
 def _compose_json(text: str) -> yaml.Node | None:

@@ -64,3 +64,22 @@ def test_a_byte_order_mark_is_not_content(tmp_path):
     f = tmp_path / "ctx.json"
     f.write_bytes(b'\xef\xbb\xbf{"id": "x"}')
     assert read_data(f)[0] == {"id": "x"}
+
+
+def test_a_character_yaml_does_not_allow_is_bad_yaml_on_its_line(tmp_path):
+    f = tmp_path / "ctx.yaml"
+    f.write_bytes(b"id: x\nnamespaces: [a]\n\x00\n")
+    with pytest.raises(DataFileError) as e:
+        read_data(f)
+    assert e.value.line == 3 and "unacceptable character" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,text", [
+    ("deep.json", '{"extra": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}"),
+    ("deep.yaml", "extra:\n  x: " + "[" * 5_000 + "]" * 5_000 + "\n"),
+])
+def test_a_document_nested_thousands_deep_is_bad_input_not_a_crash(tmp_path, name, text):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(DataFileError, match="nested too deeply"):
+        read_data(f)
