@@ -358,13 +358,17 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 @wrapper("kubectl", "oc")
 def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     g = KUBECTL_GLOBAL.parse(inv.args)
-    if g.positionals and g.positionals[0] in ("run", "debug") and g.after_dashdash:
-        # `kubectl run tmp --image=redis -- redis-cli -h redis-queue FLUSHALL`: a new pod, plus what it runs.
+    words = [str(p) for p in g.positionals]
+    # `kubectl run tmp --image=redis -- redis-cli -h redis-queue FLUSHALL`: a new pod, plus what it runs; so too a
+    # job, a cronjob or a deployment created with the command after `--`.
+    verb = words[:1] if words[:1] in (["run"], ["debug"]) else words[:2] if words[:2] in (
+        ["create", "job"], ["create", "cronjob"], ["create", "deployment"]) else None
+    if verb and g.after_dashdash:
         classifier = classifier_for("kubectl")
         own_actions = classifier.classify(inv) if classifier is not None else []
         ns = g.get("-n")
-        where = inv.where.inside(f"kubectl {g.positionals[0]}",
-                                 pod=str(g.positionals[1]) if len(g.positionals) > 1 else "",
+        where = inv.where.inside("kubectl " + " ".join(verb),
+                                 pod=words[len(verb)] if len(words) > len(verb) else "",
                                  namespace=str(ns) if ns is not None else inv.where.namespace)
         inner = Invocation(argv=list(g.after_dashdash), where=where, stdin=inv.stdin,
                            raw=" ".join(shlex.quote(str(a)) for a in g.after_dashdash))

@@ -16,8 +16,13 @@ from guardrail.actions.shell import NULL_SINKS, file_write
 
 # sed's `e` command, or the `e` flag of `s///`, runs the pattern space as a shell command.
 _S = r"s(?P<d>[^\\\n])(?:\\.|(?!(?P=d)).)*(?P=d)(?:\\.|(?!(?P=d)).)*(?P=d)"
-_SED_EXEC = re.compile(_S + r"[gpIiMm0-9w]*e|(?:^|[;\n}])\s*e(?:\s|;|$)")
-_SED_WRITE = re.compile(r"(?:^|[;\n}])\s*w\s+(?P<cmd>\S+)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
+# Any command may stand after an address: a line (`1`, `0~2`), the last line (`$`), a regex (`/re/`, `\%re%`), a
+# range of two, and `!` to invert it (`1e cmd`, `$e cmd`, `/./e cmd`, `1,5!w out`).
+_ADDR1 = r"(?:\d+(?:~\d+)?|\$|/(?:\\.|[^/\n])*/[IM]*|\\(?P<c>.)(?:\\.|(?!(?P=c)).)*(?P=c)[IM]*)"
+_ADDR = rf"(?:{_ADDR1}(?:\s*,\s*(?:{_ADDR1.replace('?P<c>', '?:').replace('(?P=c)', '.')}|[+~]\d+))?\s*!?\s*)?"
+_CMD_START = r"(?:^|[;\n{}])\s*" + _ADDR
+_SED_EXEC = re.compile(_S + r"[gpIiMm0-9w]*e|" + _CMD_START + r"e(?:\s|;|$|})")
+_SED_WRITE = re.compile(_CMD_START + r"w\s+(?P<cmd>\S+)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
 
 __all__ = ["Sed", "Tee", "CopyMove", "Remove", "Attributes", "Create"]
 

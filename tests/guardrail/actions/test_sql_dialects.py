@@ -41,3 +41,30 @@ CASES = [
 @pytest.mark.parametrize("cmd,expected", CASES, ids=[c for c, _ in CASES])
 def test_what_the_sql_really_does(cmd, expected):
     assert [(a.verb, a.mutating) for a in normalise(cmd)] == expected
+
+
+# -- not SQL, from the same review: commands that run other commands ------------------------------------------
+
+RUNNERS = [
+    # GNU sed runs `e` after any address, not only at the start of the script.
+    ("sed -n '1e redis-cli flushall' /etc/hosts", [("sed", "sed e", UNKNOWN)]),
+    ("sed -n '$e echo x' f", [("sed", "sed e", UNKNOWN)]),
+    ("sed -n '/./e echo x' f", [("sed", "sed e", UNKNOWN)]),
+    ("sed -n '1,5!e echo x' f", [("sed", "sed e", UNKNOWN)]),
+    ("sed -n '1,5w out.txt' f", [("sed", "read", False), ("file", "write", True)]),
+    ("sed -n '/^e/p' f", [("sed", "read", False)]),
+    ("sed 's/e/E/g' f", [("sed", "read", False)]),
+    # A job, cronjob or deployment created with a command after `--` runs that command, as `kubectl run` does.
+    ("kubectl create job flush --image=redis -n default -- redis-cli -h redis-cache FLUSHALL",
+     [("kubectl", "create", True), ("redis-cli", "flushall", True)]),
+    ("kubectl create cronjob f --image=redis --schedule='* * * * *' -n default -- redis-cli -h r FLUSHALL",
+     [("kubectl", "create", True), ("redis-cli", "flushall", True)]),
+    ("kubectl create deployment f --image=redis -n default -- redis-cli -h r FLUSHALL",
+     [("kubectl", "create", True), ("redis-cli", "flushall", True)]),
+    ("kubectl create job j --image=busybox -n x", [("kubectl", "create", True)]),
+]
+
+
+@pytest.mark.parametrize("cmd,expected", RUNNERS, ids=[c for c, _ in RUNNERS])
+def test_what_a_command_that_runs_commands_runs(cmd, expected):
+    assert [(a.tool, a.verb, a.mutating) for a in normalise(cmd)] == expected
