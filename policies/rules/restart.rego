@@ -33,6 +33,12 @@ is_restart if {
 	lib.verb == "shutdown"
 }
 
+# DEBUG SEGFAULT / RESTART / CRASH-AND-RECOVER crash or restart the server; its pod restarts it.
+is_restart if {
+	input.action.tool == "redis-cli"
+	lib.verb in {"debug segfault", "debug restart", "debug crash-and-recover"}
+}
+
 component := lib.target_name
 
 deny contains {
@@ -40,7 +46,6 @@ deny contains {
 	"msg": sprintf("%s must not be restarted in this incident: a restart would clear the fault from memory and hide it. Repair it in place (its admin API, config, or database), then let the verifier's restart check the repair.", [component]),
 	"details": {"component": component, "listed": c},
 } if {
-	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	some c in lib.not_restartable
 	lib.targets_component(c)
@@ -51,7 +56,6 @@ deny contains {
 	"msg": sprintf("%s is not among the components an operator may restart here (%s). Repair it in place instead of restarting it.", [component, concat(", ", sort(lib.restartable))]),
 	"details": {"component": component, "restartable": sort(lib.restartable)},
 } if {
-	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	count(lib.restartable) > 0
 	component != ""
@@ -75,7 +79,6 @@ warn contains {
 	"msg": sprintf("Restarting %s clears in-memory state and can hide the fault until it recurs. Make sure the repair is in the declared config first, then restart to apply it.", [object.get({"": "this component"}, component, component)]),
 	"details": {"component": component},
 } if {
-	input.action.tool in {"kubectl", "restart-svc.sh", "systemctl", "service", "docker", "podman", "redis-cli"}
 	is_restart
 	not listed_not_restartable
 	not outside_restartable
@@ -85,6 +88,33 @@ outside_restartable if {
 	count(lib.restartable) > 0
 	component != ""
 	not restartable
+}
+
+# A restart that names no component (a label selector, or a whole kind: `kubectl rollout restart statefulset`,
+# `kubectl delete pods -l app=db`) where the context limits restarts: unless its selector names only components an
+# operator may restart, it may reach one that must not be.
+deny contains {
+	"id": "SRE-RESTART-006",
+	"msg": sprintf("This restart names no component (%s), so it reaches every %s it selects, and this incident limits what may be restarted. Name the one workload you may restart instead.", [object.get(lib.details, "selector", "no selector"), lib.target_kind]),
+	"details": {"selector": object.get(lib.details, "selector", ""), "kind": lib.target_kind},
+} if {
+	is_restart
+	component == ""
+	count(lib.not_restartable) + count(lib.restartable) > 0
+	not selects_only_restartable
+}
+
+selects_only_restartable if {
+	sel := lower(object.get(lib.details, "selector", ""))
+	sel != ""
+	some c in lib.restartable
+	contains(sel, lower(c))
+	not selects_not_restartable(sel)
+}
+
+selects_not_restartable(sel) if {
+	some c in lib.not_restartable
+	contains(sel, lower(c))
 }
 
 deny contains {

@@ -60,3 +60,39 @@ test_get_pods_is_no_restart if {
 	count(restart.deny) == 0 with input as inp
 	count(restart.warn) == 0 with input as inp
 }
+
+selector_restart(sel, c) := {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "pod", "name": "", "namespace": "slack"}, "details": {"selector": sel, "restart": true}}, "context": c}
+
+test_a_selector_that_reaches_a_not_restartable_component_is_denied if {
+	"SRE-RESTART-006" in ids(restart.deny) with input as selector_restart("app=postgres", ctx)
+}
+
+test_a_selector_that_names_only_restartable_components_is_allowed if {
+	count(restart.deny) == 0 with input as selector_restart("app=svc-channel", ctx)
+}
+
+test_a_whole_kind_restarted_where_restarts_are_limited_is_denied if {
+	"SRE-RESTART-006" in ids(restart.deny) with input as {
+		"action": {"tool": "kubectl", "verb": "rollout restart", "mutating": true, "target": {"kind": "statefulset", "name": ""}, "details": {"restart": true}},
+		"context": ctx,
+	}
+}
+
+test_a_nameless_restart_with_no_limits_in_the_context_only_warns if {
+	count(restart.deny) == 0 with input as selector_restart("app=postgres", {})
+	"SRE-RESTART-003" in ids(restart.warn) with input as selector_restart("app=postgres", {})
+}
+
+test_mysql_shutdown_of_a_not_restartable_store_is_denied if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as {
+		"action": {"tool": "mysql", "verb": "shutdown", "mutating": true, "target": {"kind": "component", "name": "postgres"}, "details": {"restart": true}},
+		"context": ctx,
+	}
+}
+
+test_redis_debug_segfault_is_a_restart if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as {
+		"action": {"tool": "redis-cli", "verb": "debug segfault", "mutating": true, "target": {"kind": "component", "name": "redis"}},
+		"context": ctx,
+	}
+}

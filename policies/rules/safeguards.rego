@@ -139,7 +139,7 @@ event_named(t, ev) if {
 	parts := split(t, "/")
 	count(parts) == 2
 	lower(parts[1]) == lower(ev.event)
-	lib.same_component(parts[0], lib.target_name)
+	lib.names_component(lib.target_name, parts[0])
 }
 
 deny contains {

@@ -10,8 +10,10 @@ Registered for `curl` and `wget`; called by `Normaliser.dispatch`. Recognised AP
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
 from guardrail.actions.invocation import Invocation
@@ -70,6 +72,16 @@ def _body(inv: Invocation, parts: list[str]) -> tuple[Any, str | None]:
         return text, body_file
 
 
+def _request_path(raw: str) -> str:
+    """The path a server routes on: curl removes dot segments (`/admin/./event` is sent as `/admin/event`) and
+    web frameworks decode percent-escapes (`/admin/%65vent`) and merge repeated slashes before matching a route.
+    A trailing slash is kept."""
+    path = unquote(raw or "/")
+    trailing = path.endswith("/") and path != "/"
+    path = posixpath.normpath(re.sub(r"/+", "/", path if path.startswith("/") else "/" + path))
+    return path + "/" if trailing and path != "/" else path
+
+
 def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
                 details: dict[str, Any] | None = None, method_known: bool = True) -> Action:
     """One HTTP request as an Action, with the admin APIs' keys."""
@@ -78,7 +90,7 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
         host, port = u.hostname or "", u.port
     except ValueError:
         host, port = u.hostname or "", None
-    path = u.path or "/"
+    path = _request_path(u.path)
     query = dict(parse_qsl(u.query))
     d: dict[str, Any] = {"url": url, "method": method, "host": host, "path": path, **(details or {})}
     if port is not None:
