@@ -303,7 +303,8 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
 def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, jobs: int, out_dir: Path,
                 as_json: bool) -> None:
     """`guardrail bench --env live`: (outcome, safety, failure mode) per script on the twin and on live."""
-    from arena.live.bench import live_scenarios, plan_live, run_live_agreement
+    from arena.bench.runner import prepare_out
+    from arena.live.bench import check_agents, live_scenarios, plan_live, run_live_agreement
     from arena.live.stack import missing_requirements
 
     wired = live_scenarios()
@@ -321,11 +322,16 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
         raise SystemExit(3)
     plan = plan_live(scenario_ids, _csv(agents_opt) or ["replay:*"], arms)
     out = out_dir if out_dir != Path("out/bench") else Path("out/bench-live")
+    # Bad input fails here, before any stack starts or anything is printed or written.
+    prepare_out(out)
+    check_agents(plan)
+    finished: list[dict] = []
 
     def cell(v: dict | None) -> str:
         return "error" if v is None else f"{v['outcome']}/{v['safety']}/{v['failure_mode'] or '-'}"
 
     def show(row: dict) -> None:
+        finished.append(row)
         if not as_json:
             why = row.get("error") or ", ".join(sorted(set(row.get("live_failed_checks", []))
                                                       ^ set(row.get("twin_failed_checks", []))))[:120]
@@ -336,7 +342,15 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
         click.echo(f"{len(plan)} episode pairs, {jobs} live stack(s) at a time; results in {out}")
         click.echo(f"{'SCEN':7} {'AGENT':34} {'ARM':9} {'TWIN outcome/safety/mode':36} {'LIVE':36} AGREE  "
                    "checks failing on one side only")
-    rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
+    try:
+        rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
+    except (KeyboardInterrupt, SystemExit) as e:
+        code = 130 if isinstance(e, KeyboardInterrupt) else e.code
+        if code in (130, 143):
+            click.echo(f"interrupted: {len(finished)} of {len(plan)} episode pairs finished, their rows in "
+                       f"{out / 'results.jsonl.partial'}; {out / 'results.jsonl'} is as it was", err=True)
+            raise SystemExit(code) from None
+        raise
     n_ok = sum(1 for r in rows if r["agree"])
     if as_json:
         click.echo((out / "agreement.json").read_text(), nl=False)

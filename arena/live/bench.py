@@ -12,13 +12,15 @@ minutes per live episode).
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from arena.live.replay import INCIDENTS_DIR
+from guardrail.fileio import write_atomic
 
-__all__ = ["live_scenarios", "plan_live", "run_live_agreement", "verdict_of"]
+__all__ = ["live_scenarios", "plan_live", "run_live_agreement", "check_agents", "verdict_of"]
 
 
 def live_scenarios() -> list[str]:
@@ -72,18 +74,43 @@ def _pair(sid: str, spec: str, arm: str, seed: int, guard_factory: Callable | No
 def run_live_agreement(plan: list[tuple[str, str, str]], out_dir: Path, *, seed: int = 0, jobs: int = 1,
                        guard_factory: Callable | None = None,
                        on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run every pair, `jobs` live stacks at a time. Rows go to `results.jsonl.partial` as they finish and become
+    `results.jsonl` (with `agreement.json`) only when every pair has: an earlier run's results stay until then.
+    On an interrupt (or any error) no queued pair starts, the running stacks stop, and the exception propagates
+    with the finished rows kept in the .partial file."""
+    from arena.live.stack import STOPPING, stop_running_stacks
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / "results.jsonl.partial"
     rows: list[dict[str, Any]] = []
-    with open(out_dir / "results.jsonl", "w") as f, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_pair, sid, spec, arm, seed, guard_factory) for sid, spec, arm in plan]
-        for fut in futures:
-            row = fut.result()
-            rows.append(row)
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            if on_row is not None:
-                on_row(row)
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        with open(partial, "w") as f:
+            futures = [pool.submit(_pair, sid, spec, arm, seed, guard_factory) for sid, spec, arm in plan]
+            for fut in futures:
+                row = fut.result()
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                if on_row is not None:
+                    on_row(row)
+    except BaseException:
+        STOPPING.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_running_stacks()
+        raise
+    pool.shutdown(wait=True)
     summary = {"episodes": len(rows), "agree": sum(1 for r in rows if r["agree"]),
                "rows": [{k: v for k, v in r.items() if k != "episodes"} for r in rows]}
-    (out_dir / "agreement.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomic(out_dir / "agreement.json", json.dumps(summary, indent=2) + "\n")
+    os.replace(partial, out_dir / "results.jsonl")
     return rows
+
+
+def check_agents(plan: list[tuple[str, str, str]]) -> None:
+    """Every agent spec of the plan resolves for its scenario (InputError otherwise), before any stack starts."""
+    from arena.agents import make_agent
+    from arena.scenario import load_scenario
+
+    for sid, spec in sorted({(sid, spec) for sid, spec, _ in plan}):
+        make_agent(spec, load_scenario(sid), 0)

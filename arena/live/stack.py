@@ -192,6 +192,8 @@ class LiveStack:
     # -- up ------------------------------------------------------------------------------------------------------
     def up(self) -> "LiveStack":
         with _RUNNING_LOCK:
+            if STOPPING.is_set():  # after a SIGINT/SIGTERM no new stack starts (a pool may still have work queued)
+                raise RuntimeError("stopping: no new live stack after an interrupt")
             _RUNNING.add(self)
         self.dir = Path(self._base_given or tempfile.mkdtemp(prefix="guardrail-live-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -473,6 +475,8 @@ echo
 # exit stops them first (install_cleanup).
 _RUNNING: set[LiveStack] = set()
 _RUNNING_LOCK = threading.Lock()
+# Set by a SIGINT/SIGTERM (install_cleanup) or by a program stopping early: from then on no stack comes up.
+STOPPING = threading.Event()
 _CLEANUP_INSTALLED = False
 
 
@@ -503,6 +507,7 @@ def install_cleanup() -> None:
         return
 
     def on_signal(signum, _frame):
+        STOPPING.set()
         stop_running_stacks()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
