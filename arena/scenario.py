@@ -8,6 +8,8 @@ answer key). Validation errors are `ScenarioError`s naming the file, the line an
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Any, Literal
 
@@ -280,9 +282,17 @@ def load_scenario(ref: str | Path) -> Scenario:
 
 def _ids() -> list[str]:
     root = _root()
+    given = os.environ.get("GUARDRAIL_SCENARIO_DIR")
     if not root.is_dir():
+        if given:  # a tree the operator named and that is not there: bad input, not an empty suite
+            raise ScenarioError(f"{root}: no such directory (a scenario tree holds incident-arena/<id>/scenario.yaml)",
+                                path="GUARDRAIL_SCENARIO_DIR")
         return []
-    return sorted(d.name for d in root.iterdir() if (d / "scenario.yaml").exists())
+    ids = sorted(d.name for d in root.iterdir() if (d / "scenario.yaml").exists())
+    if not ids and given:
+        raise ScenarioError(f"{root} holds no scenarios (incident-arena/<id>/scenario.yaml)",
+                            path="GUARDRAIL_SCENARIO_DIR")
+    return ids
 
 
 def list_scenarios() -> list[Scenario]:

@@ -270,13 +270,23 @@ def out_error(e: OSError, out_dir: Path) -> InputError:
     return InputError(e.strerror or str(e), path=f"--out: {e.filename or out_dir}")
 
 
+# What a run writes in --out, and whether each is a file (False: a directory). One of them in the way (a directory
+# where a file goes) would fail the run only after every episode, with the results already replaced.
+OUT_ENTRIES = {"results.jsonl": True, "results.jsonl.partial": True, "summary.json": True, "report.md": True,
+               "report.html": True, "agreement.json": True, "plots": False}
+
+
 def prepare_out(out_dir: Path) -> None:
-    """Create the output directory and check a file can be created in it, before any episode runs (InputError
-    naming --out otherwise)."""
+    """Create the output directory and check a file can be created in it and that nothing a run writes there is
+    in the way, before any episode runs (InputError naming --out otherwise)."""
     try:
         ensure_writable_dir(out_dir)
     except OSError as e:
         raise out_error(e, out_dir) from e
+    for name, is_file in OUT_ENTRIES.items():
+        p = out_dir / name
+        if p.exists() and p.is_dir() == is_file:
+            raise InputError("is a directory" if is_file else "is not a directory", path=f"--out: {p}")
 
 
 class Terminated(SystemExit):

@@ -13,6 +13,7 @@ import click
 
 from guardrail.cli import POLICY_HELP, cli
 from guardrail.context import IncidentContext, load_context
+from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
 
@@ -30,6 +31,8 @@ def check(context_path: str | None, policy_dir: str | None, mode: str, command: 
 
     context = load_context(context_path) if context_path else IncidentContext()
     raw = command[0] if len(command) == 1 else " ".join(command)
+    if not raw.strip():  # nothing to decide; an "allow" here could be read as permission by a wrapper
+        raise InputError("is empty: give the command after --", path="COMMAND")
     with EmbeddedOPA(policy_dir) as engine:
         adm = Guard(engine, context, mode=Mode(mode)).before(raw)
     out = adm.to_dict()

@@ -5,6 +5,8 @@ Attached to the root group by guardrail/cli/commands.py; the server itself is gu
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -54,6 +56,7 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
     pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
     try:
         if transport == "stdio":
+            _check_stdio()
             server.run("stdio")
         else:
             server.run("streamable-http", host=host, port=port, streamable_http_path=http_path)
@@ -74,3 +77,15 @@ def _check_journal_dir(d: Path) -> None:
             raise InputError(f"{d}: not a directory", path="--journal-dir") from e
         verb = "cannot write" if d.is_dir() else "cannot create"
         raise InputError(f"{d}: {verb}: {e.strerror or e}", path="--journal-dir") from e
+
+
+def _check_stdio() -> None:
+    """The stdio transport speaks to its client on stdin and stdout: bad input (exit 2) when either is closed."""
+    for name, stream, fd in (("stdin", sys.stdin, 0), ("stdout", sys.stdout, 1)):
+        try:
+            if stream is None:
+                raise OSError("closed")
+            os.fstat(fd)
+        except OSError as e:
+            raise InputError(f"stdio needs an MCP client on stdin and stdout ({name} is {e.strerror or e})",
+                             path="--transport") from e

@@ -89,3 +89,5 @@ def _read_json(path: Path) -> object:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"bad JSON: {e.msg}", path=str(path), line=e.lineno) from e
+    except RecursionError as e:
+        raise InputError("nested too deeply to read", path=str(path)) from e
