@@ -66,9 +66,10 @@ DERIVED_QUERY = "derived := data.guardrail.lib.context_derived"
 # stops loading them here and sends them inline (correct, only slower).
 MAX_LOADED_CONTEXTS = 256
 # Action fields the normaliser writes that no rule reads (checked by tests/guardrail/policy/test_policy_wire.py):
-# `via` (the wrappers a command came through), and the kubectl details' resource lists (rules read kind/name).
+# `via` (the wrappers a command came through), and the kubectl details' resource list (rules read kind/name, and
+# resource_kinds for a list of kinds such as `configmaps,secrets`).
 UNREAD_ACTION_FIELDS = frozenset({"via"})
-UNREAD_DETAIL_FIELDS = frozenset({"resources", "resource_kinds"})
+UNREAD_DETAIL_FIELDS = frozenset({"resources"})
 # Decision documents kept by the memo: about 1 KB each with its key (the input text), so at most ~1 MB.
 DEFAULT_DECISION_CACHE = 1024
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.

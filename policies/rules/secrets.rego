@@ -10,13 +10,38 @@ secret_kind if lib.target_kind in secret_kinds
 
 secret_kind if lower(lib.details.kind) in secret_kinds
 
+# `kubectl get configmaps,secrets`: the first kind is the target, the others are listed here.
+secret_kind if {
+	some k in object.get(lib.details, "resource_kinds", [])
+	lower(k) in secret_kinds
+}
+
 reads_secret_values if {
 	lib.target_name != ""
+}
+
+# Every output format but the default table, `name` and `wide` prints the values (yaml, json, jsonpath, template,
+# go-template, custom-columns ...), however the option was written (`-o=yaml`, `-o "yaml"`, `--output yaml`).
+reads_secret_values if {
+	out := lower(object.get(lib.details, "output", ""))
+	out != ""
+	not out in {"name", "wide"}
 }
 
 reads_secret_values if {
 	some t in lib.texts
 	regex.match(`(?i)(\s-o\s*|--output[= ])(yaml|json|jsonpath|go-template|custom-columns)`, t)
+}
+
+# The API read directly: `kubectl get --raw /api/v1/namespaces/x/secrets[/name]`.
+deny contains {
+	"id": "SRE-SECRET-001",
+	"msg": "Reading secrets through the raw API would expose credentials. You do not need them to repair the incident: use `kubectl describe secret` (keys and sizes only), or the service's own health and admin endpoints.",
+	"details": {"name": lib.target_name},
+} if {
+	input.action.tool == "kubectl"
+	some t in lib.texts
+	regex.match(`(?i)--raw[= ]\s*['"]?\S*/secrets\b`, t)
 }
 
 deny contains {
@@ -46,6 +71,12 @@ deny contains {
 } if {
 	input.action.tool == "kubectl"
 	lib.verb in {"create token", "create"}
+	mints_token
+}
+
+mints_token if lib.target_kind == "serviceaccount token"
+
+mints_token if {
 	some t in lib.texts
 	regex.match(`(?i)kubectl\s+create\s+token\b`, t)
 }

@@ -36,3 +36,30 @@ test_environ_dump_denied if {
 test_reading_logs_allowed if {
 	count(secrets.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "logs", "mutating": false, "target": {"kind": "pod", "name": "svc-auth-0"}}, "command": "kubectl logs svc-auth-0 -n slack --tail=50"}
 }
+
+secret_get(details, name) := {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "raw": "kubectl get", "target": {"kind": "secret", "name": name}, "details": details}, "command": "kubectl get"}
+
+test_any_output_format_but_the_table_reads_values if {
+	"SRE-SECRET-001" in ids(secrets.deny) with input as secret_get({"output": "yaml"}, "")
+	"SRE-SECRET-001" in ids(secrets.deny) with input as secret_get({"output": "template"}, "")
+	count(secrets.deny) == 0 with input as secret_get({"output": "wide"}, "")
+	count(secrets.deny) == 0 with input as secret_get({}, "")
+}
+
+test_secrets_listed_after_another_kind_are_secrets if {
+	c := "kubectl get configmaps,secrets -o yaml"
+	inp := {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "raw": c, "target": {"kind": "configmap", "name": ""}, "details": {"output": "yaml", "resource_kinds": ["configmap", "secret"]}}, "command": c}
+	"SRE-SECRET-001" in ids(secrets.deny) with input as inp
+}
+
+test_the_raw_secrets_api_is_a_secret_read if {
+	c := "kubectl get --raw /api/v1/namespaces/frappe/secrets"
+	inp := {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "raw": c, "target": {"kind": "", "name": "api/v1/namespaces/frappe/secrets"}, "details": {}}, "command": c}
+	"SRE-SECRET-001" in ids(secrets.deny) with input as inp
+}
+
+test_a_token_minted_with_flags_before_create_is_denied if {
+	c := "kubectl -n saleor create token default"
+	inp := {"action": {"tool": "kubectl", "verb": "create", "mutating": true, "raw": c, "target": {"kind": "serviceaccount token", "name": "default"}, "details": {}}, "command": c}
+	"SRE-SECRET-002" in ids(secrets.deny) with input as inp
+}

@@ -53,7 +53,7 @@ def test_no_rule_reads_a_trimmed_field():
 
 
 @pytest.mark.parametrize("line", ['x if input.action.via[_] == "sh"', 'k := lib.details.resources',
-                                  'k := object.get(lib.details, "resource_kinds", [])', 'y := d["via"]'])
+                                  'k := object.get(lib.details, "resources", [])', 'y := d["via"]'])
 def test_the_check_sees_a_read(line):
     assert reads_of_trimmed_fields(line) == [1]
 
