@@ -21,6 +21,39 @@ deny contains {
 	lib.verb in {"flushall", "flushdb"}
 }
 
+# The other commands the redis catalogue marks destructive (guardrail/actions/catalogue.yaml): SWAPDB, SCRIPT FLUSH,
+# FUNCTION FLUSH ... each throws away or swaps out data that no later step brings back.
+deny contains {
+	"id": "SRE-DATA-001",
+	"msg": sprintf("redis-cli %s throws away or swaps out data that cannot be restored. Do not run it during an incident: find the keys the fault affects and repair those.", [upper(lib.verb)]),
+	"details": {"verb": lib.verb, "target": lib.target_name},
+} if {
+	input.action.tool == "redis-cli"
+	object.get(lib.details, "destructive", false) == true
+	not lib.verb in {"flushall", "flushdb"}
+}
+
+# DDL that destroys data without DROP TABLE or TRUNCATE: a column or a partition dropped or emptied, a table
+# replaced by an empty one (MariaDB CREATE OR REPLACE TABLE).
+deny contains {
+	"id": "SRE-DATA-002",
+	"msg": sprintf("This %s destroys data that cannot be restored from here (%s). Repair the rows or settings in place; never drop or replace schema objects during an incident.", [lower(lib.verb), substring(statement, 0, 80)]),
+	"details": {"sql_kind": sql_kind, "table": table},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	statement := object.get(lib.details, "statement", lib.raw)
+	destroys_data(statement)
+}
+
+destroys_data(st) if regex.match(`(?is)\b(drop|truncate)\s+(column|partition|subpartition)\b|\bcreate\s+or\s+replace\s+table\b`, st)
+
+# MySQL's `ALTER TABLE t DROP body`: the COLUMN keyword is optional there. Not a default, a NOT NULL, an index or
+# a constraint dropped, which lose no rows.
+destroys_data(st) if {
+	regex.match(`(?is)\balter\s+table\s+[\w."]+\s+(.*,\s*)?drop\s+(if\s+exists\s+)?[\w"]+\s*(,|;|$)`, st)
+	not regex.match(`(?is)\bdrop\s+(default|not\s+null|identity|expression|constraint|index|key|primary|foreign|check)\b`, st)
+}
+
 deny contains {
 	"id": "SRE-DATA-002",
 	"msg": sprintf("DROP %s destroys data and schema that cannot be restored from here. Repair the rows or settings in place; never drop objects during an incident.", [object.get(lib.details, "object", table)]),
@@ -77,9 +110,14 @@ deny contains {
 } if {
 	input.action.tool == "kubectl"
 	lib.verb == "delete"
-	some kind in lib.kinds
+	some kind in deleted_kinds
 	kind in pvc_kinds
 }
+
+# The target's kind, and every kind a delete lists (`pod/x pvc/y`, `pods,pvc`).
+deleted_kinds contains kind if some kind in lib.kinds
+
+deleted_kinds contains lower(kind) if some kind in object.get(lib.details, "resource_kinds", [])
 
 data_paths := `^(/var/lib/(postgresql|pgsql|mysql|mariadb|redis|kafka)|/data|/bitnami/(redis|mariadb|postgresql))(/|$)|\.(rdb|aof|ibd|frm)$`
 

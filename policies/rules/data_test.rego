@@ -97,3 +97,28 @@ test_update_to_a_constant_without_where_denied if {
 			"statement": "UPDATE channel_seq SET last_seq = 0"},
 	}}
 }
+
+sql_stmt(tool, verb, st) := {"action": {"tool": tool, "verb": verb, "mutating": true, "raw": st, "target": {"kind": "component", "name": "db"}, "details": {"sql_kind": "ddl", "statement": st}}, "command": st}
+
+test_ddl_that_destroys_data_is_denied if {
+	"SRE-DATA-002" in ids(data.deny) with input as sql_stmt("psql", "alter table", "ALTER TABLE m DROP COLUMN body")
+	"SRE-DATA-002" in ids(data.deny) with input as sql_stmt("mysql", "alter table", "ALTER TABLE t DROP body")
+	"SRE-DATA-002" in ids(data.deny) with input as sql_stmt("mysql", "alter table", "ALTER TABLE t TRUNCATE PARTITION p0")
+	"SRE-DATA-002" in ids(data.deny) with input as sql_stmt("mysql", "create table", "CREATE OR REPLACE TABLE t (id int)")
+}
+
+test_ddl_that_keeps_the_rows_is_allowed if {
+	count(data.deny) == 0 with input as sql_stmt("psql", "alter table", "ALTER TABLE m ALTER COLUMN x DROP DEFAULT")
+	count(data.deny) == 0 with input as sql_stmt("psql", "alter table", "ALTER TABLE m DROP CONSTRAINT c")
+	count(data.deny) == 0 with input as sql_stmt("psql", "alter table", "ALTER TABLE m ADD COLUMN x int")
+}
+
+test_a_redis_command_the_catalogue_marks_destructive_is_denied if {
+	inp := {"action": {"tool": "redis-cli", "verb": "swapdb", "mutating": true, "target": {"kind": "component", "name": "r"}, "details": {"destructive": true}}}
+	"SRE-DATA-001" in ids(data.deny) with input as inp
+}
+
+test_a_pvc_deleted_beside_another_kind_is_denied if {
+	inp := {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "pod", "name": ""}, "details": {"resource_kinds": ["pod", "pvc"]}}}
+	"SRE-DATA-005" in ids(data.deny) with input as inp
+}

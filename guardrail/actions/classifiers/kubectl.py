@@ -263,6 +263,8 @@ class Kubectl:
                     a.keys.append(KeyChange(key=key, value=op.get("value"), scope=scope))
                     if str(op["path"]).endswith("/spec/replicas") or str(op["path"]) == "/spec/replicas":
                         a.details["replicas"] = op.get("value")
+                        # The same key a merge patch or `kubectl scale` gives, so the replica rules read it.
+                        a.keys.append(KeyChange(key="k8s.replicas", value=op.get("value"), scope=scope))
 
     def _edit(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         a.details["interactive"] = True
