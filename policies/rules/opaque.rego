@@ -15,6 +15,21 @@ deny contains {
 	input.action.mutating == "unknown"
 	is_string(reason)
 	reason != ""
+	not unknown_program
+}
+
+# A plain program the guard has no classifier for is not hidden, only unknown: say so, and point at the tools it
+# does know, rather than at eval and encodings.
+unknown_program if startswith(reason, "unknown command ")
+
+deny contains {
+	"id": "SRE-OPAQUE-001",
+	"msg": sprintf("The guard does not know this program (%s). Use the standard tools for the same purpose (kubectl, helm, psql, mysql -e, redis-cli, curl), which it can check.", [reason]),
+	"details": {"opaque_reason": reason},
+} if {
+	input.action.mutating == "unknown"
+	is_string(reason)
+	unknown_program
 }
 
 warn contains {

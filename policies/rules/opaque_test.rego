@@ -30,3 +30,11 @@ test_plain_read_allowed if {
 }
 
 test_plain_mutation_not_opaque if count(opaque.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "scale", "mutating": true}}
+
+test_an_unknown_program_is_denied_with_its_own_message if {
+	inp := {"action": {"tool": "shell", "verb": "mysqladmin", "mutating": "unknown", "opaque_reason": "unknown command 'mysqladmin': its effect cannot be known before it runs"}}
+	some f in opaque.deny with input as inp
+	f.id == "SRE-OPAQUE-001"
+	contains(f.msg, "does not know this program")
+	not contains(f.msg, "eval")
+}

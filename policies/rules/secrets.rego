@@ -88,4 +88,18 @@ deny contains {
 } if {
 	some t in lib.texts
 	regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|redis\.conf.*requirepass|cat\s+[^|;&]*\.env\b`, t)
+	not harmless_match(t)
+}
+
+# What matched is not a credential: an example env file (.env.example, .env.sample, .env.template), or the
+# password line filtered out (`grep -v requirepass`) rather than searched for.
+harmless_match(t) if {
+	regex.match(`(?i)cat\s+[^|;&]*\.env\.(example|sample|template|dist)\b`, t)
+	not regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|requirepass`, t)
+}
+
+harmless_match(t) if {
+	regex.match(`(?i)grep\s+(-[a-z]*v[a-z]*\s+)+['"]?requirepass`, t)
+	not regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|cat\s+[^|;&]*\.env\b`, t)
+	not regex.match(`(?i)grep\s+(-[a-uw-z]+\s+)*['"]?requirepass`, t)
 }

@@ -63,3 +63,12 @@ test_a_token_minted_with_flags_before_create_is_denied if {
 	inp := {"action": {"tool": "kubectl", "verb": "create", "mutating": true, "raw": c, "target": {"kind": "serviceaccount token", "name": "default"}, "details": {}}, "command": c}
 	"SRE-SECRET-002" in ids(secrets.deny) with input as inp
 }
+
+shell_read(c) := {"action": {"tool": "cat", "verb": "read", "mutating": false, "raw": c}, "command": c}
+
+test_an_example_env_file_and_a_filtered_out_password_line_are_not_secret_reads if {
+	count(secrets.deny) == 0 with input as shell_read("cat /app/.env.example")
+	count(secrets.deny) == 0 with input as shell_read("grep maxmemory /etc/redis/redis.conf | grep -v requirepass")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /app/.env")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /etc/redis/redis.conf | grep requirepass")
+}
