@@ -218,7 +218,33 @@ def _tables_after(st: Statement, *words: str) -> list[str]:
 
 
 def _has_where(st: Statement) -> bool:
-    return st.index("WHERE") >= 0 or st.index("CURRENT") >= 0 and st.index("OF") >= 0
+    """A WHERE clause that can leave a row out. `WHERE true`, `WHERE 1=1`, `WHERE x = x` and `WHERE NOT false`
+    select every row, as no WHERE does."""
+    i = st.index("WHERE")
+    if i < 0:
+        return st.index("CURRENT") >= 0 and st.index("OF") >= 0
+    end = st.index("RETURNING", "ORDER", "LIMIT", start=i + 1)
+    return not _always_true([t.text.upper() for t in st.toks[i + 1:end if end >= 0 else len(st.toks)]])
+
+
+def _always_true(cond: list[str]) -> bool:
+    """Whether a condition's tokens hold for every row: a constant truth, `a = a`, or an OR with one of those."""
+    parts, depth, cur = [], 0, []
+    for t in cond:
+        depth += (t == "(") - (t == ")")
+        if t == "OR" and depth == 0:
+            parts.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    parts.append(cur)
+    if len(parts) > 1:
+        return any(_always_true(p) for p in parts)
+    while len(cond) >= 2 and cond[0] == "(" and cond[-1] == ")":
+        cond = cond[1:-1]
+    if cond in (["TRUE"], ["NOT", "FALSE"], ["1"]):
+        return True
+    return len(cond) == 3 and cond[1] in ("=", "IS") and cond[0] == cond[2] and cond[0] not in ("NULL", "?")
 
 
 def common_effect(st: Statement) -> SqlEffect | None:

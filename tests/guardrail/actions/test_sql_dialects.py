@@ -68,3 +68,15 @@ RUNNERS = [
 @pytest.mark.parametrize("cmd,expected", RUNNERS, ids=[c for c, _ in RUNNERS])
 def test_what_a_command_that_runs_commands_runs(cmd, expected):
     assert [(a.tool, a.verb, a.mutating) for a in normalise(cmd)] == expected
+
+
+@pytest.mark.parametrize("cmd,has_where", [
+    ('psql -c "DELETE FROM m WHERE 1=1"', False), ('psql -c "DELETE FROM m WHERE true"', False),
+    ('psql -c "DELETE FROM m WHERE (1 = 1)"', False), ('psql -c "DELETE FROM m WHERE id = id"', False),
+    ('mysql -e "DELETE FROM t WHERE 1"', False), ('psql -c "DELETE FROM m WHERE x = 1 OR 1=1"', False),
+    ('psql -c "UPDATE m SET x = 1 WHERE 1=1 RETURNING *"', False),
+    ('psql -c "DELETE FROM m WHERE id = 5"', True), ('psql -c "DELETE FROM m WHERE x = 1 AND (y = 2 OR z = 3)"', True),
+])
+def test_a_where_clause_that_holds_for_every_row_is_no_where_clause(cmd, has_where):
+    (a,) = normalise(cmd)
+    assert a.details["has_where"] is has_where
