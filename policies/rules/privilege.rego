@@ -111,6 +111,19 @@ deny contains {
 	not regex.match(`(?i)\bno(superuser|createrole|bypassrls|replication)\b`, t)
 }
 
+# The same from the keys the classifier gives each attribute: `SUPERUSER NOREPLICATION` grants SUPERUSER, whatever
+# else in the text is switched off.
+deny contains {
+	"id": "SRE-PRIV-006",
+	"msg": "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead.",
+	"details": {},
+} if {
+	input.action.tool == "psql"
+	some k in input.action.keys
+	k.key in {"postgres.role.superuser", "postgres.role.createrole", "postgres.role.bypassrls", "postgres.role.replication"}
+	k.value == true
+}
+
 rbac_kinds := {"clusterrolebinding", "clusterrolebindings", "clusterrole", "clusterroles"}
 
 deny contains {
@@ -132,4 +145,16 @@ deny contains {
 	lib.mutating
 	some t in lib.texts
 	regex.match(`(?i)--clusterrole[= ]cluster-admin|roleRef[^}]*cluster-admin`, t)
+}
+
+# The parsed option, however it was quoted (`--clusterrole "cluster-admin"`).
+deny contains {
+	"id": "SRE-PRIV-008",
+	"msg": "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights.",
+	"details": {},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	some r in object.get(lib.details, "clusterrole", [])
+	lower(r) == "cluster-admin"
 }

@@ -82,3 +82,16 @@ test_cluster_admin_rolebinding_denied if {
 		"raw": "kubectl create rolebinding x --clusterrole=cluster-admin --user=agent -n slack",
 	}}
 }
+
+test_superuser_granted_beside_a_no_attribute_is_denied if {
+	c := "psql -c \"ALTER ROLE app WITH SUPERUSER NOREPLICATION\""
+	inp := {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "raw": c, "keys": [{"key": "postgres.role.superuser", "value": true}, {"key": "postgres.role.replication", "value": false}]}, "command": c}
+	"SRE-PRIV-006" in {f.id | some f in privilege.deny} with input as inp
+	count({f | some f in privilege.deny; f.id == "SRE-PRIV-006"}) == 1 with input as inp
+}
+
+test_cluster_admin_bound_through_a_quoted_option_is_denied if {
+	c := "kubectl create rolebinding agent --clusterrole \"cluster-admin\" --serviceaccount=default:agent"
+	inp := {"action": {"tool": "kubectl", "verb": "create", "mutating": true, "raw": c, "target": {"kind": "rolebinding", "name": "agent"}, "details": {"clusterrole": ["cluster-admin"]}}, "command": c}
+	"SRE-PRIV-008" in {f.id | some f in privilege.deny} with input as inp
+}
