@@ -65,3 +65,24 @@ deny contains {
 	contains(lower(t), "pg_terminate_backend")
 	regex.match(`(?i)pg_terminate_backend\s*\(\s*pid\s*\)\s+from\s+pg_stat_activity\s*(;|'|"|$)`, t)
 }
+
+# From what the classifier read, however the text was written (a quoted function name, an alias, a comment): a
+# terminate over pg_stat_activity with no WHERE, or one that only spares this session.
+deny contains {
+	"id": "SUB-SQL-004",
+	"msg": "pg_terminate_backend over every backend (no filter on pid, state or query) drops all sessions at once, like a restart. Terminate only the holder you identified: WHERE pid = <pid>, or WHERE state = 'idle in transaction' AND the lock you found.",
+	"details": {},
+} if {
+	input.action.tool == "psql"
+	lib.verb == "terminate backend"
+	some table in object.get(lib.details, "tables", [])
+	endswith(lower(table), "pg_stat_activity")
+	every_backend
+}
+
+every_backend if object.get(lib.details, "has_where", false) != true
+
+every_backend if {
+	some t in lib.texts
+	regex.match(`(?is)\bwhere\s+\(?\s*[\w.]*pid\s*(<>|!=)\s*pg_backend_pid\s*\(\s*\)\s*\)?\s*(;|'|"|$)`, t)
+}

@@ -31,3 +31,17 @@ test_terminate_one_holder_allowed if {
 		"command": `psql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()"`,
 	}
 }
+
+terminate(c, details) := {"action": {"tool": "psql", "verb": "terminate backend", "mutating": true, "raw": c, "details": details}, "command": c}
+
+test_terminate_every_backend_is_denied_however_written if {
+	c1 := "psql -c 'SELECT \"pg_terminate_backend\"(pid) FROM pg_stat_activity'"
+	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c1, {"tables": ["pg_stat_activity"]})
+	c2 := "psql -c 'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()'"
+	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c2, {"tables": ["pg_stat_activity"], "has_where": true})
+}
+
+test_terminate_of_the_holder_found_is_allowed if {
+	c := "psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction'\""
+	not "SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c, {"tables": ["pg_stat_activity"], "has_where": true})
+}

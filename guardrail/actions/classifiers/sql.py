@@ -349,10 +349,25 @@ def _dml(verb: str, table: str, has_where: bool | None) -> SqlEffect:
                      target_name=table)
 
 
+def _closing(st: Statement, i: int) -> int:
+    """Index of the `)` that closes the parenthesis token i stands in (len(toks) when it stands in none)."""
+    depth = 0
+    for j in range(i, len(st.toks)):
+        t = st.toks[j].text
+        if t == "(":
+            depth += 1
+        elif t == ")":
+            if depth == 0:
+                return j
+            depth -= 1
+    return len(st.toks)
+
+
 def _select(st: Statement) -> SqlEffect:
     funcs = []
     for i, t in enumerate(st.toks[:-1]):
-        if t.kind == "word" and st.toks[i + 1].text == "(":
+        # A function name may be quoted: SELECT "pg_terminate_backend"(pid) calls the same function.
+        if t.kind in ("word", "qid") and st.toks[i + 1].text == "(":
             funcs.append(t.value.lower())
     tables = _tables_after(st, "FROM", "JOIN")
     details: dict[str, Any] = {"sql_kind": "read", "tables": tables}
@@ -367,7 +382,9 @@ def _select(st: Statement) -> SqlEffect:
     for kw in ("INSERT", "UPDATE", "DELETE"):
         i = st.index(kw, depth0=False)
         if i > 0:
-            eff = common_effect(Statement(st.toks[i:], st.text))
+            # The CTE's own statement only, up to the parenthesis that closes it: the outer query's WHERE is not
+            # the DELETE's (`WITH d AS (DELETE FROM t RETURNING *) SELECT ... WHERE true`).
+            eff = common_effect(Statement(st.toks[i:_closing(st, i)], st.text))
             if eff is not None:
                 eff.details["in_cte"] = True
                 return eff

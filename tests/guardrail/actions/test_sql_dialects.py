@@ -80,3 +80,15 @@ def test_what_a_command_that_runs_commands_runs(cmd, expected):
 def test_a_where_clause_that_holds_for_every_row_is_no_where_clause(cmd, has_where):
     (a,) = normalise(cmd)
     assert a.details["has_where"] is has_where
+
+
+def test_a_cte_delete_is_judged_on_its_own_where_not_the_outer_querys():
+    (a,) = normalise("psql -c 'WITH d AS (DELETE FROM messages RETURNING *) SELECT count(*) FROM d WHERE id > 0'")
+    assert (a.verb, a.details["has_where"]) == ("delete", False)
+    (b,) = normalise("psql -c 'WITH d AS (DELETE FROM messages WHERE id = 3 RETURNING *) SELECT count(*) FROM d'")
+    assert (b.verb, b.details["has_where"]) == ("delete", True)
+
+
+def test_a_quoted_function_name_is_the_same_function():
+    (a,) = normalise("""psql -c 'SELECT "pg_terminate_backend"(pid) FROM pg_stat_activity'""")
+    assert (a.verb, a.mutating) == ("terminate backend", True)
