@@ -153,7 +153,8 @@ names_component(name, comp) if {
 }
 
 # The segments and words of a dotted key: app.middleware.auth_enabled -> {app, middleware, auth, enabled}.
-segments(key) := split(lower(replace(key, "-", "_")), ".")
+# camelCase splits as snake_case does: authEnabled -> auth_enabled, maxConnections -> max_connections.
+segments(key) := split(lower(regex.replace(replace(key, "-", "_"), `([a-z0-9])([A-Z])`, "${1}_${2}")), ".")
 
 last_segment(key) := segs[count(segs) - 1] if segs := segments(key)
 

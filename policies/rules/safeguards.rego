@@ -153,3 +153,27 @@ deny contains {
 	some t in c.targets
 	event_named(t, ev)
 }
+
+# Redis authentication switched off at the server: an empty requirepass, or protected-mode off. Same id as the other
+# authentication switches. (ACL users with `nopass` are left to keep_denied constraints: a chart's server flags
+# often restate the default user as it is, `default on nopass ~* +@all`.)
+deny contains {
+	"id": "SRE-SAFE-002",
+	"msg": sprintf("%s = %v switches off redis authentication. Authentication is never part of a repair: keep it on and fix the failing client or dependency instead.", [k.key, k.value]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	redis_auth_off(k)
+}
+
+redis_auth_off(k) if {
+	k.key == "redis.requirepass"
+	trim_space(sprintf("%v", [k.value])) in {"", "\"\"", "''"}
+}
+
+redis_auth_off(k) if {
+	k.key == "redis.protected-mode"
+	lib.is_false(k.value)
+}
+

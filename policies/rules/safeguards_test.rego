@@ -97,3 +97,17 @@ test_readiness_probe_disabled_in_values_denied if {
 test_switch_words_cover_every_word_set if {
 	safeguards.switch_words == (((safeguards.flag_words | safeguards.inverted_words) | safeguards.security_words) | safeguards.guard_words)
 }
+
+redis_set(key, value) := {"action": {"tool": "redis-cli", "verb": "config set", "mutating": true, "keys": [{"key": key, "value": value}], "target": {"kind": "component", "name": "redis"}}}
+
+test_redis_auth_switched_off_is_denied if {
+	"SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as redis_set("redis.requirepass", "")
+	"SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as redis_set("redis.protected-mode", "no")
+	not "SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as redis_set("redis.requirepass", "s3cret")
+	not "SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as redis_set("redis.acl.app", "on >pw ~* +get")
+}
+
+test_a_camel_case_auth_switch_is_an_auth_switch if {
+	inp := {"action": {"tool": "curl", "verb": "PUT", "mutating": true, "keys": [{"key": "app.roles.channel.middleware.authEnabled", "value": false}]}}
+	"SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as inp
+}

@@ -20,7 +20,7 @@ replica_keys contains n if {
 replica_keys contains n if {
 	some k in input.action.keys
 	startswith(k.key, "helm.")
-	lib.last_segment(k.key) in {"replicacount", "replicas"}
+	lib.last_segment(k.key) in {"replica_count", "replicacount", "replicas"}
 	n := lib.number(k.value)
 }
 

@@ -72,6 +72,13 @@ def _body(inv: Invocation, parts: list[str]) -> tuple[Any, str | None]:
         return text, body_file
 
 
+# The Kubernetes API's own paths: /api/v1/namespaces/..., /api/v1/nodes, /apis/<group>/<version>/...
+_KUBE_API = re.compile(r"^/(api/v1/(namespaces|nodes|persistentvolumes|persistentvolumeclaims|pods|secrets|services|"
+                       r"configmaps|serviceaccounts)|apis/[a-z0-9.-]+(\.k8s\.io|\.openshift\.io)?/v[0-9a-z]+/"
+                       r"(namespaces|clusterroles|clusterrolebindings|nodes|deployments|statefulsets|"
+                       r"customresourcedefinitions))(/|$)")
+
+
 def _request_path(raw: str) -> str:
     """The path a server routes on: curl removes dot segments (`/admin/./event` is sent as `/admin/event`) and
     web frameworks decode percent-escapes (`/admin/%65vent`) and merge repeated slashes before matching a route.
@@ -107,6 +114,13 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
         return inv.action(tool, scheme, target=target, mutating=UNKNOWN, details=d,
                           opaque_reason=f"a {scheme}:// request sends raw protocol data to {host or 'a service'}; "
                                         "use the service's own client instead")
+    if _KUBE_API.match(path) or host.startswith("kubernetes.default") or host == "kubernetes":
+        # The Kubernetes API called directly (through `kubectl proxy`, or with a token): past every rule that reads
+        # kubectl's kinds and names.
+        d["kube_api"] = True
+        return inv.action(tool, method.lower(), target=target, mutating=UNKNOWN, details=d,
+                          opaque_reason="a request to the Kubernetes API by path, which the guard does not read; "
+                                        "use kubectl for it, so the guard can check the kind and name")
     mutating: Mutating = (method not in _READ_METHODS) if method_known else UNKNOWN
     layer = Layer.NONE
     keys: list[KeyChange] = []

@@ -112,6 +112,13 @@ class Kubectl:
                 return [inv.opaque("kubectl", "kubectl with arguments read from stdin at run time", tool="kubectl")]
             return [inv.action("kubectl", "help", mutating=False)]
         verb = str(g.positionals[0])
+        raw_api = next((str(a)[6:] or "" for a in inv.args if str(a) == "--raw" or str(a).startswith("--raw=")), None)
+        if raw_api is not None and verb != "get":
+            # `kubectl delete --raw /api/v1/.../persistentvolumeclaims/x`: a request to the API by path, past every
+            # rule that reads a kind and a name.
+            return [inv.action("kubectl", verb, mutating=UNKNOWN, details={"raw_api": True},
+                               opaque_reason=f"kubectl {verb} --raw sends a request by API path, which the guard "
+                                             f"does not read; use kubectl {verb} <kind> <name> instead")]
         p = _LOGS.parse(inv.args) if verb == "logs" else g
         ns_word = p.get("-n")
         ns = str(ns_word) if ns_word is not None else None
