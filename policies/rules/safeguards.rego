@@ -114,6 +114,21 @@ deny contains {
 	regex.match(`(?i)"op"\s*:\s*"remove"[^}]*(readiness|liveness|startup)Probe|(readiness|liveness|startup)Probe"?\s*:\s*null`, t)
 }
 
+# The same from the keys: a probe key set to null (a JSON patch "remove" or "replace" with null, `probe: ~`,
+# `{"$patch": "delete"}`, helm --set ...Probe=null), whatever order the patch's fields come in.
+deny contains {
+	"id": "SRE-SAFE-005",
+	"msg": "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check.",
+	"details": {},
+} if {
+	input.action.tool in {"kubectl", "helm"}
+	lib.mutating
+	some k in input.action.keys
+	k.value == null
+	some w in lib.words(k.key)
+	w in {"readinessprobe", "livenessprobe", "startupprobe", "probe"}
+}
+
 deny contains {
 	"id": "SRE-SAFE-007",
 	"msg": sprintf("%s switches off a health probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probe on; fix the endpoint it checks.", [k.key]),

@@ -111,3 +111,12 @@ test_a_camel_case_auth_switch_is_an_auth_switch if {
 	inp := {"action": {"tool": "curl", "verb": "PUT", "mutating": true, "keys": [{"key": "app.roles.channel.middleware.authEnabled", "value": false}]}}
 	"SRE-SAFE-002" in {f.id | some f in safeguards.deny} with input as inp
 }
+
+test_a_probe_key_set_to_null_is_a_probe_removed if {
+	inp := {"action": {"tool": "kubectl", "verb": "patch", "mutating": true, "raw": "kubectl patch", "keys": [{"key": "k8s.spec.template.spec.containers.0.readinessProbe", "value": null}]}}
+	"SRE-SAFE-005" in {f.id | some f in safeguards.deny} with input as inp
+	helm := {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "raw": "helm upgrade", "keys": [{"key": "helm.worker.livenessProbe", "value": null}]}}
+	"SRE-SAFE-005" in {f.id | some f in safeguards.deny} with input as helm
+	tuned := {"action": {"tool": "kubectl", "verb": "patch", "mutating": true, "raw": "kubectl patch", "keys": [{"key": "k8s.spec.template.spec.containers.web.readinessProbe.periodSeconds", "value": 20}]}}
+	not "SRE-SAFE-005" in {f.id | some f in safeguards.deny} with input as tuned
+}

@@ -8,6 +8,7 @@ own. Verb semantics and kind names come from catalogue.yaml.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -46,6 +47,26 @@ _EXEC = OptionSpec.of(["-n", "--namespace", "-c", "--container", "--context", "-
                        "--user", "--as", "--as-group", "--pod-running-timeout", "-f", "--filename",
                        "--request-timeout", "-s", "--server", "--token"],
                       {"--namespace": "-n", "--container": "-c", "--filename": "-f", "--server": "-s"})
+
+
+_PROBE_KEY = re.compile(r"(readiness|liveness|startup)Probe$", re.I)
+
+
+def _probe_removals(obj: Any, path: str) -> list[tuple[str, Any]]:
+    """(key, value) of every probe a patch document removes, however deep (lists walked by item name)."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            key = f"{path}.{k}"
+            if _PROBE_KEY.search(str(k)) and (v is None or isinstance(v, dict) and v.get("$patch") == "delete"):
+                out.append((key, None))
+            else:
+                out += _probe_removals(v, key)
+    elif isinstance(obj, list):
+        for i, item in enumerate(obj):
+            name = item.get("name") if isinstance(item, dict) else None
+            out += _probe_removals(item, f"{path}.{name if isinstance(name, str) and name else i}")
+    return out
 
 
 def kind_of(name: str) -> str:
@@ -259,6 +280,12 @@ class Kubectl:
         if isinstance(doc, dict):
             for k, v in flatten(doc, "k8s"):
                 a.keys.append(KeyChange(key=k, value=v, scope=scope))
+            # A probe removed inside a container list (flatten keeps lists whole): `readinessProbe: null` / `~`, or
+            # {"$patch": "delete"}, under containers[name=web].
+            seen = {k.key for k in a.keys}
+            for k, v in _probe_removals(doc, "k8s"):
+                if k not in seen:
+                    a.keys.append(KeyChange(key=k, value=v, scope=scope))
             replicas = (doc.get("spec") or {}).get("replicas") if isinstance(doc.get("spec"), dict) else None
             if replicas is not None:
                 a.details["replicas"] = replicas

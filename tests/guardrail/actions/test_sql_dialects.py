@@ -92,3 +92,19 @@ def test_a_cte_delete_is_judged_on_its_own_where_not_the_outer_querys():
 def test_a_quoted_function_name_is_the_same_function():
     (a,) = normalise("""psql -c 'SELECT "pg_terminate_backend"(pid) FROM pg_stat_activity'""")
     assert (a.verb, a.mutating) == ("terminate backend", True)
+
+
+PROBES = [
+    ("kubectl patch deploy w -n d --type=json -p '[{\"path\":\"/spec/template/spec/containers/0/readinessProbe\","
+     "\"op\":\"remove\"}]'", "k8s.spec.template.spec.containers.0.readinessProbe"),
+    ("kubectl patch deploy w -n d -p $'spec:\\n  template:\\n    spec:\\n      containers:\\n      - name: web\\n"
+     "        readinessProbe: ~'", "k8s.spec.template.spec.containers.web.readinessProbe"),
+    ("kubectl patch deploy w -n d -p '{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"web\","
+     "\"livenessProbe\":{\"$patch\":\"delete\"}}]}}}}'", "k8s.spec.template.spec.containers.web.livenessProbe"),
+]
+
+
+@pytest.mark.parametrize("cmd,key", PROBES)
+def test_a_probe_removed_by_a_patch_is_a_key_set_to_null(cmd, key):
+    (a,) = normalise(cmd)
+    assert (key, None) in [(k.key, k.value) for k in a.keys]
