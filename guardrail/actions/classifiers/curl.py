@@ -159,6 +159,11 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
     elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
                                                             "/admin/sequencer", "/admin/checkpoint")):
         d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"
+    if mutating is True and d.get("api") and body is None and d.get("body_file"):
+        # An admin API whose payload is in a file the guard does not read: the change it makes cannot be known.
+        return inv.action(tool, method, target=target, layer=layer, mutating=UNKNOWN, details=d,
+                          opaque_reason=f"the {d['api']} payload comes from the file {d['body_file']}, which the "
+                                        "guard does not read; send the JSON inline with -d '...'")
     return inv.action(tool, method, target=target, keys=keys, layer=layer, mutating=mutating,
                       opaque_reason=None if mutating is not UNKNOWN else "the HTTP method is computed at run time",
                       details=d)

@@ -108,3 +108,12 @@ PROBES = [
 def test_a_probe_removed_by_a_patch_is_a_key_set_to_null(cmd, key):
     (a,) = normalise(cmd)
     assert (key, None) in [(k.key, k.value) for k in a.keys]
+
+
+def test_an_admin_api_payload_in_a_file_is_unknown_and_one_inline_is_read():
+    (a,) = normalise("curl -X PUT http://svc-channel:8000/admin/event --data-binary @/tmp/ev.json")
+    assert a.mutating is UNKNOWN and "/tmp/ev.json" in a.opaque_reason
+    (b,) = normalise("curl -X PUT http://svc-channel:8000/admin/event -d '{\"name\":\"x\",\"active\":false}'")
+    assert [(k.key, k.value) for k in b.keys] == [("event.x", False)]
+    (c,) = normalise("curl -X POST http://svc-channel:8000/api/messages -d @msg.json")  # not an admin API
+    assert c.mutating is True
