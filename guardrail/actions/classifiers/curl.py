@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating
 from guardrail.actions.shell import NULL_SINKS, file_write
 
@@ -159,7 +159,8 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
     elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
                                                             "/admin/sequencer", "/admin/checkpoint")):
         d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"
-    if mutating is True and d.get("api") and body is None and d.get("body_file"):
+    if mutating is True and d.get("api") and body is None and d.get("body_file") \
+            and d["body_file"] not in STDIN_PATHS:  # stdin reaches the guard (the shell shim reads it first)
         # An admin API whose payload is in a file the guard does not read: the change it makes cannot be known.
         return inv.action(tool, method, target=target, layer=layer, mutating=UNKNOWN, details=d,
                           opaque_reason=f"the {d['api']} payload comes from the file {d['body_file']}, which the "
