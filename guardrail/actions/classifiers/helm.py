@@ -113,6 +113,12 @@ class Helm:
         if base not in _WRITE:
             return [inv.action("helm", verb, target=target, mutating=UNKNOWN,
                                opaque_reason=f"helm {verb!r} is not a verb the guard knows", details=details)]
+        if p.get("--post-renderer") is not None:
+            # The rendered manifests go through a local program before they are applied: what lands is its output.
+            details["post_renderer"] = str(p.get("--post-renderer"))
+            return [inv.action("helm", verb, target=target, mutating=UNKNOWN, details=details,
+                               opaque_reason=f"--post-renderer {details['post_renderer']} rewrites the manifests "
+                                             "before they are applied; run the upgrade without it")]
         if len(rest) > 1:
             details["chart" if base in ("upgrade", "install") else "revision"] = rest[1]
         keys: list[KeyChange] = []
@@ -127,7 +133,8 @@ class Helm:
             elif name == "--set-json":
                 k, _, v = str(value).partition("=")
                 try:
-                    keys.append(KeyChange(key=f"helm.{k}", value=json.loads(v), scope=scope))
+                    # An object sets every value under it: flattened, as --set a.b=... would give them.
+                    keys += [KeyChange(key=kk, value=vv, scope=scope) for kk, vv in flatten(json.loads(v), f"helm.{k}")]
                 except ValueError:
                     keys.append(KeyChange(key=f"helm.{k}", value=v, scope=scope))
             elif name == "--set-file":

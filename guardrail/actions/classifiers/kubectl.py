@@ -267,6 +267,13 @@ class Kubectl:
         text = str(body) if body is not None else None
         if text is None and p.get("--patch-file") is None:
             return
+        if text is None:
+            # The patch is in a file the guard does not read: what it changes cannot be known.
+            a.details["patch_file"] = str(p.get("--patch-file"))
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"the patch is in the file {a.details['patch_file']}, which the guard does not read; "
+                               "pass it inline with -p '...'")
+            return
         a.details["patch_type"] = str(p.get("--type") or "strategic")
         a.details["patch"] = text
         scope = self._scope(a)
@@ -299,6 +306,8 @@ class Kubectl:
                         a.details["replicas"] = op.get("value")
                         # The same key a merge patch or `kubectl scale` gives, so the replica rules read it.
                         a.keys.append(KeyChange(key="k8s.replicas", value=op.get("value"), scope=scope))
+        if any(k.key.endswith("restartedAt") for k in a.keys):
+            a.details["restart"] = True  # the annotation `kubectl rollout restart` writes: the pods roll
 
     def _edit(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         a.details["interactive"] = True

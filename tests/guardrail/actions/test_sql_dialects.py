@@ -117,3 +117,23 @@ def test_an_admin_api_payload_in_a_file_is_unknown_and_one_inline_is_read():
     assert [(k.key, k.value) for k in b.keys] == [("event.x", False)]
     (c,) = normalise("curl -X POST http://svc-channel:8000/api/messages -d @msg.json")  # not an admin API
     assert c.mutating is True
+
+
+def test_payloads_the_guard_cannot_read_are_unknown_and_json_values_are_flattened():
+    (a,) = normalise("kubectl patch deploy w -n d --patch-file zero.yaml")
+    assert a.mutating is UNKNOWN and "zero.yaml" in a.opaque_reason
+    (b,) = normalise("helm upgrade r c -n d --reuse-values --post-renderer ./render.sh")
+    assert b.mutating is UNKNOWN and "render.sh" in b.opaque_reason
+    (c,) = normalise("helm upgrade r c -n d --reuse-values --set-json 'worker={\"replicas\":0,\"x\":{\"y\":1}}'")
+    assert [(k.key, k.value) for k in c.keys] == [("helm.worker.replicas", 0), ("helm.worker.x.y", 1)]
+
+
+@pytest.mark.parametrize("cmd", [
+    "kubectl patch sts db -n d -p '{\"spec\":{\"template\":{\"metadata\":{\"annotations\":"
+    "{\"kubectl.kubernetes.io/restartedAt\":\"2026-01-01\"}}}}}'",
+    "kubectl patch sts db -n d --type=json -p '[{\"op\":\"add\",\"path\":"
+    "\"/spec/template/metadata/annotations/kubectl.kubernetes.io~1restartedAt\",\"value\":\"x\"}]'",
+])
+def test_a_patch_of_the_restarted_at_annotation_is_a_restart(cmd):
+    (a,) = normalise(cmd)
+    assert a.details.get("restart") is True
