@@ -191,8 +191,8 @@ class _ArmTally:
 @click.option("--jobs", type=int, default=2, show_default=True,
               help="Worker processes (with --env live: stacks at a time): 1 to 4 per CPU, at most 256; never more "
                    "than the episodes to run.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/bench"),
-              show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/bench",
+              show_default=True, callback=lambda _c, _p, v: _out_dir(v))
 @click.option("--resume", is_flag=True,
               help="Keep the rows of an interrupted run's results.jsonl.partial (or, when there is none, of "
                    "results.jsonl) and run only the episodes not among them.")
@@ -288,7 +288,11 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
                 raise out_error(e, out_dir) from e
     except (KeyboardInterrupt, Terminated) as e:
         where = partial_path(results) if partial_path(results).exists() else results
-        click.echo(f"interrupted: {kept} of {len(plan.episodes)} episodes kept in {where}; "
+        try:  # the rows on disk, carried over from an earlier run (--resume) included
+            on_disk = where.read_bytes().count(b"\n") if where == partial_path(results) else kept
+        except OSError:
+            on_disk = kept
+        click.echo(f"interrupted: {max(kept, on_disk)} of {len(plan.episodes)} episodes kept in {where}; "
                    "run the same command with --resume to finish", err=True)
         raise SystemExit(e.code if isinstance(e, Terminated) else 130) from None
     if as_json:
@@ -357,3 +361,10 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
     else:
         click.echo(f"{n_ok}/{len(rows)} agree")
     raise SystemExit(0 if n_ok == len(rows) else 1)
+
+
+def _out_dir(value: str) -> Path:
+    """--out as a Path; empty is bad input (Path('') is '.': the report would land in the working directory)."""
+    if not value.strip():
+        raise click.BadParameter("is empty: name the directory for the results")
+    return Path(value)

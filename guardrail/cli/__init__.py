@@ -110,7 +110,15 @@ def _register() -> None:
             cli.add_command(cmd)
 
 
+# Commands whose results go somewhere else than stdout (the agent's own output, the MCP transport).
+_NO_STDOUT = {"shell", "mcp"}
+
+
 def main(argv: list[str] | None = None) -> None:
+    if sys.stdout is None and goruntime.subcommand(sys.argv[1:] if argv is None else argv) not in _NO_STDOUT:
+        # Python leaves sys.stdout None when fd 1 is closed, and every result would vanish with exit 0.
+        sys.stderr.write("error: stdout is closed: the result has nowhere to go\n")
+        sys.exit(2)
     try:
         if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:
             goruntime.reexec_tuned()  # once, before OPA's Go runtime loads (see guardrail/policy/goruntime.py)

@@ -202,3 +202,17 @@ def test_live_bench_with_an_unknown_agent_fails_before_it_writes_anything(tmp_pa
         pytest.skip(f"the live stack's servers are not installed: {p.stderr.strip()}")
     assert p.returncode == 2 and "nope" in one_line(p) and p.stdout == ""
     assert (out / "results.jsonl").read_text() == '{"old": "row"}\n'
+
+
+def test_bench_with_an_empty_out_is_bad_input_and_writes_nothing(tmp_path):
+    p = run("bench", "--scenarios", "ia-011", "--agents", "replay:reference", "--seeds", "1", "--out", "",
+            cwd=tmp_path)
+    assert p.returncode == 2 and "--out" in one_line(p)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_result_with_stdout_closed_is_an_error_not_a_silent_success():
+    p = subprocess.run([GUARDRAIL, "check", "--", "kubectl get pods -n slack"], capture_output=False, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       preexec_fn=lambda: os.close(1))
+    assert p.returncode == 2 and "stdout is closed" in p.stderr
