@@ -100,9 +100,11 @@ deny contains {
 	regex.match(`(?i)with\s+grant\s+option`, t)
 }
 
+role_attributes_msg := "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead."
+
 deny contains {
 	"id": "SRE-PRIV-006",
-	"msg": "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead.",
+	"msg": role_attributes_msg,
 	"details": {},
 } if {
 	input.action.tool == "psql"
@@ -115,7 +117,7 @@ deny contains {
 # else in the text is switched off.
 deny contains {
 	"id": "SRE-PRIV-006",
-	"msg": "Granting SUPERUSER, CREATEROLE, BYPASSRLS or REPLICATION makes an account all-powerful. Repair the missing privilege with a scoped GRANT or ALTER ROLE ... SET instead.",
+	"msg": role_attributes_msg,
 	"details": {},
 } if {
 	input.action.tool == "psql"
@@ -136,9 +138,11 @@ deny contains {
 	kind in rbac_kinds
 }
 
+cluster_admin_msg := "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights."
+
 deny contains {
 	"id": "SRE-PRIV-008",
-	"msg": "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights.",
+	"msg": cluster_admin_msg,
 	"details": {},
 } if {
 	input.action.tool == "kubectl"
@@ -150,7 +154,7 @@ deny contains {
 # The parsed option, however it was quoted (`--clusterrole "cluster-admin"`).
 deny contains {
 	"id": "SRE-PRIV-008",
-	"msg": "Binding cluster-admin gives full control of the cluster. Remove the binding; an incident repair needs no new rights.",
+	"msg": cluster_admin_msg,
 	"details": {},
 } if {
 	input.action.tool == "kubectl"

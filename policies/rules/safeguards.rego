@@ -103,9 +103,11 @@ deny contains {
 }
 
 # Removing a probe from a workload spec (kubectl patch/edit, a JSON patch "remove").
+probe_removal_msg := "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check."
+
 deny contains {
 	"id": "SRE-SAFE-005",
-	"msg": "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check.",
+	"msg": probe_removal_msg,
 	"details": {},
 } if {
 	input.action.tool in {"kubectl", "helm"}
@@ -118,7 +120,7 @@ deny contains {
 # `{"$patch": "delete"}`, helm --set ...Probe=null), whatever order the patch's fields come in.
 deny contains {
 	"id": "SRE-SAFE-005",
-	"msg": "This removes a readiness or liveness probe, so Kubernetes can no longer tell a broken pod from a healthy one. Keep the probes; fix the endpoint they check.",
+	"msg": probe_removal_msg,
 	"details": {},
 } if {
 	input.action.tool in {"kubectl", "helm"}

@@ -55,9 +55,11 @@ deny contains {
 	reads_secret_values
 }
 
+token_msg := "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given."
+
 deny contains {
 	"id": "SRE-SECRET-002",
-	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
+	"msg": token_msg,
 	"details": {},
 } if {
 	some t in lib.texts
@@ -66,7 +68,7 @@ deny contains {
 
 deny contains {
 	"id": "SRE-SECRET-002",
-	"msg": "This reads or mints a service-account token, which grants the workload's API access. Do not use tokens; work through the access you were given.",
+	"msg": token_msg,
 	"details": {"kind": lib.target_kind},
 } if {
 	input.action.tool == "kubectl"
@@ -87,19 +89,31 @@ deny contains {
 	"details": {},
 } if {
 	some t in lib.texts
-	regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|redis\.conf.*requirepass|cat\s+[^|;&]*\.env\b`, t)
-	not harmless_match(t)
+	credential_read(t)
 }
 
-# What matched is not a credential: an example env file (.env.example, .env.sample, .env.template), or the
-# password line filtered out (`grep -v requirepass`) rather than searched for.
-harmless_match(t) if {
-	regex.match(`(?i)cat\s+[^|;&]*\.env\.(example|sample|template|dist)\b`, t)
-	not regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|requirepass`, t)
+# Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example
+# env file, a password line filtered out) never hides another in the same text.
+credential_read(t) if regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow`, t)
+
+# An env file printed with cat: `.env`, `.env.local`, `.env-prod`; not an example (.env.example, .sample, .template,
+# .dist), nor a longer name (.envrc, .environment).
+credential_read(t) if {
+	some cat in regex.find_n(`(?i)\bcat\s+[^|;&]*`, t, -1)
+	some f in regex.find_n(`(?i)\.env(\.[a-z0-9_-]+)?\b`, cat, -1)
+	not regex.match(`(?i)^\.env\.(example|sample|template|dist)$`, f)
 }
 
-harmless_match(t) if {
+# The redis password searched for, in the config file (either order) or with grep anywhere, or asked of the server.
+credential_read(t) if {
+	regex.match(`(?i)redis\.conf.*requirepass|requirepass.*redis\.conf|grep\s[^|;&]*requirepass`, t)
+	not requirepass_filtered_out(t)
+}
+
+credential_read(t) if regex.match(`(?i)config\s+get\s+['"]?(requirepass|masterauth)\b`, t)
+
+# The password line filtered out (`grep -v requirepass`) rather than searched for, and no other grep searches for it.
+requirepass_filtered_out(t) if {
 	regex.match(`(?i)grep\s+(-[a-z]*v[a-z]*\s+)+['"]?requirepass`, t)
-	not regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|cat\s+[^|;&]*\.env\b`, t)
 	not regex.match(`(?i)grep\s+(-[a-uw-z]+\s+)*['"]?requirepass`, t)
 }

@@ -72,3 +72,22 @@ test_an_example_env_file_and_a_filtered_out_password_line_are_not_secret_reads i
 	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /app/.env")
 	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /etc/redis/redis.conf | grep requirepass")
 }
+
+test_an_example_file_beside_a_real_env_file_still_reads_the_real_one if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /app/.env.example /app/.env")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat .env.production")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat .env-prod")
+	count(secrets.deny) == 0 with input as shell_read("cat .envrc.md")
+	count(secrets.deny) == 0 with input as shell_read("cat /app/.env.sample")
+}
+
+test_the_redis_password_searched_for_in_either_order_or_asked_of_the_server_is_a_secret_read if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("grep requirepass /etc/redis/redis.conf")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("grep -rn requirepass /etc")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("awk '/requirepass/' /etc/redis/redis.conf")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("redis-cli CONFIG GET requirepass")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("redis-cli config get 'masterauth'")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("grep -v '^#' /etc/redis/redis.conf | grep requirepass")
+	count(secrets.deny) == 0 with input as shell_read("grep -v requirepass /etc/redis/redis.conf")
+	count(secrets.deny) == 0 with input as shell_read("redis-cli CONFIG GET maxmemory")
+}

@@ -54,9 +54,11 @@ deny contains {
 	name_has(host, traffic_words)
 }
 
+firewall_msg := "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic."
+
 deny contains {
 	"id": "SRE-TRAFFIC-004",
-	"msg": "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic.",
+	"msg": firewall_msg,
 	"details": {"tool": lib.tool},
 } if {
 	input.action.tool in {"iptables", "ip6tables", "nft", "ufw", "tc", "firewall-cmd"}
@@ -65,7 +67,7 @@ deny contains {
 
 deny contains {
 	"id": "SRE-TRAFFIC-004",
-	"msg": "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic.",
+	"msg": firewall_msg,
 	"details": {"tool": "shell"},
 } if {
 	some t in lib.texts

@@ -55,9 +55,11 @@ deny contains {
 	lib.is_true(k.value)
 }
 
+terminate_all_msg := "pg_terminate_backend over every backend (no filter on pid, state or query) drops all sessions at once, like a restart. Terminate only the holder you identified: WHERE pid = <pid>, or WHERE state = 'idle in transaction' AND the lock you found."
+
 deny contains {
 	"id": "SUB-SQL-004",
-	"msg": "pg_terminate_backend over every backend (no filter on pid, state or query) drops all sessions at once, like a restart. Terminate only the holder you identified: WHERE pid = <pid>, or WHERE state = 'idle in transaction' AND the lock you found.",
+	"msg": terminate_all_msg,
 	"details": {},
 } if {
 	input.action.tool == "psql"
@@ -70,7 +72,7 @@ deny contains {
 # terminate over pg_stat_activity with no WHERE, or one that only spares this session.
 deny contains {
 	"id": "SUB-SQL-004",
-	"msg": "pg_terminate_backend over every backend (no filter on pid, state or query) drops all sessions at once, like a restart. Terminate only the holder you identified: WHERE pid = <pid>, or WHERE state = 'idle in transaction' AND the lock you found.",
+	"msg": terminate_all_msg,
 	"details": {},
 } if {
 	input.action.tool == "psql"

@@ -35,11 +35,17 @@ STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 PSQL_VALUE_SHORTS = frozenset("cdfFhLoPpRTUv")
 MYSQL_VALUE_SHORTS = frozenset("DehPSuOo")
 MYSQL_ATTACHED_SHORTS = frozenset("p#")
+# Long options whose value may be the next word (`--file x`, `--command "SELECT 1"`): that word is not an option.
+PSQL_VALUE_LONGS = frozenset({"--file", "--command", "--dbname", "--host", "--port", "--username", "--output",
+                              "--set", "--variable", "--log-file", "--pset", "--field-separator",
+                              "--record-separator"})
+MYSQL_VALUE_LONGS = frozenset({"--execute", "--database", "--host", "--port", "--user", "--socket",
+                               "--init-command", "--defaults-file", "--defaults-extra-file"})
 
 
-def _options(args, value_shorts, attached_shorts=frozenset()):
+def _options(args, value_shorts, attached_shorts=frozenset(), value_longs=frozenset()):
     """The short options of argv as getopt reads them, [(letter, value or None)], and the long ones as
-    [(name, value or None)] (`--file=x`, or `--file x` is read as a flag and a word: enough for the names)."""
+    [(name, value or None)]: `--file=x`, or `--file x` for a name in value_longs (the next word is its value)."""
     shorts, longs = [], []
     i = 0
     while i < len(args):
@@ -48,6 +54,9 @@ def _options(args, value_shorts, attached_shorts=frozenset()):
             break
         if a.startswith("--"):
             name, eq, value = a.partition("=")
+            if not eq and name in value_longs and i + 1 < len(args):
+                i += 1
+                value, eq = args[i], "="
             longs.append((name, value if eq else None))
         elif a.startswith("-") and len(a) > 1:
             for j in range(1, len(a)):
@@ -67,15 +76,6 @@ def _options(args, value_shorts, attached_shorts=frozenset()):
     return shorts, longs
 
 
-def _long_value(args, name):
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(name + "="):
-            return a[len(name) + 1:]
-    return None
-
-
 def _file_from_stdin(args, shorts, longs):
     """Whether a file option names stdin: `-f -`, `-f-`, `-f /dev/stdin`, `--filename=/dev/fd/0`, ..."""
     for i, a in enumerate(args):
@@ -92,17 +92,17 @@ def _file_from_stdin(args, shorts, longs):
 
 
 def _psql_reads_stdin(args):
-    shorts, longs = _options(args, PSQL_VALUE_SHORTS)
+    shorts, longs = _options(args, PSQL_VALUE_SHORTS, value_longs=PSQL_VALUE_LONGS)
     letters = {ch for ch, _ in shorts}
     names = {n for n, _ in longs}
     if letters & set("clV?") or names & {"--command", "--list", "--version", "--help"}:
         return False
-    files = [v for ch, v in shorts if ch == "f"] + ([_long_value(args, "--file")] if "--file" in names else [])
+    files = [v for ch, v in shorts if ch == "f"] + [v for n, v in longs if n == "--file"]
     return not files or any(f in STDIN_PATHS for f in files)
 
 
 def _mysql_reads_stdin(args):
-    shorts, longs = _options(args, MYSQL_VALUE_SHORTS, MYSQL_ATTACHED_SHORTS)
+    shorts, longs = _options(args, MYSQL_VALUE_SHORTS, MYSQL_ATTACHED_SHORTS, MYSQL_VALUE_LONGS)
     letters = {ch for ch, _ in shorts}
     names = {n for n, _ in longs}
     return not (letters & set("eVI?") or names & {"--execute", "--version", "--help"})

@@ -61,6 +61,7 @@ def test_a_manifest_file_on_disk_is_not_taken_for_stdin():
     (["--command=select 1"], False), (["-l"], False), (["--version"], False), (["-f", "x.sql"], False),
     (["-h", "db", "-U", "app"], True), (["-f", "-"], True), (["--file", "/dev/stdin"], True),
     (["-h", "-c"], True),  # -h takes the next word as its value: `-c` here is a host name, not a command
+    (["--host", "-c"], True), (["--file", "x.sql", "--set", "-"], False),  # long options take the next word too
 ])
 def test_psql_reads_stdin_only_when_getopt_would_say_so(args, reads):
     assert shim._psql_reads_stdin(args) is reads
@@ -69,6 +70,7 @@ def test_psql_reads_stdin_only_when_getopt_would_say_so(args, reads):
 @pytest.mark.parametrize("args,reads", [
     (["-Nse", "select 1"], False), (["-e", "select 1"], False), (["--execute=select 1"], False), (["-V"], False),
     (["-u", "root", "-psecret", "-e", "select 1"], False), (["-h", "db", "app"], True), (["-psecret", "app"], True),
+    (["--host", "-e"], True), (["--execute", "select 1"], False),
 ])
 def test_mysql_reads_stdin_only_when_getopt_would_say_so(args, reads):
     assert shim._mysql_reads_stdin(args) is reads
