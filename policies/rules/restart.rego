@@ -20,7 +20,7 @@ is_restart if {
 	object.get(lib.details, "subcommand", "restart") == "restart"
 }
 
-# The action normaliser marks restarts it recognises (delete pod, rollout restart).
+# The action normaliser marks restarts it recognises (delete pod, rollout restart, a signal to PID 1 in a pod).
 is_restart if input.action.details.restart == true
 
 is_restart if {

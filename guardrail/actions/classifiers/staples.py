@@ -99,9 +99,45 @@ class Kill:
         args = [str(a) for a in inv.args]
         if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")):
             return [inv.action("shell", "kill -l", mutating=False)]
-        sig = next((a for a in args if a.startswith("-")), "-TERM")
-        targets = [a for a in args if not a.startswith("-")]
-        return [inv.action("shell", inv.name, mutating=True, details={"signal": sig, "targets": targets})]
+        if inv.name != "kill":
+            sig = next((a for a in args if a.startswith("-")), "-TERM")
+            targets = [a for a in args if not a.startswith("-")]
+            return [inv.action("shell", inv.name, mutating=True, details={"signal": sig, "targets": targets})]
+        sig, targets = kill_args(args)
+        details: dict = {"signal": "-" + sig, "targets": targets}
+        if inv.where.in_exec and "1" in targets and sig not in _NO_RESTART_SIGNALS:
+            # PID 1 of a container is its main process: when it exits, the kubelet restarts the container.
+            details["restart"] = True
+            return [inv.action("shell", "kill", mutating=True, details=details,
+                               target=Target(kind="pod", name=inv.where.pod or "", namespace=inv.where.namespace))]
+        return [inv.action("shell", "kill", mutating=True, details=details)]
+
+
+# Signals that leave a process running: HUP asks most servers to reload their config, 0 only checks it exists.
+_NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "USR1", "USR2"})
+
+
+def kill_args(args: list[str]) -> tuple[str, list[str]]:
+    """`kill` as bash reads it: the signal (`-9`, `-KILL`, `-SIGKILL`, `-s KILL`, `-n 9`, `--signal=KILL`; TERM
+    by default), upper-case without SIG, and the targets (after the signal, `-1` is a target: every process)."""
+    sig, targets, seen_sig, i = None, [], False, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            targets += args[i + 1:]
+            break
+        if not seen_sig and not targets and a in ("-s", "-n", "--signal") and i + 1 < len(args):
+            sig, seen_sig, i = args[i + 1], True, i + 2
+            continue
+        if not seen_sig and not targets and a.startswith("--signal="):
+            sig, seen_sig = a.partition("=")[2], True
+        elif not seen_sig and not targets and a.startswith("-") and len(a) > 1:
+            sig, seen_sig = a[1:], True
+        else:
+            targets.append(a)
+        i += 1
+    sig = (sig or "TERM").upper()
+    return (sig[3:] if sig.startswith("SIG") else sig), targets
 
 
 _UNIT_READS = frozenset({"status", "show", "is-active", "is-enabled", "is-failed", "list-units", "list-unit-files",

@@ -1,0 +1,39 @@
+"""kill as bash reads it, and PID 1 of a container as its restart."""
+
+import pytest
+
+from guardrail.actions import normalise
+from guardrail.actions.classifiers.staples import kill_args
+
+
+@pytest.mark.parametrize("args,sig,targets", [
+    ([], "TERM", []), (["1"], "TERM", ["1"]), (["-9", "1"], "9", ["1"]), (["-KILL", "1"], "KILL", ["1"]),
+    (["-SIGINT", "1"], "INT", ["1"]), (["-s", "term", "1"], "TERM", ["1"]), (["-n", "2", "1"], "2", ["1"]),
+    (["--signal=HUP", "1"], "HUP", ["1"]), (["-9", "-1"], "9", ["-1"]), (["--", "-1"], "TERM", ["-1"]),
+    (["-s", "KILL", "--", "1", "2"], "KILL", ["1", "2"]),
+])
+def test_kill_reads_its_signal_and_targets_as_bash_does(args, sig, targets):
+    assert kill_args(args) == (sig, targets)
+
+
+@pytest.mark.parametrize("cmd", [
+    "kubectl exec -n slack postgres-0 -- kill 1",
+    "kubectl exec postgres-0 -- kill -s INT 1",
+    "kubectl exec postgres-0 -- sh -c 'kill -TERM 1 2'",
+])
+def test_a_signal_to_pid_1_inside_a_pod_is_a_restart_of_that_pod(cmd):
+    kill = normalise(cmd)[-1]
+    assert kill.details.get("restart") is True
+    assert (kill.target.kind, kill.target.name) == ("pod", "postgres-0")
+
+
+@pytest.mark.parametrize("cmd", [
+    "kubectl exec postgres-0 -- kill -HUP 1",  # a reload
+    "kubectl exec postgres-0 -- kill -0 1",  # only checks that it exists
+    "kubectl exec postgres-0 -- kill 1234",  # not the container's main process
+    "kill 1",  # the host's init, not a container: nothing the kubelet restarts
+])
+def test_other_signals_and_processes_are_not_restarts(cmd):
+    kill = normalise(cmd)[-1]
+    assert kill.verb == "kill" and kill.mutating is True
+    assert "restart" not in kill.details
