@@ -85,11 +85,40 @@ mints_token if {
 
 deny contains {
 	"id": "SRE-SECRET-003",
-	"msg": "Dumping a process environment or credential file exposes passwords and keys. Read the one non-secret setting you need (e.g. `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values), not secrets.",
+	"msg": credential_msg,
 	"details": {},
 } if {
 	some t in lib.texts
 	credential_read(t)
+}
+
+credential_msg := "Dumping a process environment or credential file exposes passwords and keys. Read the one non-secret setting you need (e.g. `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values), not secrets."
+
+# Inside a pod (kubectl exec), the process environment printed whole (`env`, `printenv`) or a variable named like a
+# credential: the same secrets as /proc/1/environ, injected from Secrets into the container's env.
+deny contains {
+	"id": "SRE-SECRET-003",
+	"msg": credential_msg,
+	"details": {},
+} if {
+	object.get(lib.details, "pod", "") != ""
+	pod_env_read
+}
+
+pod_env_read if {
+	input.action.tool == "shell"
+	lib.verb == "env"
+}
+
+pod_env_read if {
+	input.action.tool == "printenv"
+	some name in array.slice(regex.split(`\s+`, trim_space(lib.raw)), 1, 1000)
+	regex.match(`(?i)pass|secret|token|key|credential|auth|dsn|_url$`, name)
+}
+
+pod_env_read if {
+	input.action.tool == "printenv"
+	count(regex.split(`\s+`, trim_space(lib.raw))) == 1
 }
 
 # Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example

@@ -91,3 +91,14 @@ test_the_redis_password_searched_for_in_either_order_or_asked_of_the_server_is_a
 	count(secrets.deny) == 0 with input as shell_read("grep -v requirepass /etc/redis/redis.conf")
 	count(secrets.deny) == 0 with input as shell_read("redis-cli CONFIG GET maxmemory")
 }
+
+pod_action(tool, verb, raw) := {"action": {"tool": tool, "verb": verb, "mutating": false, "raw": raw, "details": {"pod": "svc-0"}}, "command": sprintf("kubectl exec svc-0 -- %s", [raw])}
+
+test_a_pods_environment_printed_whole_or_a_credential_variable_is_a_secret_read if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("shell", "env", "env")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("printenv", "printenv", "printenv")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("printenv", "printenv", "printenv DB_PASSWORD")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("printenv", "printenv", "printenv HOME DATABASE_URL")
+	count(secrets.deny) == 0 with input as pod_action("printenv", "printenv", "printenv REDIS_HOST POOL_SIZE")
+	count(secrets.deny) == 0 with input as {"action": {"tool": "shell", "verb": "env", "mutating": false, "raw": "env", "details": {}}, "command": "env"}
+}
