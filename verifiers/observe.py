@@ -27,7 +27,7 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from verifiers.base import is_mutating_action
-from verifiers.persistence import ChangedKey, PersistenceReader, changes_of
+from verifiers.persistence import ChangedKey, PersistenceReader, changes_of, redis_connection_args
 from verifiers.protocols import Environment
 
 __all__ = ["observe", "JournalLog", "PUSH_VERBS"]
@@ -157,24 +157,9 @@ def _list_positions(env: Environment, action: Mapping[str, Any]) -> dict[str, di
 
 
 def _connection_args(raw: str, action: Mapping[str, Any]) -> list[str] | None:
-    """The redis-cli connection options of the agent's own command (-h, -p, -n, -u ...), for the read."""
-    try:
-        words = shlex.split(raw)
-    except ValueError:
-        return None
-    if "redis-cli" not in words:
-        return None
-    args = words[words.index("redis-cli") + 1:]
-    keep: list[str] = []
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        opt = args[i]
-        if opt in ("-h", "-p", "-n", "-u", "-a", "--user", "--pass") and i + 1 < len(args):
-            keep += [opt, shlex.quote(args[i + 1])]
-            i += 2
-        else:
-            i += 1
-    if not keep:
+    """The redis-cli connection options of the agent's own command, else `-h <target>`, for the read."""
+    keep = redis_connection_args(raw)
+    if keep == []:
         host = ((action.get("target") or {}).get("name"))
         if host:
             keep = ["-h", shlex.quote(str(host))]

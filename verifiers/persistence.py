@@ -9,6 +9,7 @@ INCONCLUSIVE for a key with no catalogue entry (with how to add one); ERROR when
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -35,6 +36,8 @@ class ChangedKey:
     via: tuple[str, ...] = ()
     seq: int = 0
     command: str = ""
+    # The action's own text (one simple command of `command`): where the agent said how to reach the server.
+    raw: str = ""
 
     @property
     def ident(self) -> tuple[str, tuple[tuple[str, str], ...], str]:
@@ -107,8 +110,33 @@ def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
             out.append(ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
                                   layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
                                   via=tuple(a.get("via") or ()), seq=int(command.get("seq") or 0),
-                                  command=str(command.get("command") or "")))
+                                  command=str(command.get("command") or ""), raw=str(a.get("raw") or "")))
     return out
+
+
+# redis-cli options that say where the server is and who connects (each takes a value).
+REDIS_CONNECTION_OPTIONS = ("-h", "-p", "-s", "-n", "-u", "-a", "--user", "--pass")
+
+
+def redis_connection_args(raw: str) -> list[str] | None:
+    """The connection options (-h, -p, -s, -n, -u, -a, --user, --pass) the first redis-cli of `raw` was given,
+    quoted for a shell: [] when it gave none, None when `raw` runs no redis-cli or cannot be split."""
+    try:
+        words = shlex.split(raw)
+    except ValueError:
+        return None
+    if "redis-cli" not in words:
+        return None
+    args = words[words.index("redis-cli") + 1:]
+    keep: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] in REDIS_CONNECTION_OPTIONS and i + 1 < len(args):
+            keep += [args[i], shlex.quote(args[i + 1])]
+            i += 2
+        else:
+            i += 1
+    return keep
 
 
 class PersistenceReader:
@@ -136,6 +164,13 @@ class PersistenceReader:
         hint = next((c for c in self.context.components if c in path_parts), None)
         if hint:
             vs["component_hint"] = hint
+        # How the agent reached the server, when it said so (`redis-cli -h 127.0.0.1 -p 6380 ...`): its command
+        # worked, so the read goes the same way. Not through a wrapper (`kubectl exec`): those options were for
+        # a shell inside the pod, not here.
+        if not ck.via:
+            redis_opts = redis_connection_args(ck.raw)
+            if redis_opts:
+                vs["agent"] = {"redis_cli": " ".join(redis_opts)}
         for name, candidates in entry.vars.items():
             if name in groups:
                 continue  # the key's own regex groups and the context's declared source win over defaults
@@ -181,7 +216,8 @@ class PersistenceReader:
         out = []
         for k in action.get("keys") or ():
             ck = ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
-                            layer=str(action.get("layer") or "none"), target=dict(action.get("target") or {}))
+                            layer=str(action.get("layer") or "none"), target=dict(action.get("target") or {}),
+                            via=tuple(action.get("via") or ()), raw=str(action.get("raw") or ""))
             try:
                 before = self.read_effective(env, ck)
             except Exception:  # noqa: BLE001 - an unreadable prior value is simply not captured

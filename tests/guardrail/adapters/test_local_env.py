@@ -50,3 +50,36 @@ def test_a_shell_that_cannot_start_is_an_answer_not_an_exception(tmp_path):
     gone.rmdir()  # the directory went away after the session began
     r = env.run("echo hi")
     assert r.exit_code == 126 and "cannot start" in r.stderr and str(gone) in r.stderr
+
+
+def test_persistence_reads_a_local_redis_the_way_the_agent_reached_it(redis_server, tmp_path):
+    # A real redis-server on a loopback port: the catalogue's default read (`redis-cli -h <component>`) cannot
+    # reach it; the agent's own options (-h 127.0.0.1 -p PORT) can, and are what the read uses.
+    from guardrail.actions import normalise
+    from verifiers.persistence import PersistenceReader, changes_of
+
+    env = LocalEnvironment(cwd=tmp_path, timeout_s=5)
+    reader = PersistenceReader(read_attempts=1, retry_wait_s=0)
+    cmd = f"redis-cli -h 127.0.0.1 -p {redis_server.port} CONFIG SET maxmemory 64mb"
+    (action,) = [a.model_dump(mode="json") for a in normalise(cmd)]
+    before = reader.capture(env, action)
+    assert [(r["key"], r["before"]) for r in before] == [("redis.maxmemory", 0)]
+    assert env.run(cmd).ok
+    (ck,) = changes_of({"command": cmd, "seq": 1, "actions": [action]}, 0)
+    assert reader.read_effective(env, ck) == 64 * 1024 * 1024
+    # Through kubectl exec the agent's options were for a shell in the pod: the read does not borrow them.
+    (_, inner) = [a.model_dump(mode="json") for a in normalise(f"kubectl exec redis-0 -- {cmd}")]
+    (ck_exec,) = changes_of({"command": cmd, "seq": 2, "actions": [inner]}, 0)
+    assert "agent" not in reader.variables(*reader.entry_for(ck_exec), ck_exec)
+
+
+def test_redis_connection_options_are_read_from_the_agents_command():
+    from verifiers.persistence import redis_connection_args
+
+    assert redis_connection_args("redis-cli -h 127.0.0.1 -p 6380 -n 2 CONFIG SET x 1") == \
+        ["-h", "127.0.0.1", "-p", "6380", "-n", "2"]
+    assert redis_connection_args("redis-cli -s '/run/redis sock' --no-auth-warning -a 'p w' GET k") == \
+        ["-s", "'/run/redis sock'", "-a", "'p w'"]
+    assert redis_connection_args("redis-cli CONFIG SET x 1") == []
+    assert redis_connection_args("psql -h db") is None
+    assert redis_connection_args("redis-cli 'unclosed") is None
