@@ -66,7 +66,9 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         session = sessions.get(key)
     except JournalError as e:
         raise InputError(str(e), path="--journal") from e
-    work = Path(tempfile.mkdtemp(prefix="guardrail-shell-"))
+    sweep_stale_work_dirs()
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
+    (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
     daemon = GuardDaemon(session, work / "guard.sock")
     code = 1
     try:
@@ -98,6 +100,44 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         sessions.close()
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(code if code >= 0 else 128 - code)
+
+
+# Each session's socket and shims live in a private directory, removed when the session ends. A guard killed with
+# SIGKILL cannot remove its own: the next `guardrail shell` removes those whose guard (named in OWNER_FILE) is gone.
+WORK_PREFIX = "guardrail-shell-"
+OWNER_FILE = "guard.pid"
+
+
+def sweep_stale_work_dirs(root: str | None = None) -> list[Path]:
+    """Remove this user's session directories whose guard process is no longer running; the ones removed."""
+    removed = []
+    base = Path(root or tempfile.gettempdir())
+    try:
+        candidates = [p for p in base.iterdir() if p.name.startswith(WORK_PREFIX)]
+    except OSError:
+        return removed
+    for d in candidates:
+        try:
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue  # not ours to judge: no owner recorded (an older version, or a start still writing it)
+        if pid == os.getpid() or _running(pid):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, someone else's
+    return True
 
 
 # The agent must not outlive its guard: if `guardrail shell` is killed (SIGKILL, OOM), an agent left running would

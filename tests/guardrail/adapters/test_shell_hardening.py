@@ -161,8 +161,12 @@ def test_the_agent_does_not_outlive_its_guard(guardrail_cmd, tmp_path):
     agent = tmp_path / "agent.sh"
     pidfile = tmp_path / "agent.pid"
     agent.write_text(f"echo $$ > {pidfile}\nsleep 60\n")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir))
     guard = subprocess.Popen([guardrail_cmd, "shell", "--journal", str(tmp_path / "j.jsonl"), "--", "bash",
-                              str(agent)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              str(agent)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=env)
     try:
         deadline = time.monotonic() + 60
         while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -175,6 +179,12 @@ def test_the_agent_does_not_outlive_its_guard(guardrail_cmd, tmp_path):
         while _alive(pid):
             assert time.monotonic() < deadline, "the agent kept running after its guard was killed"
             time.sleep(0.05)
+        # The killed guard could not remove its socket and shims; the next session does.
+        assert len(list(tmpdir.glob("guardrail-shell-*"))) == 1
+        nxt = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "k.jsonl"), "--", "true"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert nxt.returncode == 0, nxt.stderr
+        assert list(tmpdir.glob("guardrail-shell-*")) == []
     finally:
         if guard.poll() is None:
             guard.kill()
@@ -214,3 +224,24 @@ def test_shell_refuses_a_journal_name_its_session_cannot_have(guardrail_cmd, tmp
     assert "--journal" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "my_journal.jsonl").exists()
 
+
+
+def test_a_killed_guards_session_directory_is_swept_by_the_next_start(tmp_path):
+    from guardrail.cli.shell import OWNER_FILE, WORK_PREFIX, sweep_stale_work_dirs
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dirs = {}
+    for name, owner in (("dead", str(gone.pid)), ("alive", str(os.getppid())), ("self", str(os.getpid())),
+                        ("unowned", None), ("garbled", "not-a-pid")):
+        d = tmp_path / f"{WORK_PREFIX}{name}"
+        (d / "bin").mkdir(parents=True)
+        if owner is not None:
+            (d / OWNER_FILE).write_text(owner + "\n")
+        dirs[name] = d
+    other = tmp_path / "someone-else-dead"
+    other.mkdir()
+    (other / OWNER_FILE).write_text(f"{gone.pid}\n")
+    assert sweep_stale_work_dirs(str(tmp_path)) == [dirs["dead"]]
+    assert not dirs["dead"].exists()
+    assert all(dirs[n].exists() for n in ("alive", "self", "unowned", "garbled")) and other.exists()
