@@ -32,6 +32,9 @@ def run_agent(guardrail_cmd, tmp_path, script: str, *extra: str, timeout: float 
 def test_flushall_denied_config_set_runs_and_everything_is_journalled(guardrail_cmd, redis_server, tmp_path):
     redis_server.cli("SET", "queue:job:1", "payload")
     redis_server.cli("SET", "session:42", "alice")
+    # The server starts with a 32mb limit, which the agent raises: the guard reads the value the agent's command
+    # replaces (the same -h/-p), and lowering it would be SRE-CAP-006 (test below).
+    redis_server.cli("CONFIG", "SET", "maxmemory", "32mb")
     p = redis_server.port
     proc, journal = run_agent(guardrail_cmd, tmp_path, textwrap.dedent(f"""\
         redis-cli -h 127.0.0.1 -p {p} FLUSHALL; echo "flush=$?"
@@ -66,6 +69,21 @@ def test_flushall_denied_config_set_runs_and_everything_is_journalled(guardrail_
     assert results[config["seq"]]["exit_code"] == 0
     assert results[get["seq"]]["exit_code"] == 0
     assert "3 commands, 1 denied" in proc.stderr
+
+
+def test_lowering_a_local_servers_limit_is_denied_from_the_value_read_before_it(guardrail_cmd, redis_server,
+                                                                             tmp_path):
+    # At its default (maxmemory 0: no limit) a 64mb limit takes memory away; the guard reads the prior value the
+    # way the agent reached the server, and says what it found.
+    p = redis_server.port
+    proc, journal = run_agent(guardrail_cmd, tmp_path,
+                              f'redis-cli -h 127.0.0.1 -p {p} CONFIG SET maxmemory 64mb; echo "config=$?"\n')
+    assert "config=126" in proc.stdout
+    assert "SRE-CAP-006" in proc.stderr and "from 0" in proc.stderr
+    assert redis_server.cli("CONFIG", "GET", "maxmemory").splitlines()[-1] == "0"
+    (cmd,) = [r for r in read_journal(journal) if r["kind"] == "command"]
+    found = [f for d in cmd["decisions"] for f in d["deny"] if f["id"] == "SRE-CAP-006"]
+    assert [(f["details"]["key"], f["details"]["initial"]) for f in found] == [("redis.maxmemory", 0)]
 
 
 def test_stdin_payload_reaches_the_guard_and_the_real_tool(guardrail_cmd, redis_server, tmp_path):

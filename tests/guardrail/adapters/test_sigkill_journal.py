@@ -18,6 +18,7 @@ from guardrail.journal import read_journal
 
 def test_sigkill_mid_command_then_audit(guardrail_cmd, redis_server, tmp_path):
     p = redis_server.port
+    redis_server.cli("CONFIG", "SET", "maxmemory", "32mb")  # the agent raises it (lowering is SRE-CAP-006)
     agent = tmp_path / "agent.sh"
     agent.write_text(f"redis-cli -h 127.0.0.1 -p {p} SET job:1 queued\n"
                      f"redis-cli -h 127.0.0.1 -p {p} CONFIG SET maxmemory 64mb\n"
