@@ -23,8 +23,22 @@ deny contains {
 	some k in input.action.keys
 	startswith(k.key, "helm.")
 	not object.get(lib.details, "reuse_values", false)
+	not object.get(lib.details, "reset_values", false)
 	not full_values_file
 	upgrade_of_existing
+}
+
+# --reset-values says it outright, with or without new values (and helm ignores --reuse-values beside it).
+deny contains {
+	"id": "SRE-HELM-001",
+	"msg": sprintf("helm upgrade %s --reset-values renders the release from the chart defaults plus only the values on this command line, so every other value the release has now (persistence, resources, auth, server flags) resets to the chart's default. Drop --reset-values and add --reuse-values with only the values you mean to change (check the current values with `helm get values %s` first), or pass the release's full values with -f.", [lib.target_name, lib.target_name]),
+	"details": {"release": lib.target_name, "keys": [k.key | some k in input.action.keys; startswith(k.key, "helm.")], "reset_values": true},
+} if {
+	input.action.tool == "helm"
+	lib.verb == "upgrade"
+	input.action.mutating == true
+	object.get(lib.details, "reset_values", false)
+	not full_values_file
 }
 
 # `helm install` creates a release, so there is nothing to reset; `upgrade --install` may upgrade one.

@@ -68,3 +68,16 @@ test_server_flags_of_not_restartable_component_denied if {
 test_server_flags_of_restartable_component_allowed if {
 	count(helm.deny) == 0 with input as flags_for("redis-queue", {"not_restartable": ["redis-cache"]})
 }
+
+test_reset_values_is_denied_with_or_without_new_values if {
+	deny := helm.deny with input as upgrade({"chart": "c", "reset_values": true})
+	[f.details.reset_values | some f in deny; f.id == "SRE-HELM-001"] == [true]
+	"SRE-HELM-001" in ids(helm.deny) with input as {"action": {
+		"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "x"},
+		"keys": [], "details": {"chart": "c", "reset_values": true},
+	}}
+}
+
+test_reset_values_with_the_full_values_file_is_allowed if {
+	count(helm.deny) == 0 with input as upgrade({"chart": "c", "reset_values": true, "values_files": ["values.yaml"]})
+}

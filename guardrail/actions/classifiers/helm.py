@@ -151,10 +151,11 @@ class Helm:
             # touching a setting read this to tell a restatement from a change (the scope audit checks the value).
             details["server_flags"] = sorted({f.key for f in flags})
             keys += flags
-        if p.has("--reuse-values") or p.has("--reset-then-reuse-values"):
-            details["reuse_values"] = True
         if p.has("--reset-values"):
+            # Helm ignores --reuse-values beside --reset-values: the chart's defaults win.
             details["reset_values"] = True
+        elif p.has("--reuse-values") or p.has("--reset-then-reuse-values"):
+            details["reuse_values"] = True
         if base in ("uninstall", "delete", "del", "un"):
             details["uninstall"] = True
         if base == "rollback":
