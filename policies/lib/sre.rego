@@ -28,7 +28,24 @@ target := input.action.target
 
 default target_name := ""
 
-target_name := input.action.target.name if is_string(input.action.target.name)
+target_name := short_dns[0] if {
+	is_string(input.action.target.name)
+} else := input.action.target.name if is_string(input.action.target.name)
+
+# `component.namespace`, the short DNS name of a Service (redis-queue.slack): read as that component in that
+# namespace when the context names the component or the namespace. Other dotted names (example.com) stay whole.
+short_dns := [c, ns] if {
+	input.action.target.kind == "component"
+	[c, ns] := split(input.action.target.name, ".")
+	short_dns_known(c, ns)
+}
+
+short_dns_known(_, ns) if ns in context.namespaces
+
+short_dns_known(c, _) if {
+	some k in object.get(context, "components", [])
+	same_component(k, c)
+}
 
 default target_kind := ""
 
@@ -277,7 +294,7 @@ namespace := ns if {
 	ns := details.namespace
 	is_string(ns)
 	ns != ""
-}
+} else := short_dns[1]
 
 # The accounts the incident names (who may be granted to): context.extra.grantees, db_users or accounts.
 named_accounts contains lower(account_user(a)) if {

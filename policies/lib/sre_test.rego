@@ -43,3 +43,24 @@ test_mutating_defaults if {
 test_named_accounts_strip_host_and_quotes if {
 	lib.named_accounts == {"site_db", "app"} with input as {"context": {"extra": {"grantees": ["'site_db'@'%'"], "db_users": ["app"]}}}
 }
+
+host(name) := {
+	"action": {"tool": "redis-cli", "verb": "config set", "target": {"kind": "component", "name": name, "namespace": null}},
+	"context": {"namespaces": ["slack"], "components": ["redis-queue", "svc-channel"]},
+}
+
+test_a_short_dns_name_is_its_component_in_that_namespace if {
+	lib.target_name == "redis-queue" with input as host("redis-queue.slack")
+	lib.namespace == "slack" with input as host("redis-queue.slack")
+	lib.target_name == "redis-queue" with input as host("redis-queue.other")
+	lib.namespace == "other" with input as host("redis-queue.other")
+	lib.target_name == "cache" with input as host("cache.slack")
+}
+
+test_other_dotted_names_stay_whole if {
+	lib.target_name == "example.com" with input as host("example.com")
+	not lib.namespace with input as host("example.com")
+	lib.target_name == "a.b.c" with input as host("a.b.c")
+	file := {"action": {"tool": "file", "target": {"kind": "file", "name": "redis.slack"}}, "context": {"namespaces": ["slack"]}}
+	lib.target_name == "redis.slack" with input as file
+}
