@@ -63,7 +63,14 @@ deny contains {
 	"details": {},
 } if {
 	some t in lib.texts
-	regex.match(`/var/run/secrets/kubernetes\.io/serviceaccount|/run/secrets/kubernetes\.io|serviceaccount/token`, t)
+	token_path(t)
+}
+
+# The token's directory or file however the path is spelt: `//` and `/./` collapse as the kernel reads them, and
+# a glob over the secrets mount (`/var/run/secrets/*/serviceaccount/tok*`) reaches the same file.
+token_path(t) if {
+	p := regex.replace(t, `/(\.?/)+`, "/")
+	regex.match(`(?i)/run/secrets/kubernetes\.io|serviceaccount/(token|[^\s;&|]*[*?\[])|/run/secrets/[^\s;&|]*[*?\[]|kubernetes\.io/serviceaccount`, p)
 }
 
 deny contains {

@@ -102,3 +102,13 @@ test_a_pods_environment_printed_whole_or_a_credential_variable_is_a_secret_read 
 	count(secrets.deny) == 0 with input as pod_action("printenv", "printenv", "printenv REDIS_HOST POOL_SIZE")
 	count(secrets.deny) == 0 with input as {"action": {"tool": "shell", "verb": "env", "mutating": false, "raw": "env", "details": {}}, "command": "env"}
 }
+
+test_the_token_path_however_spelt_is_a_token_read if {
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("cat /var/run/secrets//kubernetes.io/serviceaccount/token")
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("cat /var/run/secrets/kubernetes.io/./serviceaccount/token")
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("cat /var/run/secrets/*/serviceaccount/tok*")
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("cat /run/secrets/*/*/token")
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("cd /var/run/secrets/kubernetes.io/serviceaccount && cat token")
+	count(secrets.deny) == 0 with input as shell_read("ls /var/run/app/config/")
+	count(secrets.deny) == 0 with input as shell_read("cat ./serviceaccount.md")
+}
