@@ -107,7 +107,7 @@ scope_of(k) := {} if object.get(k, "scope", {}) == null
 
 # ---- values -------------------------------------------------------------------------------------------------
 
-false_values := {false, "false", "off", "no", "disabled", "disable", "inactive", "0", 0, "n", "none"}
+false_values := {false, "false", "off", "no", "disabled", "disable", "inactive", "0", 0, "n", "none", ""}
 
 true_values := {true, "true", "on", "yes", "enabled", "enable", "active", "1", 1, "y"}
 

@@ -21,6 +21,11 @@ test_maintenance_disabled_as_string_denied if {
 	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", "false", keep_maintenance)
 }
 
+test_maintenance_switched_to_an_empty_string_denied if {
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", "", keep_maintenance)
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", " ", keep_maintenance)
+}
+
 test_maintenance_moved_allowed if {
 	count(safeguards.deny) == 0 with input as change("maintenance.offset_s", 55, keep_maintenance)
 }
