@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, scan, statements
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, cte_dml_effects, literal, scan,
+                                              statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -323,6 +324,10 @@ class Psql:
             if eff.skip:
                 continue
             out.append(to_action(inv, "psql", eff, st.text, target, base))
+            if eff.details.get("in_cte"):
+                # Every data-modifying CTE writes, not only the first (`WITH a AS (DELETE ... WHERE id = 1),
+                # b AS (DELETE FROM users) SELECT 1` deletes every user).
+                out += [to_action(inv, "psql", e, st.text, target, base) for e in cte_dml_effects(st)[1:]]
         return out
 
     def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any]) -> list[Action]:

@@ -247,6 +247,26 @@ def _always_true(cond: list[str]) -> bool:
     return len(cond) == 3 and cond[1] in ("=", "IS") and cond[0] == cond[2] and cond[0] not in ("NULL", "?")
 
 
+# Objects whose body is code the server runs later (functions, procedures, triggers, rewrite rules, MySQL events).
+_STORED_CODE = frozenset({"FUNCTION", "PROCEDURE", "TRIGGER", "RULE", "EVENT", "AGGREGATE", "CONSTRAINT"})
+
+
+def _stored_code(st: Statement) -> str | None:
+    """CREATE ... FUNCTION/PROCEDURE/TRIGGER/...: the first object word after CREATE's modifiers (OR REPLACE,
+    DEFINER = 'u'@'h', SQL SECURITY ..., CONSTRAINT) is one whose body runs later."""
+    for i in range(1, 14):
+        w = st.kw(i)
+        if w in _STORED_CODE:
+            return w
+        if w in _OTHER_OBJECTS:
+            return None
+    return None
+
+
+_OTHER_OBJECTS = frozenset({"TABLE", "VIEW", "INDEX", "DATABASE", "SCHEMA", "USER", "ROLE", "SEQUENCE", "TYPE",
+                            "EXTENSION", "DOMAIN", "SERVER", "TABLESPACE", "POLICY", "PUBLICATION", "SUBSCRIPTION"})
+
+
 def common_effect(st: Statement) -> SqlEffect | None:
     """The effect of statements both dialects share (reads, DML, DDL, maintenance); None when not one of them."""
     k = st.kw(0)
@@ -312,6 +332,16 @@ def common_effect(st: Statement) -> SqlEffect | None:
         if st.kw(j + 1) == "IF":
             j += 3 if st.kw(j + 2) == "NOT" else 2
         name = st.name_at(j + 1)[0]
+        stored = _stored_code(st) if k == "CREATE" else None
+        if stored:
+            obj = stored
+            # Its body runs later, when called or triggered (`SELECT f()` reads as a plain SELECT): what it
+            # does is not judged where it happens.
+            return SqlEffect(verb=f"{k.lower()} {obj.lower()}", mutating=UNKNOWN, layer=Layer.DECLARED,
+                             details={"sql_kind": "procedural", "object": obj.lower(), "name": name},
+                             target_kind=obj.lower(), target_name=name,
+                             opaque_reason=f"{k} {obj} stores code that runs later, when it is called or "
+                                           "triggered, out of the guard's sight; run the plain statements instead")
         return SqlEffect(verb=f"{k.lower()} {obj.lower()}".strip(), mutating=True, layer=Layer.DECLARED,
                          details={"sql_kind": "ddl", "object": obj.lower(), "name": name,
                                   **({"table": name} if obj == "TABLE" else {})},
@@ -349,6 +379,23 @@ def _dml(verb: str, table: str, has_where: bool | None) -> SqlEffect:
                      target_name=table)
 
 
+def cte_dml_effects(st: Statement) -> list[SqlEffect]:
+    """Each data-modifying statement nested in a parenthesis (`WITH a AS (DELETE ...), b AS (UPDATE ...) ...`), in
+    order: one effect each. Only a statement that opens its parenthesis counts, so `SELECT ... FOR UPDATE` (a row
+    lock) and `INSERT ... ON CONFLICT DO UPDATE` (the INSERT's own clause) are not separate writes."""
+    out = []
+    for i, t in enumerate(st.toks):
+        if i == 0 or t.up not in ("INSERT", "UPDATE", "DELETE", "MERGE") or st.toks[i - 1].text != "(":
+            continue
+        # The CTE's own statement only, up to the parenthesis that closes it: the outer query's WHERE is not the
+        # DELETE's (`WITH d AS (DELETE FROM t RETURNING *) SELECT ... WHERE true`).
+        eff = common_effect(Statement(st.toks[i:_closing(st, i)], st.text))
+        if eff is not None:
+            eff.details["in_cte"] = True
+            out.append(eff)
+    return out
+
+
 def _closing(st: Statement, i: int) -> int:
     """Index of the `)` that closes the parenthesis token i stands in (len(toks) when it stands in none)."""
     depth = 0
@@ -379,15 +426,9 @@ def _select(st: Statement) -> SqlEffect:
     if funcs:
         details["functions"] = sorted(set(funcs))
     # A data-modifying CTE or SELECT INTO writes.
-    for kw in ("INSERT", "UPDATE", "DELETE"):
-        i = st.index(kw, depth0=False)
-        if i > 0:
-            # The CTE's own statement only, up to the parenthesis that closes it: the outer query's WHERE is not
-            # the DELETE's (`WITH d AS (DELETE FROM t RETURNING *) SELECT ... WHERE true`).
-            eff = common_effect(Statement(st.toks[i:_closing(st, i)], st.text))
-            if eff is not None:
-                eff.details["in_cte"] = True
-                return eff
+    ctes = cte_dml_effects(st)
+    if ctes:
+        return ctes[0]
     if st.kw(0) == "SELECT" and st.index("INTO") > 0 and st.index("OUTFILE", "DUMPFILE") < 0:
         into = st.index("INTO")
         name = st.name_at(into + 1 + (1 if st.kw(into + 1) in ("TABLE", "TEMP", "TEMPORARY") else 0))[0]
