@@ -24,6 +24,8 @@ __all__ = ["policy"]
 
 # A plain reference such as data.guardrail.decision: printed as its value, like the REST Data API's result.
 _REF = re.compile(r"^\s*data(\.[A-Za-z_]\w*)*\s*$")
+# A reference that iterates, such as data.guardrail.decision.deny[_].id: printed as the list of its values.
+_ITER_REF = re.compile(r"^\s*data(\.[A-Za-z_]\w*|\[(_|\d+|\"[^\"\]]*\")\])*\s*$")
 
 
 @cli.group("policy")
@@ -59,7 +61,8 @@ def test_cmd(directory: Path | None, verbose: bool) -> None:
 @click.option("--input", "input_file", required=True, type=click.Path(path_type=Path),
               help="A JSON file: the input document ({action, context, command}).")
 @click.option("--query", "query", default="data.guardrail.decision", show_default=True,
-              help="A Rego query; a plain data reference prints {\"result\": value}.")
+              help="A Rego query; a plain data reference prints {\"result\": value}, one that iterates "
+                   "(data.guardrail.decision.deny[_].id) {\"result\": [values]}, other queries their bindings.")
 @click.option("--policy", "policy_dir", type=click.Path(path_type=Path), default=None,
               help=POLICY_HELP)
 def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
@@ -67,16 +70,28 @@ def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
     doc = _read_json(input_file)
     with EmbeddedOPA(policy_dir) as engine:
         ref = _REF.match(query) is not None
+        values = not ref and _ITER_REF.match(query) is not None
         try:
-            rows = engine.query(f"result := {query.strip()}" if ref else query, doc)
+            rows = engine.query(f"result := {query.strip()}" if ref or values else query, doc)
         except OpaError as e:
             raise InputError(f"bad query: {e.message.splitlines()[0] if e.message else e.code}",
                              path="--query") from e
     if ref:
         out = {"result": rows[0]["result"]} if rows else {}
+    elif values:
+        out = {"result": [r["result"] for r in rows]}
     else:
         out = {"result": rows}
     click.echo(json.dumps(out, indent=2, sort_keys=True))
+
+
+class _BadConstant(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> object:
+    """NaN, Infinity, -Infinity: Python reads them, JSON (and OPA) does not."""
+    raise _BadConstant(name)
 
 
 def _read_json(path: Path) -> object:
@@ -86,7 +101,10 @@ def _read_json(path: Path) -> object:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
     text = decode_text(raw, path=path, error=InputError)  # undecodable bytes: one line naming file:line
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except _BadConstant as e:
+        line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
+        raise InputError(f"bad JSON: {e.args[0]} is not a JSON number", path=str(path), line=line) from None
     except json.JSONDecodeError as e:
         raise InputError(f"bad JSON: {e.msg}", path=str(path), line=e.lineno) from e
     except RecursionError as e:

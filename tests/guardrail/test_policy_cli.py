@@ -79,6 +79,24 @@ def test_policy_eval_with_a_query_and_policy_dir(tmp_path):
     assert json.loads(r.output) == {"result": [{"x": 43}]}
 
 
+def test_policy_eval_an_iterating_reference_prints_its_values(tmp_path):
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps({"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True},
+                             "context": {}, "command": "redis-cli FLUSHALL"}))
+    r = run("policy", "eval", "--input", str(f), "--query", "data.guardrail.decision.deny[_].id")
+    assert json.loads(r.output) == {"result": ["SRE-DATA-001"]}
+    r = run("policy", "eval", "--input", str(f), "--query", "data.guardrail.decision.warn[_].id")
+    assert json.loads(r.output) == {"result": []}
+
+
+def test_policy_eval_nan_in_the_input_is_bad_json_not_a_bad_query(tmp_path):
+    f = tmp_path / "in.json"
+    f.write_text('{\n  "n": 1,\n  "m": NaN\n}\n')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {f}:3: bad JSON: NaN is not a JSON number"
+
+
 def test_policy_eval_bad_json_names_the_line(tmp_path):
     f = tmp_path / "in.json"
     f.write_text('{\n  "action": {\n    "tool": ,\n  }\n}\n')
