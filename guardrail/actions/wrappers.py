@@ -9,14 +9,15 @@ A wrapper returns None when the command is not wrapping anything (then the tool 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.containers import CONTAINER_EXEC
-from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, parse_exec
+from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_argv, container_specs, parse_exec
 from guardrail.actions.invocation import Invocation, command_name
 from guardrail.actions.model import Action, Target
 from guardrail.actions.shell import file_write
@@ -363,6 +364,9 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     # job, a cronjob or a deployment created with the command after `--`.
     verb = words[:1] if words[:1] in (["run"], ["debug"]) else words[:2] if words[:2] in (
         ["create", "job"], ["create", "cronjob"], ["create", "deployment"]) else None
+    overrides = g.get("--overrides") if verb == ["run"] else None
+    if overrides is not None:
+        return _run_overrides(inv, n, g, words, overrides)
     if verb and g.after_dashdash:
         classifier = classifier_for("kubectl")
         own_actions = classifier.classify(inv) if classifier is not None else []
@@ -373,6 +377,8 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
         inner = Invocation(argv=list(g.after_dashdash), where=where, stdin=inv.stdin,
                            raw=" ".join(shlex.quote(str(a)) for a in g.after_dashdash))
         return own_actions + n.dispatch(inner)
+    if words[:1] in (["apply"], ["create"], ["replace"]) and inv.stdin is not None:
+        return _manifest_commands(inv, n, g)
     if not g.positionals or g.positionals[0] != "exec":
         return None
     ex = parse_exec(inv.args)
@@ -389,6 +395,50 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     inner_inv = Invocation(argv=list(inner), where=where, stdin=inv.stdin,
                            raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in inner))
     return [own] + n.dispatch(inner_inv)
+
+
+def _manifest_commands(inv: Invocation, n: "Normaliser", g: Any) -> list[Action] | None:
+    """`kubectl apply -f - <<EOF` with a Job, Pod or workload whose containers have a command: what they run is
+    judged as a command run in that pod (`redis-cli FLUSHALL` in a Job is a FLUSHALL)."""
+    classifier = classifier_for("kubectl")
+    if classifier is None:
+        return None
+    own = classifier.classify(inv)
+    out = list(own)
+    for a in own:
+        for pod, argv in a.details.pop("container_commands", []):
+            ns = g.get("-n")
+            where = inv.where.inside("kubectl " + a.verb, pod=pod,
+                                     namespace=str(ns) if ns is not None else inv.where.namespace)
+            out += n.dispatch(Invocation(argv=[Word.of(x) for x in argv], where=where,
+                                         raw=" ".join(shlex.quote(x) for x in argv)))
+    return out
+
+
+def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], overrides: Any) -> list[Action]:
+    """`kubectl run NAME --overrides='{"spec": {"containers": [{"command": [...], "args": [...]}]}}'`: the pod's
+    containers run the overrides' command and args (the words after `--` only where the overrides set none).
+    Overrides the guard cannot read (not JSON, or built at run time) are opaque."""
+    classifier = classifier_for("kubectl")
+    own = classifier.classify(inv) if classifier is not None else []
+    if getattr(overrides, "dynamic", False):
+        return own + [inv.opaque("overrides", "kubectl run --overrides built at run time: its pod spec is not visible")]
+    try:
+        doc = json.loads(str(overrides))
+    except ValueError:
+        return own + [inv.opaque("overrides", "kubectl run --overrides that is not JSON: its pod spec is not visible")]
+    image_cmd = [str(a) for a in g.after_dashdash or []][:1]  # what runs when the overrides give args only
+    argvs = [argv for c in container_specs(doc) if (argv := container_argv(c, image_cmd))]
+    if not argvs and g.after_dashdash:
+        argvs.append([str(a) for a in g.after_dashdash])
+    ns = g.get("-n")
+    where = inv.where.inside("kubectl run", pod=words[1] if len(words) > 1 else "",
+                             namespace=str(ns) if ns is not None else inv.where.namespace)
+    out = list(own)
+    for argv in argvs:
+        out += n.dispatch(Invocation(argv=[Word.of(a) for a in argv], where=where, stdin=inv.stdin,
+                                     raw=" ".join(shlex.quote(a) for a in argv)))
+    return out
 
 
 @wrapper("docker", "podman", "crictl", "nerdctl")

@@ -22,7 +22,7 @@ from guardrail.actions.words import Word
 # The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-__all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of"]
+__all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv"]
 
 _VALUE_OPTS = [
     "-n", "--namespace", "--context", "--kubeconfig", "--cluster", "--user", "-s", "--server", "--token", "--as",
@@ -348,6 +348,12 @@ class Kubectl:
         except yaml.YAMLError:
             return
         objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]
+        # What the manifest's containers run (a Job's `command: [redis-cli, FLUSHALL]`): the kubectl wrapper
+        # judges each as a command run in that pod, and takes this list out of the details.
+        commands = [(name, argv) for d, (_, name) in zip(docs, objs) for c in container_specs(d.get("spec"))
+                    if (argv := container_argv(c, []))]
+        if commands:
+            a.details["container_commands"] = commands
         if objs:
             a.target = Target(kind=objs[0][0], name=objs[0][1], namespace=ns)
             a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
@@ -427,3 +433,29 @@ class Kubectl:
             s["namespace"] = a.target.namespace
         return s
 
+
+def container_specs(doc: Any) -> list[dict]:
+    """Every container spec in an overrides document: spec.containers / initContainers, and a template's."""
+    out: list[dict] = []
+    stack = [doc]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, dict):
+            for key, v in d.items():
+                if key in ("containers", "initContainers", "ephemeralContainers") and isinstance(v, list):
+                    out += [c for c in v if isinstance(c, dict)]
+                else:
+                    stack.append(v)
+        elif isinstance(d, list):
+            stack.extend(d)
+    return out
+
+
+def container_argv(c: dict, image_cmd: list[str]) -> list[str]:
+    """What a container spec runs, as argv: its command and args (args after `image_cmd`, the image's own
+    entrypoint as far as the caller knows it, when there is no command); [] when it sets neither."""
+    cmd, args = c.get("command"), c.get("args")
+    if not isinstance(cmd, list) and not isinstance(args, list):
+        return []
+    argv = [str(x) for x in cmd] if isinstance(cmd, list) else list(image_cmd)
+    return argv + ([str(x) for x in args] if isinstance(args, list) else [])
