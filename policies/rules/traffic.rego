@@ -109,3 +109,38 @@ deny contains {
 	regex.match(`(?i)(^|[._])(blocklist|denylist|blocked|shed|drop)([._]|$)`, k.key)
 	not lib.is_false(k.value)
 }
+
+# The load generator itself changed by any other means than scaling: its env (rate, users), image, spec, a signal to
+# its process, a chart value under it. Reads of it (get, logs, describe) are fine.
+loadgen_words := `(?i)(^|[^a-z])(loadgen|load-generator|loadgenerator|locust|k6|vegeta|jmeter)([^a-z]|$)`
+
+deny contains {
+	"id": "SRE-TRAFFIC-007",
+	"msg": sprintf("This changes the load generator (%s): the system would be judged under different traffic. Leave the load generator as it is; repair the service under the load it sends.", [what]),
+	"details": {"what": what},
+} if {
+	input.action.mutating in {true, "unknown"}
+	not scaled_by_traffic_001
+	some what in loadgen_touched
+}
+
+loadgen_touched contains lib.target_name if regex.match(loadgen_words, lib.target_name)
+
+loadgen_touched contains pod if {
+	pod := object.get(lib.details, "pod", "")
+	is_string(pod)
+	regex.match(loadgen_words, pod)
+}
+
+loadgen_touched contains k.key if {
+	some k in input.action.keys
+	regex.match(loadgen_words, k.key)
+}
+
+# A scale of the load generator, and a call to its control API, already have their own findings (001, 003).
+scaled_by_traffic_001 if {
+	input.action.tool == "kubectl"
+	lib.verb == "scale"
+}
+
+scaled_by_traffic_001 if input.action.tool == "curl"

@@ -69,3 +69,17 @@ test_blocklist_denied if {
 test_pool_change_not_traffic if {
 	count(traffic.deny) == 0 with input as {"action": {"tool": "restart-svc.sh", "verb": "restart", "mutating": true, "keys": [{"key": "app.roles.channel.db.pool_size", "value": 20}]}}
 }
+
+loadgen_change(action) := {"action": object.union({"mutating": true, "keys": [], "details": {}, "target": {"kind": "", "name": ""}}, action), "command": "x"}
+
+test_the_load_generator_changed_by_env_image_signal_or_chart_value_is_denied if {
+	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "loadgen"}, "keys": [{"key": "k8s.env.RATE", "value": "0"}]})
+	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "shell", "verb": "pkill", "details": {"pod": "locust-master-0"}})
+	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "helm", "verb": "upgrade", "target": {"kind": "release", "name": "slack"}, "keys": [{"key": "helm.loadgen.users", "value": 1}]})
+}
+
+test_reading_the_load_generator_and_other_names_are_not_traffic_007 if {
+	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "logs", "mutating": false, "target": {"kind": "deployment", "name": "loadgen"}})
+	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "svc-channel"}, "keys": [{"key": "k8s.env.POOL_SIZE", "value": "20"}]})
+	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "uploadgenerator"}})
+}
