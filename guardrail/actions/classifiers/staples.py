@@ -102,7 +102,14 @@ class Kill:
         if inv.name != "kill":
             sig = next((a for a in args if a.startswith("-")), "-TERM")
             targets = [a for a in args if not a.startswith("-")]
-            return [inv.action("shell", inv.name, mutating=True, details={"signal": sig, "targets": targets})]
+            details = {"signal": sig, "targets": targets}
+            if inv.where.in_exec and _kills_server(args, targets):
+                # The container's server process by name: when it exits, the kubelet restarts the container.
+                details["restart"] = True
+                return [inv.action("shell", inv.name, mutating=True, details=details,
+                                   target=Target(kind="pod", name=inv.where.pod or "",
+                                                 namespace=inv.where.namespace))]
+            return [inv.action("shell", inv.name, mutating=True, details=details)]
         sig, targets = kill_args(args)
         details: dict = {"signal": "-" + sig, "targets": targets}
         if inv.where.in_exec and "1" in targets and sig not in _NO_RESTART_SIGNALS:
@@ -115,6 +122,19 @@ class Kill:
 
 # Signals that leave a process running: HUP asks most servers to reload their config, 0 only checks it exists.
 _NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "USR1", "USR2"})
+
+
+# Server programs that are a container's main process (its PID 1, or what PID 1 waits on).
+_SERVERS = re.compile(r"^(postgres|postmaster|redis-server|redis-sentinel|mysqld|mariadbd|mysqld_safe|nginx|haproxy|"
+                      r"envoy|gunicorn|uwsgi|uvicorn|memcached|mongod|rabbitmq-server|beam\.smp|java|node)$")
+
+
+def _kills_server(args: list[str], targets: list[str]) -> bool:
+    """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
+    sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
+    if sigs & _NO_RESTART_SIGNALS:
+        return False
+    return any(_SERVERS.match(t.rsplit("/", 1)[-1]) for t in targets)
 
 
 def kill_args(args: list[str]) -> tuple[str, list[str]]:

@@ -37,3 +37,18 @@ def test_other_signals_and_processes_are_not_restarts(cmd):
     kill = normalise(cmd)[-1]
     assert kill.verb == "kill" and kill.mutating is True
     assert "restart" not in kill.details
+
+
+@pytest.mark.parametrize("cmd,restart", [
+    ("kubectl exec postgres-0 -- pkill postgres", True),
+    ("kubectl exec redis-0 -- killall -9 redis-server", True),
+    ("kubectl exec redis-0 -- pkill /usr/bin/redis-server", True),
+    ("kubectl exec postgres-0 -- pkill -HUP postgres", False),  # a reload
+    ("kubectl exec postgres-0 -- pkill --signal=USR1 postgres", False),
+    ("kubectl exec postgres-0 -- pkill -f 'postgres: autovacuum'", False),  # a worker, not the server
+    ("pkill postgres", False),  # not in a container
+])
+def test_pkill_of_the_server_program_in_a_pod_is_a_restart(cmd, restart):
+    kill = normalise(cmd)[-1]
+    assert kill.mutating is True
+    assert kill.details.get("restart", False) is restart
