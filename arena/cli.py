@@ -85,12 +85,13 @@ def default_guard_factory(env: Any, context: Any) -> Any:
 def run(scenario_id: str, agent_spec: str, arm: str, seed: int, env_name: str, json_path: Path | None) -> None:
     """Run one episode and grade it (exit 0 pass, 1 fail, 2 bad input, 3 the live stack did not come up or an
     llm: agent's chat API failed)."""
-    from arena.agents import make_agent
+    from arena.agents import blamed_on, make_agent
     from arena.episode import run_episode
     from arena.scenario import load_scenario
 
     sc = load_scenario(scenario_id)
-    agent = make_agent(agent_spec, sc, seed)
+    with blamed_on("--agent"):
+        agent = make_agent(agent_spec, sc, seed)
     factory = default_guard_factory if arm == "guarded" else None
     if json_path is not None and str(json_path) != "-":
         try:  # before the episode: a live one takes minutes
@@ -151,18 +152,6 @@ def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def _default_agent(first_scenario: str) -> str:
-    """`calibrated` once the agent factory knows it; until then every solution script (replay:*)."""
-    from arena.agents import resolve_agent
-    from arena.scenario import load_scenario
-
-    try:
-        resolve_agent("calibrated", load_scenario(first_scenario))
-    except (InputError, TypeError):
-        return "replay:*"
-    return "calibrated"
-
-
 class _ArmTally:
     """Pass counts per arm for the progress bar (the A/B rows only)."""
 
@@ -192,7 +181,7 @@ class _ArmTally:
               help="Worker processes (with --env live: stacks at a time): 1 to 4 per CPU, at most 256; never more "
                    "than the episodes to run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/bench",
-              show_default=True, callback=lambda _c, _p, v: _out_dir(v))
+              show_default="out/bench; out/bench-live with --env live", callback=lambda _c, _p, v: _out_dir(v))
 @click.option("--resume", is_flag=True,
               help="Keep the rows of an interrupted run's results.jsonl.partial (or, when there is none, of "
                    "results.jsonl) and run only the episodes not among them.")
@@ -227,6 +216,8 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         if ignored:
             click.echo(f"warning: --env live ignores {', '.join(ignored)}", err=True)
         install_cleanup()  # Ctrl-C or a SIGTERM stops every stack the run has up
+        if ctx.get_parameter_source("out_dir") is ParameterSource.DEFAULT:
+            out_dir = Path("out/bench-live")  # the twin bench's reports stay where they are
         _bench_live(scenarios_opt, agents_opt, arms_opt or "unguarded", jobs, out_dir, as_json)
         return
     arms_opt = arms_opt or "guarded,unguarded"
@@ -251,8 +242,11 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         resp = [float(x) for x in _csv(resp_opt)]
     except ValueError as e:
         raise InputError(f"takes numbers: {resp_opt!r}", path="--responsiveness") from e
-    agents = _csv(agents_opt) or [_default_agent(scenario_ids[0])]
-    plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
+    agents = _csv(agents_opt) or ["calibrated"]
+    from arena.agents import blamed_on
+
+    with blamed_on("--agents"):  # the other options' errors name themselves
+        plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
     results = out_dir / "results.jsonl"
     prepare_out(out_dir)  # before any episode: an --out that cannot be written is bad input (exit 2)
     ab_keys = {e.key() for e in plan.episodes if not e.params
@@ -308,6 +302,7 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
                 as_json: bool) -> None:
     """`guardrail bench --env live`: (outcome, safety, failure mode) per script on the twin and on live."""
     from arena.bench.runner import prepare_out
+    from arena.agents import blamed_on
     from arena.live.bench import check_agents, live_scenarios, plan_live, run_live_agreement
     from arena.live.stack import missing_requirements
 
@@ -315,20 +310,21 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
     scenario_ids = _csv(scenarios_opt) or wired
     unknown = [s for s in scenario_ids if s not in wired]
     if unknown:
-        raise InputError(f"no live wiring for {', '.join(unknown)} (live: {', '.join(wired)})")
+        raise InputError(f"no live wiring for {', '.join(unknown)} (live: {', '.join(wired)})", path="--scenarios")
     arms = _csv(arms_opt)
     bad = [a for a in arms if a not in ("guarded", "unguarded")]
     if bad:
-        raise InputError(f"--arms takes guarded and unguarded, not {', '.join(bad)}")
+        raise InputError(f"takes guarded and unguarded, not {', '.join(bad)}", path="--arms")
     missing = missing_requirements()
     if missing:
         click.echo(f"error: the live stack needs: {', '.join(missing)}", err=True)
         raise SystemExit(3)
     plan = plan_live(scenario_ids, _csv(agents_opt) or ["replay:*"], arms)
-    out = out_dir if out_dir != Path("out/bench") else Path("out/bench-live")
+    out = out_dir
     # Bad input fails here, before any stack starts or anything is printed or written.
     prepare_out(out)
-    check_agents(plan)
+    with blamed_on("--agents"):
+        check_agents(plan)
     finished: list[dict] = []
 
     def cell(v: dict | None) -> str:

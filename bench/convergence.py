@@ -1,7 +1,7 @@
 """How fast and how safely the convergence verifier accepts a declaration: time-to-accept after the true
 recovery, in load cycles, and the false-accept rate, over seeded episodes.
 
-Run: `python bench/convergence.py [--episodes 4000] [--seed 0]` (synthetic) or `--twin [--episodes 200]` (the
+Run: `python bench/convergence.py [--episodes 4000] [--seed 0] [--out F]` (synthetic) or `--twin [--episodes 200]` (the
 twin). Prints a table and writes bench/results/convergence[_twin].json. Targets (issue 5): accept within 2 cycles
 of the true recovery (the median); <= 1% false accepts.
 
@@ -45,6 +45,9 @@ from verifiers.convergence import ConvergenceCheck
 from verifiers.protocols import EnvironmentDescription, Sample, VerdictStatus
 
 OUT = Path(__file__).resolve().parent / "results" / "convergence.json"
+TWIN_OUT = OUT.with_name("convergence_twin.json")
+# Guarded twin episodes are about half a second each: 200 (40 seeds x 5 cases) take a few minutes on 2 cores.
+TWIN_DEFAULT_EPISODES = 200
 SLO_ERR, SLO_GOOD = 0.05, 0.90
 CONTEXT = {"id": "bench", "slos": [{"sli": "error_ratio", "op": "<=", "value": SLO_ERR},
                                    {"sli": "goodput", "op": ">=", "value": SLO_GOOD}]}
@@ -350,7 +353,7 @@ def _engine(load):
     return _ENGINE[0]
 
 
-def twin_main(episodes: int) -> None:
+def twin_main(episodes: int, out: Path) -> None:
     import tempfile
 
     t0 = time.perf_counter()
@@ -383,7 +386,6 @@ def twin_main(episodes: int) -> None:
           "in which the task's own outcome gate passes, up to the acceptance; a false accept is an accepted declaration "
           "whose soak fails the outcome gate. The guard holds public SLOs without the gate's 1.2/0.8 tolerance and "
           "waits for a backlog to settle, so it is deliberately slower than the gate's notion of recovery.")
-    out = OUT.with_name("convergence_twin.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"episodes": len(rows), "wall_s": wall, "summary": summary, "rows": rows}, indent=1))
     print(f"wrote {out}")
@@ -391,9 +393,9 @@ def twin_main(episodes: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=4000,
+    ap.add_argument("--episodes", type=int, default=None,
                     help="synthetic episodes (default 4,000, about a minute: enough to place the median against the "
-                         "target), or twin episodes with --twin")
+                         f"target), or twin episodes with --twin (default {TWIN_DEFAULT_EPISODES})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--twin", action="store_true", help="guarded twin episodes (ia-001/006/011) instead")
     ap.add_argument("--confidence-z", type=float, default=None,
@@ -403,11 +405,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="the pooled check's z at a run's first look (default: the verifier's, 1.28; 0: as the "
                          "later looks)")
     ap.add_argument("--noise-z", type=float, default=None, help="the per-segment noise allowance's z (default 1.0)")
-    ap.add_argument("--out", default=str(OUT), help="where the synthetic run's JSON goes")
+    ap.add_argument("--out", default=None, help=f"where the JSON goes (default {OUT}, with --twin {TWIN_OUT})")
     args = ap.parse_args(argv)
     if args.twin:
-        twin_main(args.episodes)
+        synthetic_only = [f for f, v in (("--seed", args.seed != 0), ("--confidence-z", args.confidence_z),
+                                         ("--first-look-z", args.first_look_z), ("--noise-z", args.noise_z)) if v]
+        if synthetic_only:
+            ap.error(f"{', '.join(synthetic_only)} apply to the synthetic run, not --twin")
+        twin_main(args.episodes or TWIN_DEFAULT_EPISODES, Path(args.out or TWIN_OUT))
         return
+    args.episodes = args.episodes or 4000
+    args.out = args.out or str(OUT)
     criteria: dict[str, Any] = {"convergence": {"max_wait_cycles": 8}}
     if args.confidence_z is not None:
         criteria["convergence"]["confidence_z"] = args.confidence_z

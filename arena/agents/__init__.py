@@ -15,15 +15,16 @@ declaration run only if the guard rejected it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, Union
+from typing import Iterator, Protocol, Sequence, Union
 
 from arena.scenario import Scenario, SolutionScript, Step, load_script
 from guardrail.errors import InputError
 from verifiers.protocols import CommandResult
 
 __all__ = ["Observation", "Command", "Declare", "Wait", "Action", "Agent", "ScriptAgent", "resolve_agent",
-           "make_agent", "AGENT_KINDS"]
+           "make_agent", "blamed_on", "AGENT_KINDS"]
 
 AGENT_KINDS = ("replay:<solution>", "script:PATH", "persona:<name>", "calibrated", "llm:<model>")
 
@@ -101,6 +102,17 @@ class ScriptAgent:
 def resolve_agent(spec: str, scenario: Scenario) -> Agent:
     """The agent for `spec` at seed 0 (kept for the deterministic callers; see make_agent)."""
     return make_agent(spec, scenario, 0)
+
+
+@contextlib.contextmanager
+def blamed_on(option: str) -> Iterator[None]:
+    """An agent spec's bad input that names no file is the option's (`--agent`, `--agents`): re-raised naming it."""
+    try:
+        yield
+    except InputError as e:
+        if e.path is not None:
+            raise
+        raise type(e)(e.message, path=option, line=e.line) from e
 
 
 def make_agent(spec: str, scenario: Scenario, seed: int = 0, **params: object) -> Agent:

@@ -403,7 +403,12 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
             for n, why in rows.bad:
                 warn(f"warning: {src}:{n}: {why}; skipped, its episode runs again")
             if rows.torn:
-                warn(f"warning: {src}: a torn last line ({rows.torn} bytes) from an interrupted write; skipped")
+                try:
+                    last = src.read_bytes().count(b"\n") + 1
+                except OSError:
+                    last = None
+                where = f"{src}:{last}" if last else str(src)
+                warn(f"warning: {where}: a torn last line ({rows.torn} bytes) from an interrupted write; skipped")
             # A row another build made (the guard, the twin, the policies or the scenarios have changed since) is
             # not carried: its episode runs again, so one report never mixes the verdicts of two versions.
             stale = [r for r in rows if r.get("build") != build]

@@ -8,6 +8,7 @@ Exit 0 when the command would run, 1 when the guard would block it, 2 on bad inp
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -30,7 +31,9 @@ def check(context_path: str | None, policy_dir: str | None, mode: str, command: 
     from guardrail.policy.embedded import EmbeddedOPA
 
     context = load_context(context_path) if context_path else IncidentContext()
-    raw = command[0] if len(command) == 1 else " ".join(command)
+    # One word is the command as a shell reads it ('kubectl get pods | head'); several are an argv, quoted back
+    # into the text a shell would run with them (a joined -p '{"spec": ...}' would split the patch).
+    raw = command[0] if len(command) == 1 else shlex.join(command)
     if not raw.strip():  # nothing to decide; an "allow" here could be read as permission by a wrapper
         raise InputError("is empty: give the command after --", path="COMMAND")
     with EmbeddedOPA(policy_dir) as engine:

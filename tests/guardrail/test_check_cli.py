@@ -38,6 +38,15 @@ def test_flushall_is_denied_and_dry_run_lets_it_run():
     assert json.loads(r.output)["decision"]["outcome"] == "deny"
 
 
+def test_a_command_given_as_several_words_is_decided_with_its_quoting():
+    # The argv a shell passes for `check -- kubectl patch ... -p '{"spec": {"replicas": 0}}'`: the patch is one word.
+    r = run("--", "kubectl", "patch", "deploy", "api", "-n", "slack", "-p", '{"spec": {"replicas": 0}}')
+    assert r.exit_code == 1, r.output
+    assert "SRE-WORKLOAD-001" in [f["id"] for f in json.loads(r.output)["decision"]["deny"]]
+    r = run("--", "redis-cli", "-h", "redis-queue", "CONFIG", "SET", "save", "")
+    assert json.loads(r.output)["actions"][0]["keys"] == [{"key": "redis.save", "value": "", "scope": {}}]
+
+
 def test_context_namespaces_are_applied(tmp_path):
     ctx = tmp_path / "ctx.yaml"
     ctx.write_text("namespaces: [slack]\n")
