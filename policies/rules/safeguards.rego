@@ -58,7 +58,7 @@ kept_enabled(key) := c if {
 
 deny contains {
 	"id": "SRE-SAFE-001",
-	"msg": sprintf("%s switches off a safeguard the incident says must stay on (%s). Leave it enabled and repair what fails while it runs (for a schedule, move it; do not disable it).", [k.key, c.text]),
+	"msg": sprintf("%s switches off a safeguard the incident says must stay on (%s). Leave it enabled and repair what fails while it runs.", [k.key, c.text]),
 	"details": {"key": k.key, "value": k.value, "constraint": c.id},
 } if {
 	input.action.mutating in {true, "unknown"}
@@ -92,7 +92,7 @@ warn contains {
 # A maintenance window of zero length, or no period, is maintenance switched off by another name.
 deny contains {
 	"id": "SRE-SAFE-004",
-	"msg": sprintf("%s = %v would stop maintenance from running, and the incident says it must keep running (%s). Keep its period and duration; move its offset instead.", [k.key, k.value, c.text]),
+	"msg": sprintf("%s = %v would stop maintenance from running, and the incident says it must keep running (%s). Keep it running; repair what it collides with.", [k.key, k.value, c.text]),
 	"details": {"key": k.key, "value": k.value, "constraint": c.id},
 } if {
 	input.action.mutating in {true, "unknown"}

@@ -328,8 +328,10 @@ class FrappeSubstrate(Substrate):
         return res
 
     def backlog(self) -> float:
+        """The queue's length as an operator's metric reads it (LLEN of the job list): queued and orphaned ids are
+        in the list; stranded jobs (popped, their hash still `queued`) are not, so they are not counted."""
         j = self.queue.jobs
-        return 0.0 if j is None else j.queued + j.orphan_ids + j.stranded
+        return 0.0 if j is None else j.queued + j.orphan_ids
 
     # --- the operator's programs -----------------------------------------------------------------------------
     def commands(self) -> dict[str, Callable[[Invocation], tuple[str, str, int, float]]]:
