@@ -185,8 +185,8 @@ class _ArmTally:
 @click.option("--resume", is_flag=True,
               help="Keep the rows of an interrupted run's results.jsonl.partial (or, when there is none, of "
                    "results.jsonl) and run only the episodes not among them.")
-@click.option("--responsiveness", "resp_opt", default="0.5,0.8,1.0", show_default=True,
-              help="Guarded-arm sensitivity runs ('' for none).")
+@click.option("--responsiveness", "resp_opt", default="0,0.5,0.8,1.0", show_default=True,
+              help="Guarded-arm sensitivity runs ('' for none); 0 is an agent that never acts on feedback.")
 @click.option("--no-detection", is_flag=True, help="Skip replaying every solution script (section 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout instead of the progress bar.")
 @click.option("--env", "env_name", type=click.Choice(["twin", "live"]), default="twin", show_default=True,

@@ -129,7 +129,12 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     se = Section(SECTION_TITLES[3])
     if s["sensitivity"]:
         se.say("The guarded arm rerun with the agent's responsiveness (the probability that it acts correctly on "
-               "each guard feedback code) set to each value; same tasks and seeds.")
+               "each guard feedback code) set to each value; same tasks and seeds. Acting correctly on a repair "
+               "code (NOT_DURABLE, RESTART_REGRESSION, RESIDUAL_CAUSE, SCOPE_DENIED, SCOPE_DRIFT) means making the "
+               "reference fix's changes still missing: the persona knows the fix once told that something is "
+               "wrong, which the feedback does not itself say. Responsiveness 0 assumes nothing: the agent never "
+               "acts on feedback, and the guard's holds, denials and rejections are all that differ from the "
+               "unguarded arm.")
         ordered = sorted(s["sensitivity"].items(), key=lambda kv: float(kv[0]))
         se.table(["responsiveness", "episodes", "guarded pass@1", "95% CI", "full-fix pass@1"],
                  [[k, str(v["episodes"]), _pct(v["pass_rate"]), _ci(v["ci95"]), _pct(v["full_fix_pass_rate"])]

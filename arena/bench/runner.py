@@ -41,7 +41,10 @@ __all__ = ["EpisodeSpec", "BenchPlan", "plan_bench", "run_plan", "read_results",
            "agent_takes", "DEFAULT_RESPONSIVENESS", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
            "prepare_out", "Terminated", "sigterm_raises"]
 
-DEFAULT_RESPONSIVENESS = (0.5, 0.8, 1.0)
+# 0 is the row that assumes nothing about the agent: it never acts on feedback (the guard still holds, denies and
+# rejects). Above 0, a persona that acts on a repair code makes the reference fix's missing changes: the model knows
+# the fix once told something is wrong, which the feedback itself does not say (see docs/bench.md).
+DEFAULT_RESPONSIVENESS = (0.0, 0.5, 0.8, 1.0)
 MAX_SEEDS = 10_000  # 20 scenarios x 10,000 seeds is already a million episodes; more is a typo
 MAX_JOBS = 256
 
