@@ -168,10 +168,9 @@ class SolutionScript(_M):
 
 
 class AgentBlocksSpec(_M):
-    """Overrides of the persona agents' building blocks (read by arena.agents only; the guard never sees them).
-
-    By default the blocks are derived from the solution scripts and their matrix tags (arena/agents/blocks.py).
-    A non-empty list here replaces the derived one; `diagnostics` are added to the derived read-only commands.
+    """The persona agents' building blocks (read by arena.agents only; the guard never sees them): which solution
+    scripts model which kind of fix (the scenario author's labels; the grader's matrix judges them separately).
+    `diagnostics` are added to the read-only commands found in the scripts.
     """
 
     reference: str = "reference"

@@ -128,36 +128,15 @@ def _split(name: str, script: SolutionScript) -> tuple[FixForm, tuple[Move, ...]
     return FixForm(name, tuple(moves[: last + 1])), tuple(moves[last + 1:])
 
 
-def _kind(name: str, scenario: Scenario) -> str | None:
-    row = scenario.grader.matrix.get(name)
-    if row is None:
-        return None
-    if row.failure_mode is None:
-        return "alternatives"
-    mode = row.failure_mode
-    if mode == "residual_cause" or (mode == "fix_missing" and name.startswith("restart")):
-        return "symptom"
-    return {"not_durable": "ephemeral", "scope_violation": "overbroad", "fix_missing": "partial",
-            "premature_declaration": "premature"}.get(mode)
-
-
 def derive_blocks(scenario: Scenario) -> AgentBlocks:
-    """The scenario's blocks: derived from its tagged solution scripts, then its `agent_blocks` overrides."""
+    """The scenario's blocks: the solution scripts its `agent_blocks` labels by kind, split into moves."""
     spec = scenario.agent_blocks or AgentBlocksSpec()
     if spec.reference not in scenario.solutions:
         raise ValueError(f"{scenario.id}: no reference solution {spec.reference!r} to build agents from")
     reference, tail = _split(spec.reference, scenario.solutions[spec.reference])
-    kinds: dict[str, list[str]] = {k: [] for k in ("alternatives", "ephemeral", "overbroad", "symptom", "partial",
-                                                           "premature")}
-    for name in sorted(scenario.solutions):
-        if name == spec.reference:
-            continue
-        k = _kind(name, scenario)
-        if k is not None:
-            kinds[k].append(name)
-    for k in kinds:
-        if getattr(spec, k):
-            kinds[k] = list(getattr(spec, k))
+    # The scenario's own labels of its scripts (agent_blocks), never the grader's verdicts on them.
+    kinds = {k: list(getattr(spec, k)) for k in ("alternatives", "ephemeral", "overbroad", "symptom", "partial",
+                                                   "premature")}
     forms: dict[str, tuple[FixForm, ...]] = {}
     for k, names in kinds.items():
         fs = [_split(n, scenario.solutions[n])[0] for n in names]
