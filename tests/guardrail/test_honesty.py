@@ -26,10 +26,15 @@ def _reads_of_grader(tree: ast.AST) -> list[int]:
     return hits
 
 
+def _modules(package: str):
+    """(path, syntax tree) of every module of the package."""
+    for p in sorted((ROOT / package).rglob("*.py")):
+        yield p, ast.parse(p.read_text(), filename=str(p))
+
+
 @pytest.mark.parametrize("package", ["guardrail", "verifiers"])
 def test_no_code_reads_a_grader_field_or_imports_arena(package):
-    for p in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(p.read_text(), filename=str(p))
+    for p, tree in _modules(package):
         assert not _reads_of_grader(tree), f"{p} reads a grader field at {_reads_of_grader(tree)}"
         for n in ast.walk(tree):
             if isinstance(n, ast.ImportFrom) and n.module:
@@ -58,8 +63,7 @@ def _dynamic_arena_imports(tree: ast.AST) -> list[int]:
 
 @pytest.mark.parametrize("package", ["guardrail", "verifiers"])
 def test_no_code_imports_arena_dynamically_or_touches_the_twins_state(package):
-    for p in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(p.read_text(), filename=str(p))
+    for p, tree in _modules(package):
         assert not _dynamic_arena_imports(tree), f"{p} imports arena at {_dynamic_arena_imports(tree)}"
         touches = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in _TWIN_INTERNALS]
         assert not touches, f"{p} reads the twin's internal state (world/truth/ledger) at {touches}"
