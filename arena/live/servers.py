@@ -27,6 +27,7 @@ import yaml
 from arena.live.clock import WallClock, wait_until
 from arena.live.names import Endpoint
 from guardrail.errors import EnvironmentError_
+from guardrail.policy import goruntime
 
 __all__ = [
     "ServerStartError",
@@ -189,7 +190,8 @@ class Server:
         try:
             return subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.base, env={**os.environ, **(env or {})},
+                # Without the Go GC settings the guard set for its own OPA engine (Prometheus is a Go program too).
+                start_new_session=True, cwd=self.base, env={**goruntime.child_env(), **(env or {})},
             )
         except OSError as e:
             raise ServerStartError(self.name, f"cannot exec {argv[0]}: {e.strerror}", self.log_path) from e
