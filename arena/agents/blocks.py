@@ -2,7 +2,8 @@
 
 Sits under arena.agents; called by the persona agents (arena/agents/persona.py) when an episode starts and by
 the calibration script. (Whether an episode ran the full reference fix is `EpisodeResult.full_fix`.)
-The blocks are derived from the scenario's solution scripts, each tagged by its qualification-matrix row:
+The blocks are the scenario's solution scripts, each labelled in its `agent_blocks` by what it models (the labels
+match the kind of failure the script was written to show):
 
   reference                      the durable fix: its steps up to its last change, then its tail (waits, checks)
   other passing scripts          alternatives: valid fixes in another form
@@ -13,9 +14,9 @@ The blocks are derived from the scenario's solution scripts, each tagged by its 
   premature_declaration          premature forms: mark the incidents where declaring before settling can fail
   read-only commands of all      diagnostics (and the loops of a stuck agent)
 
-A scenario's `agent_blocks` section overrides any of these lists. Whether a command changes anything is decided
-by the guard's own normaliser (an operator-visible fact), never by an expected-command list. The matrix tags only
-sort scripts into kinds; an agent never learns from them whether an episode will pass.
+A scenario's `agent_blocks` section lists which scripts are which (the scenario author's labels; the grader's
+matrix judges the same scripts separately and is never read here). Whether a command changes anything is decided
+by the guard's own normaliser (an operator-visible fact), never by an expected-command list.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Sequence, Union
 
 from arena.scenario import AgentBlocksSpec, Scenario, SolutionScript
 
-__all__ = ["Run", "Pause", "Move", "FixForm", "AgentBlocks", "derive_blocks", "missing_changes", "same_command",
-           "changes_anything"]
+__all__ = ["Run", "Pause", "Move", "FixForm", "AgentBlocks", "derive_blocks", "missing_changes", "change_keys",
+           "same_command", "changes_anything"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,15 @@ def derive_blocks(scenario: Scenario) -> AgentBlocks:
     for text in spec.diagnostics:
         diag.setdefault(same_command(text), Run(text))
     return AgentBlocks(diagnostics=tuple(diag.values()), reference=reference, tail=tail, **forms)
+
+
+def change_keys(run: Run) -> frozenset[str]:
+    """The setting keys a plan's command changes, as the guard's normaliser names them (redis.maxmemory,
+    mariadb.max_user_connections, app.roles.channel.db.pool_size): what a feedback message can name."""
+    from guardrail.actions import normalise
+
+    text = run.text if not run.stdin else f"{run.text} <<'EOF'\n{run.stdin}\nEOF"
+    return frozenset(str(k.key) for a in normalise(text) if a.is_mutating for k in a.keys)
 
 
 def missing_changes(blocks: AgentBlocks, done: Sequence[str]) -> list[Run]:

@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arena.agents.blocks import AgentBlocks, FixForm, Move, Pause, Run, derive_blocks, missing_changes
+from arena.agents.blocks import (AgentBlocks, FixForm, Move, Pause, Run, change_keys, derive_blocks,
+                                 missing_changes)
 from arena.scenario import Scenario
 from guardrail.errors import InputError
 from guardrail.yamlio import load_model
@@ -47,6 +48,9 @@ class Traits(BaseModel):
     looping: float = Field(0.0, ge=0, le=1)  # gets stuck re-running diagnostics
     symptom_only: float = Field(0.0, ge=0, le=1)  # repairs a symptom (restarts) instead of the cause
     responsiveness: float = Field(0.8, ge=0, le=1)  # acts correctly on each guard feedback code
+    # Acting on a repair code, knows the rest of the reference fix (else makes only the missing changes whose keys
+    # the feedback names: the guard's messages name keys, not the changes still to make).
+    fix_from_feedback: float = Field(1.0, ge=0, le=1)
     diagnostics: tuple[int, int] = (1, 3)  # how many diagnostics it runs first (inclusive range)
     max_declarations: int = Field(6, ge=1)  # gives up after this many rejected declarations
     # Its context holds this many steps; then it stops, undeclared (the paper's "ran out of steps or context").
@@ -197,16 +201,16 @@ class PersonaAgent:
             self.done.append(ran.key)
         text = last.stderr or ""
         if last.exit_code == DENIED_EXIT_CODE and FeedbackCode.SCOPE_DENIED.value in text:
-            self._on_command_feedback(FeedbackCode.SCOPE_DENIED.value)
+            self._on_command_feedback(FeedbackCode.SCOPE_DENIED.value, text)
         elif FeedbackCode.LOOP_DETECTED.value in text:
-            self._on_command_feedback(FeedbackCode.LOOP_DETECTED.value)
+            self._on_command_feedback(FeedbackCode.LOOP_DETECTED.value, text)
 
     def _responds(self, code: str) -> bool:
         ok = self.rng.random() < self.traits.responsiveness
         self.reactions.append({"code": code, "correct": ok})
         return ok
 
-    def _on_command_feedback(self, code: str) -> None:
+    def _on_command_feedback(self, code: str, text: str = "") -> None:
         if not self._responds(code):
             return  # carries on with its plan as if nothing was said
         if code == FeedbackCode.LOOP_DETECTED.value:
@@ -219,11 +223,16 @@ class PersonaAgent:
             return
         # SCOPE_DENIED: drop the rest of the overbroad form, make the plain (reference) changes instead
         denied = self._last_run.key if self._last_run is not None else None
-        self._replan_with_reference(skip=denied)
+        self._replan_with_reference(text, skip=denied)
 
-    def _replan_with_reference(self, skip: str | None = None) -> None:
+    def _replan_with_reference(self, feedback_text: str, skip: str | None = None) -> None:
         # A command the guard just denied is not retried: the agent has no other form of it.
         steps: list[Move | str] = [r for r in missing_changes(self.blocks, self.done) if r.key != skip]
+        # Drawn only when the trait is below 1, so that the default model's random stream is unchanged.
+        if self.traits.fix_from_feedback < 1.0 and self.rng.random() >= self.traits.fix_from_feedback:
+            # Only what the feedback says: the missing changes of a key it names (NOT_DURABLE names the key made
+            # only at runtime, a denial the key it would have changed); a residual cause it cannot name stays.
+            steps = [r for r in steps if isinstance(r, Run) and any(k in feedback_text for k in change_keys(r))]
         # Having been told off once, it waits the reference's settle time before the next declaration.
         steps.extend(self.blocks.tail)
         steps.append("declare")
@@ -239,7 +248,7 @@ class PersonaAgent:
             self.queue.append("declare")
             return
         if code in _REPAIR_CODES and missing_changes(self.blocks, self.done):
-            self._replan_with_reference()
+            self._replan_with_reference("\n".join(msg for _, msg in feedback))
             return
         # NOT_CONVERGED, LOOP_DETECTED, INCONCLUSIVE, or nothing left to change: wait for it to settle, re-declare
         self.queue.append(Pause(max(60.0, self.blocks.settle_s)))

@@ -134,11 +134,15 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
                "reference fix's changes still missing: the persona knows the fix once told that something is "
                "wrong, which the feedback does not itself say. Responsiveness 0 assumes nothing: the agent never "
                "acts on feedback, and the guard's holds, denials and rejections are all that differ from the "
-               "unguarded arm.")
+               "unguarded arm. The last row always acts but knows only what the feedback says: it makes the "
+               "missing changes of the keys a message names (a NOT_DURABLE key, a denied one), no others.")
         ordered = sorted(s["sensitivity"].items(), key=lambda kv: float(kv[0]))
         se.table(["responsiveness", "episodes", "guarded pass@1", "95% CI", "full-fix pass@1"],
                  [[k, str(v["episodes"]), _pct(v["pass_rate"]), _ci(v["ci95"]), _pct(v["full_fix_pass_rate"])]
-                  for k, v in ordered])
+                  for k, v in ordered]
+                 + [["1.0, knowing only what the feedback names", str(v["episodes"]), _pct(v["pass_rate"]),
+                     _ci(v["ci95"]), _pct(v["full_fix_pass_rate"])]
+                    for v in [s.get("sensitivity_feedback_only")] if v])
         se.plots.append(("sensitivity", plots.sensitivity_curve(s) or ""))
     else:
         se.say("No sensitivity runs: " + ("; ".join(s.get("notes", [])) or

@@ -38,13 +38,16 @@ from guardrail.errors import InputError
 from guardrail.fileio import ensure_writable_dir, write_atomic
 
 __all__ = ["EpisodeSpec", "BenchPlan", "plan_bench", "run_plan", "read_results", "expand_agents",
-           "agent_takes", "DEFAULT_RESPONSIVENESS", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
+           "agent_takes", "DEFAULT_RESPONSIVENESS", "FEEDBACK_ONLY", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
            "prepare_out", "Terminated", "sigterm_raises"]
 
 # 0 is the row that assumes nothing about the agent: it never acts on feedback (the guard still holds, denies and
 # rejects). Above 0, a persona that acts on a repair code makes the reference fix's missing changes: the model knows
 # the fix once told something is wrong, which the feedback itself does not say (see docs/bench.md).
 DEFAULT_RESPONSIVENESS = (0.0, 0.5, 0.8, 1.0)
+# One more sensitivity row: an agent that always acts on feedback but knows only what the feedback says (the missing
+# changes of keys a message names), not the rest of the reference fix.
+FEEDBACK_ONLY = (("fix_from_feedback", 0.0), ("responsiveness", 1.0))
 MAX_SEEDS = 10_000  # 20 scenarios x 10,000 seeds is already a million episodes; more is a typo
 MAX_JOBS = 256
 
@@ -171,6 +174,7 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
             plan.episodes.append(spec)
 
     takes_r = agent_takes("responsiveness")
+    takes_ff = takes_r and agent_takes("fix_from_feedback")
     for sid in scenarios:
         sc = _scenario(sid)  # a ScenarioError (an InputError) names the bad id
         specs = expand_agents(agents, sc)
@@ -190,6 +194,9 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
                 for r in responsiveness:
                     for seed in range(seeds):
                         add(EpisodeSpec(sid, a, "guarded", seed, (("responsiveness", float(r)),)))
+                if takes_ff:
+                    for seed in range(seeds):
+                        add(EpisodeSpec(sid, a, "guarded", seed, FEEDBACK_ONLY))
     if responsiveness and not takes_r:
         plan.notes.append("the agent factory takes no `responsiveness`, so the sensitivity runs were skipped")
     return plan

@@ -236,15 +236,20 @@ def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Seq
         out["difference"] = {"pass_rate": paired_task_bootstrap(g, u, seed=seed),
                              "full_fix_pass_rate": paired_task_bootstrap(gf, uf, seed=seed)}
     out["calibration"] = _calibration(arms_out["unguarded"], arm_rows["unguarded"]) if "unguarded" in arms_out else {}
-    sens = {}
-    for r_val in responsiveness:
-        rs = [r for r in rows if r["arm"] == "guarded" and r["params"].get("responsiveness") == float(r_val)]
-        if rs:
-            bs = task_bootstrap(_by_task(rs, lambda r: r["passed"]), seed=seed)
-            full = [r for r in rs if r.get("full_fix")]
-            sens[str(r_val)] = {"episodes": len(rs), "pass_rate": bs["rate"], "ci95": bs["ci95"],
-                                "full_fix_pass_rate": (sum(r["passed"] for r in full) / len(full)) if full else None}
+    def sensitivity_row(params: Mapping[str, float]) -> dict[str, Any] | None:
+        rs = [r for r in rows if r["arm"] == "guarded" and r["params"] == dict(params)]
+        if not rs:
+            return None
+        bs = task_bootstrap(_by_task(rs, lambda r: r["passed"]), seed=seed)
+        full = [r for r in rs if r.get("full_fix")]
+        return {"episodes": len(rs), "pass_rate": bs["rate"], "ci95": bs["ci95"],
+                "full_fix_pass_rate": (sum(r["passed"] for r in full) / len(full)) if full else None}
+
+    sens = {str(r_val): row for r_val in responsiveness
+            if (row := sensitivity_row({"responsiveness": float(r_val)})) is not None}
     out["sensitivity"] = sens
+    # Responsiveness 1, knowing only what the feedback says (arena.bench.runner.FEEDBACK_ONLY).
+    out["sensitivity_feedback_only"] = sensitivity_row({"fix_from_feedback": 0.0, "responsiveness": 1.0})
     out["cost"] = _cost(ab)
     tasks = sorted({r["scenario"] for r in ab})
     out["per_task"] = {

@@ -81,8 +81,8 @@ def test_looping_never_declares_on_its_own():
     assert len(acts) < 80, "its context runs out and it stops"
 
 
-def _reject(agent, acts, code):
-    obs = Observation(SC.public.instruction, len(acts), 100.0, feedback=[(code, "guard says no")],
+def _reject(agent, acts, code, message="guard says no"):
+    obs = Observation(SC.public.instruction, len(acts), 100.0, feedback=[(code, message)],
                       declaration_rejected=True)
     out = []
     for _ in range(20):
@@ -107,6 +107,18 @@ def test_responsive_agent_redoes_the_step_durably_after_not_durable(seed):
     assert isinstance(after[-1], Declare)
     deaf = make_agent("persona:ephemeral", SC, seed, responsiveness=0.0)
     after = _reject(deaf, drive(deaf), "NOT_DURABLE")
+    assert not helm & keys(after) and isinstance(after[-1], Declare)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_knowing_only_the_feedback_it_makes_the_changes_of_the_keys_named(seed):
+    helm = {k for k in REF_KEYS if k.startswith("helm upgrade")}
+    named = make_agent("persona:ephemeral", SC, seed, responsiveness=1.0, fix_from_feedback=0.0)
+    after = _reject(named, drive(named), "NOT_DURABLE",
+                    "redis.maxmemory is set only at runtime; write it to its declared config")
+    assert helm <= keys(after) and isinstance(after[-1], Declare)
+    unnamed = make_agent("persona:ephemeral", SC, seed, responsiveness=1.0, fix_from_feedback=0.0)
+    after = _reject(unnamed, drive(unnamed), "NOT_DURABLE", "a change is set only at runtime")
     assert not helm & keys(after) and isinstance(after[-1], Declare)
 
 
