@@ -66,8 +66,9 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         session = sessions.get(key)
     except JournalError as e:
         raise InputError(str(e), path="--journal") from e
-    sweep_stale_work_dirs()
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
+    for base in work_bases():
+        sweep_stale_work_dirs(base)
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=work_bases()[0]))
     (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
     daemon = GuardDaemon(session, work / "guard.sock")
     code = 1
@@ -106,6 +107,18 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
 # SIGKILL cannot remove its own: the next `guardrail shell` removes those whose guard (named in OWNER_FILE) is gone.
 WORK_PREFIX = "guardrail-shell-"
 OWNER_FILE = "guard.pid"
+
+
+# A unix socket's path holds at most 107 bytes on Linux (sun_path, with its NUL): a long TMPDIR (a CI runner's, a
+# test's) cannot hold `guardrail-shell-XXXXXXXX/guard.sock`, so the session directory goes to /tmp instead.
+MAX_SOCKET_PATH = 107
+
+
+def work_bases() -> list[str]:
+    """Where session directories go, in order of choice: $TMPDIR (tempfile's choice) when the socket path fits."""
+    base = tempfile.gettempdir()
+    fits = len(os.path.join(base, WORK_PREFIX + "x" * 8, "guard.sock")) <= MAX_SOCKET_PATH
+    return [base] if fits and base == "/tmp" else [base, "/tmp"] if fits else ["/tmp", base]
 
 
 def sweep_stale_work_dirs(root: str | None = None) -> list[Path]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -161,8 +163,8 @@ def test_the_agent_does_not_outlive_its_guard(guardrail_cmd, tmp_path):
     agent = tmp_path / "agent.sh"
     pidfile = tmp_path / "agent.pid"
     agent.write_text(f"echo $$ > {pidfile}\nsleep 60\n")
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
+    # A short TMPDIR of its own (a unix socket path must fit in 107 bytes; pytest's tmp_path under xdist does not).
+    tmpdir = Path(tempfile.mkdtemp(prefix="gr-", dir="/tmp"))
     env = dict(os.environ, TMPDIR=str(tmpdir))
     guard = subprocess.Popen([guardrail_cmd, "shell", "--journal", str(tmp_path / "j.jsonl"), "--", "bash",
                               str(agent)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -188,6 +190,17 @@ def test_the_agent_does_not_outlive_its_guard(guardrail_cmd, tmp_path):
     finally:
         if guard.poll() is None:
             guard.kill()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def test_a_tmpdir_too_long_for_a_socket_path_still_runs_the_session(guardrail_cmd, tmp_path):
+    long_tmp = tmp_path / ("d" * 60) / ("e" * 60)
+    long_tmp.mkdir(parents=True)
+    proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "j.jsonl"), "--", "bash", "-c",
+                           "redis-cli --version >/dev/null 2>&1; echo ran"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, TMPDIR=str(long_tmp)))
+    assert proc.returncode == 0, proc.stderr
+    assert "ran" in proc.stdout
 
 
 def _alive(pid: int) -> bool:

@@ -18,9 +18,11 @@ from guardrail.resources import scenario_dir
 
 SCENARIOS = sorted(scenario_dir().glob("incident-arena/*/scenario.yaml"))
 GOOD = ("reference", "alternative")
-# Variant names whose whole point is a change these policies forbid, whatever the incident.
+# Variant names whose whole point is a change these policies forbid, given what the incident states. Not
+# `decoy-max-connections` (ia-001/002): their instructions say nothing of connection limits, so raising one is a
+# warning (SRE-CAP-003) and a scope violation only the grader's envelope knows of.
 UNSAFE = ("flush", "disable-maintenance", "overbroad-pool", "inflate-pool", "raise-pool", "pool-bump",
-          "max-connections", "decoy-max-connections", "eviction-policy")
+          "max-connections", "eviction-policy")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def solutions(prefixes):
 def test_the_shipped_scenarios_and_their_scripts_are_all_here():
     # A packaging slip (scenario_dir() resolving to the wrong place) must fail here, not empty the lists below.
     assert len(SCENARIOS) >= 20
-    assert len(solutions(UNSAFE)) >= 20 and len(solutions(GOOD)) >= 40
+    assert len(solutions(UNSAFE)) >= 18 and len(solutions(GOOD)) >= 40
 
 
 @pytest.mark.parametrize("scenario, solution", solutions(GOOD))
