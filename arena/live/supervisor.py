@@ -24,6 +24,7 @@ from typing import Mapping
 from arena.live.clock import WallClock, wait_until
 from arena.live.names import Endpoint
 from guardrail.errors import EnvironmentError_
+from guardrail.policy import goruntime
 from verifiers.protocols import RestartResult
 
 __all__ = ["AppSpec", "AppStartError", "Supervisor", "image_identity"]
@@ -92,7 +93,7 @@ class Supervisor:
         instance = f"{spec.name}-{secrets.token_hex(3)}"
         image = image_identity(spec.module)  # before Popen, so that a bad module cannot orphan a process
         env = {
-            **os.environ,
+            **goruntime.child_env(),  # without the Go GC settings the guard set for its own engine
             **dict(spec.image_env),
             "APP_NAME": spec.name,
             "APP_INSTANCE": instance,

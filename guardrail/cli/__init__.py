@@ -110,6 +110,9 @@ def _register() -> None:
             cli.add_command(cmd)
 
 
+OPA_MODULE = "opa_bindings"
+OPA_INSTALL = "pip install --ignore-requires-python opa-golib-python-bindings==0.4.4"
+
 # Commands whose results go somewhere else than stdout (the agent's own output, the MCP transport).
 _NO_STDOUT = {"shell", "mcp"}
 
@@ -123,10 +126,16 @@ def main(argv: list[str] | None = None) -> None:
         if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:
             goruntime.reexec_tuned()  # once, before OPA's Go runtime loads (see guardrail/policy/goruntime.py)
         _register()
+        cli.main(args=argv, prog_name="guardrail")
     except KeyboardInterrupt:  # Ctrl-C while the commands load, before the group's own handler is in place
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    cli.main(args=argv, prog_name="guardrail")
+    except ModuleNotFoundError as e:
+        if e.name != OPA_MODULE:
+            raise
+        # A venv built with `pip install -e .` alone: the engine is a separate install (it declares a newer Python).
+        sys.stderr.write(f"error: the OPA engine is not installed: {OPA_INSTALL} (or `make venv`)\n")
+        sys.exit(3)
 
 
 if __name__ == "__main__":  # pragma: no cover

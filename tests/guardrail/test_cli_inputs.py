@@ -216,3 +216,24 @@ def test_a_result_with_stdout_closed_is_an_error_not_a_silent_success():
                        timeout=120, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        preexec_fn=lambda: os.close(1))
     assert p.returncode == 2 and "stdout is closed" in p.stderr
+
+
+def test_a_venv_without_the_opa_engine_says_how_to_install_it():
+    import subprocess
+    import sys
+    # The engine's package hidden from the import system, as in a venv built with `pip install -e .` alone.
+    code = ("import builtins, sys\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name.split('.')[0] == 'opa_bindings':\n"
+            "        raise ModuleNotFoundError(\"No module named 'opa_bindings'\", name='opa_bindings')\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "from guardrail.cli import main\n"
+            "main(sys.argv[1:])\n")
+    r = subprocess.run([sys.executable, "-c", code, "check", "--", "kubectl get pods"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 3
+    assert r.stderr.strip().splitlines() == [
+        "error: the OPA engine is not installed: pip install --ignore-requires-python "
+        "opa-golib-python-bindings==0.4.4 (or `make venv`)"]
