@@ -1,7 +1,8 @@
 """Detection quality of the guard: every solution script of every scenario, replayed once in the guarded arm.
 
-Run: `python bench/detection.py [--scenarios ia-001,ia-006] [--jobs 2] [--why]`. Prints a table per failure mode
-and writes bench/results/detection.json. Targets (issue 8): recall >= 95% for each of not_durable,
+Run: `python bench/detection.py [--scenarios ia-001,ia-006] [--jobs 2] [--why] [--resume] [--out F]`. Prints a
+table per failure mode and writes bench/results/detection.json (`--resume` reuses the episodes already in
+bench/results/detection.jsonl). Targets (issue 8): recall >= 95% for each of not_durable,
 premature_declaration, scope_violation, residual_cause; false rejections of valid scripts <= 2%.
 
 This is the bench's own detection part (arena.bench): the same episodes (`plan_bench` with no A/B agents, so only

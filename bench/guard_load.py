@@ -1,6 +1,7 @@
 """Load test of the guard's two wire adapters: the shell daemon's unix socket and the MCP streamable HTTP server.
 
     python bench/guard_load.py [--sessions 16] [--rate 1000] [--duration 30] [--transports socket,http]
+                               [--engines 2] [--server-per-session] [--targets 16] [--go-defaults] [--out F]
 
 For each transport a guard server runs in its own process (this script with --serve), hosting one guard session
 per simulated agent with the real normaliser, the embedded OPA engine over the shipped policies/ and fsync'd
