@@ -132,7 +132,9 @@ _SERVERS = re.compile(r"^(postgres|postmaster|redis-server|redis-sentinel|mysqld
 def _kills_server(args: list[str], targets: list[str]) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
     sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
-    if sigs & _NO_RESTART_SIGNALS:
+    # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
+    named = {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
+    if (sigs | named) & _NO_RESTART_SIGNALS:
         return False
     return any(_SERVERS.match(t.rsplit("/", 1)[-1]) for t in targets)
 

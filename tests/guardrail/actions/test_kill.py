@@ -45,6 +45,8 @@ def test_other_signals_and_processes_are_not_restarts(cmd):
     ("kubectl exec redis-0 -- pkill /usr/bin/redis-server", True),
     ("kubectl exec postgres-0 -- pkill -HUP postgres", False),  # a reload
     ("kubectl exec postgres-0 -- pkill --signal=USR1 postgres", False),
+    ("kubectl exec postgres-0 -- pkill --signal HUP postgres", False),
+    ("kubectl exec redis-0 -- killall -s HUP redis-server", False),
     ("kubectl exec postgres-0 -- pkill -f 'postgres: autovacuum'", False),  # a worker, not the server
     ("pkill postgres", False),  # not in a container
 ])
