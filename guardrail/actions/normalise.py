@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
+from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import Invocation, Stdin, Where
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.shell import Session, ShellWalker, parse
@@ -65,6 +66,8 @@ class Normaliser:
             raise
         except RecursionError:
             return [inv.opaque("nested", "too deeply nested to follow")]
+        except DocumentTooLarge as e:
+            return [inv.opaque("too-large", f"a document it reads has {e}: pass the plain values instead")]
         except Exception as e:  # a classifier bug must not let a command through unclassified
             return [inv.opaque("unclassified", f"classifier error ({type(e).__name__}); effect not known")]
 

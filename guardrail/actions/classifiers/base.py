@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Protocol
 
+import yaml
+
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import Action, KeyChange
 from guardrail.actions.words import Word
@@ -151,6 +153,43 @@ class OptionSpec:
     def _add(p: Parsed, name: str, value: Word) -> None:
         p.opts.setdefault(name, []).append(value)
         p.order.append((name, value))
+
+
+# A document an agent hands the guard (a patch, a values file, a manifest on stdin) is read whole; YAML aliases can make
+# a few hundred bytes expand to 10^8 values ("billion laughs"). Past this many values, as expanded, it is not judged.
+MAX_DOCUMENT_VALUES = 50_000
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class DocumentTooLarge(ValueError):
+    """A document whose values, with YAML aliases expanded, number more than MAX_DOCUMENT_VALUES."""
+
+
+def bounded(doc: Any, limit: int = MAX_DOCUMENT_VALUES) -> Any:
+    """`doc` itself, or DocumentTooLarge when it expands to more than `limit` values (counted as a reader that
+    walks it would meet them: a node shared by aliases counts each time it is reached; the count stops at the
+    limit, so this costs at most `limit` steps)."""
+    stack, n = [doc], 0
+    while stack:
+        d = stack.pop()
+        n += 1
+        if n > limit:
+            raise DocumentTooLarge(f"more than {limit:,} values once its aliases are expanded")
+        if isinstance(d, dict):
+            stack.extend(d.values())
+        elif isinstance(d, list):
+            stack.extend(d)
+    return doc
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document, bounded (yaml.YAMLError when it does not parse, DocumentTooLarge when it expands)."""
+    return bounded(yaml.load(text, Loader=_YAML_LOADER))
+
+
+def load_yaml_all(text: str) -> list[Any]:
+    """Every document of a YAML stream, bounded together."""
+    return bounded(list(yaml.load_all(text, Loader=_YAML_LOADER)))
 
 
 def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:

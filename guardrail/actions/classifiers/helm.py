@@ -13,12 +13,10 @@ from typing import Any
 import yaml
 
 from guardrail.actions.helmvals import split_top, value_of
-from guardrail.actions.classifiers.base import OptionSpec, flatten, register
+from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
-# The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Helm", "parse_set"]
 
@@ -169,7 +167,7 @@ class Helm:
     @staticmethod
     def _values(text: str, scope: dict[str, str]) -> list[KeyChange]:
         try:
-            doc = yaml.load(text, Loader=_LOADER)
+            doc = load_yaml(text)
         except yaml.YAMLError:
             return []
         if not isinstance(doc, dict):

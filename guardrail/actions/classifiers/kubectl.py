@@ -14,13 +14,11 @@ from typing import Any
 import yaml
 
 from guardrail.actions.catalogue import catalogue
-from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, load_yaml_all, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
 
-# The C loader when libyaml is there: manifests on stdin are parsed on the hot path.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv"]
 
@@ -281,7 +279,7 @@ class Kubectl:
             doc = json.loads(text) if text is not None else None
         except ValueError:
             try:
-                doc = yaml.load(text, Loader=_LOADER) if text is not None else None
+                doc = load_yaml(text) if text is not None else None
             except yaml.YAMLError:
                 doc = None
         if isinstance(doc, dict):
@@ -344,7 +342,7 @@ class Kubectl:
 
     def _manifests(self, a: Action, text: str, ns: str | None) -> None:
         try:
-            docs = [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
+            docs = [d for d in load_yaml_all(text) if isinstance(d, dict)]
         except yaml.YAMLError:
             return
         objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]
@@ -434,19 +432,24 @@ class Kubectl:
         return s
 
 
-def container_specs(doc: Any) -> list[dict]:
-    """Every container spec in an overrides document: spec.containers / initContainers, and a template's."""
+def container_specs(doc: Any, limit: int = 10_000) -> list[dict]:
+    """Every container spec in a pod spec or manifest: spec.containers / initContainers, and a template's. Each
+    node is visited once (YAML aliases share nodes: a billion-laughs document is thousands of nodes, not 10^8)
+    and at most `limit` nodes are visited."""
     out: list[dict] = []
-    stack = [doc]
-    while stack:
+    stack, seen = [doc], set()
+    while stack and len(seen) < limit:
         d = stack.pop()
+        if not isinstance(d, (dict, list)) or id(d) in seen:
+            continue
+        seen.add(id(d))
         if isinstance(d, dict):
             for key, v in d.items():
                 if key in ("containers", "initContainers", "ephemeralContainers") and isinstance(v, list):
                     out += [c for c in v if isinstance(c, dict)]
                 else:
                     stack.append(v)
-        elif isinstance(d, list):
+        else:
             stack.extend(d)
     return out
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from guardrail.actions import normalise
 from guardrail.actions.model import UNKNOWN
 from guardrail.actions.normalise import MAX_COMMANDS
@@ -40,3 +42,27 @@ def test_a_loop_within_the_limit_is_still_unrolled():
     assert len(actions) == 96
     assert all(a.mutating is False and a.opaque_reason is None for a in actions)
     assert actions[-1].details["command"] == "GET k323"  # the loop variables are bound in each unrolled body
+
+
+def _alias_bomb(levels: int = 8) -> str:
+    lines = ['  a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, levels):
+        lines.append(f"  a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("head", ["kubectl apply -f - <<'YAML'\nkind: Job\nmetadata: {name: x}\nspec:",
+                                  "helm upgrade x ./c --reuse-values -f - <<'YAML'\nvalues:"])
+def test_a_yaml_alias_bomb_is_one_opaque_action_in_well_under_a_second(head):
+    # About 300 bytes that expand to 10^8 values: the guard stops counting at 50,000 and does not judge it.
+    t0 = time.perf_counter()
+    actions = normalise(f"{head}\n{_alias_bomb()}\nYAML")
+    assert time.perf_counter() - t0 < 5  # generous: it takes ~0.05 s; unbounded it took 13 s and 60+ s
+    assert [(a.verb, a.mutating) for a in actions] == [("too-large", "unknown")]
+    assert "50,000 values" in actions[0].opaque_reason
+
+
+def test_a_document_that_shares_a_node_a_few_times_is_still_read():
+    cmd = "helm upgrade x ./c --reuse-values -f - <<'YAML'\nbase: &b {replicas: 2}\nweb: *b\nworker: *b\nYAML"
+    (a,) = normalise(cmd)
+    assert {k.key for k in a.keys} >= {"helm.web.replicas", "helm.worker.replicas"}
