@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.containers import CONTAINER_EXEC
-from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_argv, container_specs, parse_exec
+from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
 from guardrail.actions.invocation import Invocation, command_name
 from guardrail.actions.model import Action, Target
 from guardrail.actions.shell import file_write
@@ -427,8 +427,12 @@ def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], o
         doc = json.loads(str(overrides))
     except ValueError:
         return own + [inv.opaque("overrides", "kubectl run --overrides that is not JSON: its pod spec is not visible")]
+    if not isinstance(doc, dict) or str(g.get("--override-type") or "merge") not in ("merge", "strategic"):
+        # A JSON patch (a list of operations) edits paths of a spec the guard does not have.
+        return own + [inv.opaque("overrides", "kubectl run --overrides as a JSON patch: the pod spec it makes is "
+                                              "not visible; give the command after -- instead")]
     image_cmd = [str(a) for a in g.after_dashdash or []][:1]  # what runs when the overrides give args only
-    argvs = [argv for c in container_specs(doc) if (argv := container_argv(c, image_cmd))]
+    argvs = [argv for c in container_specs(doc) for argv in container_commands(c, image_cmd)]
     if not argvs and g.after_dashdash:
         argvs.append([str(a) for a in g.after_dashdash])
     ns = g.get("-n")

@@ -20,7 +20,8 @@ from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
 
 
-__all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv"]
+__all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv",
+           "container_commands"]
 
 _VALUE_OPTS = [
     "-n", "--namespace", "--context", "--kubeconfig", "--cluster", "--user", "-s", "--server", "--token", "--as",
@@ -34,6 +35,7 @@ _VALUE_OPTS = [
     "--clusterrole", "--role", "--serviceaccount", "--group", "--verb", "--resource", "--resource-name",
     "--duration", "--docker-server", "--docker-username", "--docker-password", "--cert", "--key",
     "--target", "--profile", "--copy-to", "--for", "--patch-file", "--local-ssd-count", "--pod-selector",
+    "--override-type",
 ]
 _ALIASES = {"--namespace": "-n", "--selector": "-l", "--output": "-o", "--container": "-c", "--filename": "-f",
             "--patch": "-p", "--label-columns": "-L", "--kustomize": "-k", "--env": "-e", "--server": "-s"}
@@ -348,8 +350,9 @@ class Kubectl:
         objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]
         # What the manifest's containers run (a Job's `command: [redis-cli, FLUSHALL]`): the kubectl wrapper
         # judges each as a command run in that pod, and takes this list out of the details.
-        commands = [(name, argv) for d, (_, name) in zip(docs, objs) for c in container_specs(d.get("spec"))
-                    if (argv := container_argv(c, []))]
+        # The whole document: a `kind: List` holds its objects under items.
+        commands = [(name, argv) for d, (_, name) in zip(docs, objs) for c in container_specs(d)
+                    for argv in container_commands(c, [])]
         if commands:
             a.details["container_commands"] = commands
         if objs:
@@ -451,6 +454,20 @@ def container_specs(doc: Any, limit: int = 10_000) -> list[dict]:
                     stack.append(v)
         else:
             stack.extend(d)
+    return out
+
+
+def container_commands(c: dict, image_cmd: list[str]) -> list[list[str]]:
+    """Every command a container spec runs: its main command and args, and the exec hooks and probes the kubelet
+    runs in it (lifecycle.postStart/preStop, readiness/liveness/startup probes)."""
+    out = [argv] if (argv := container_argv(c, image_cmd)) else []
+    hooks = [((c.get("lifecycle") or {}).get(h) or {}) for h in ("postStart", "preStop")] if isinstance(
+        c.get("lifecycle"), dict) else []
+    probes = [c.get(p) or {} for p in ("readinessProbe", "livenessProbe", "startupProbe")]
+    for h in hooks + probes:
+        cmd = ((h.get("exec") or {}) if isinstance(h, dict) else {}).get("command") if isinstance(h, dict) else None
+        if isinstance(cmd, list) and cmd:
+            out.append([str(x) for x in cmd])
     return out
 
 

@@ -103,7 +103,7 @@ class Kill:
             sig = next((a for a in args if a.startswith("-")), "-TERM")
             targets = [a for a in args if not a.startswith("-")]
             details = {"signal": sig, "targets": targets}
-            if inv.where.in_exec and _kills_server(args, targets):
+            if inv.where.in_exec and _kills_server(inv.name, args, targets):
                 # The container's server process by name: when it exits, the kubelet restarts the container.
                 details["restart"] = True
                 return [inv.action("shell", inv.name, mutating=True, details=details,
@@ -125,18 +125,38 @@ _NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "
 
 
 # Server programs that are a container's main process (its PID 1, or what PID 1 waits on).
-_SERVERS = re.compile(r"^(postgres|postmaster|redis-server|redis-sentinel|mysqld|mariadbd|mysqld_safe|nginx|haproxy|"
-                      r"envoy|gunicorn|uwsgi|uvicorn|memcached|mongod|rabbitmq-server|beam\.smp|java|node)$")
+SERVER_PROGRAMS = ("postgres", "postmaster", "pgbouncer", "redis-server", "redis-sentinel", "mysqld", "mariadbd",
+                   "mysqld_safe", "nginx", "haproxy", "envoy", "gunicorn", "uwsgi", "uvicorn", "memcached", "mongod",
+                   "rabbitmq-server", "beam.smp", "java", "node")
 
 
-def _kills_server(args: list[str], targets: list[str]) -> bool:
+def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
     sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
     # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
     named = {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
     if (sigs | named) & _NO_RESTART_SIGNALS:
         return False
-    return any(_SERVERS.match(t.rsplit("/", 1)[-1]) for t in targets)
+    return any(_names_a_server(t, pattern=name == "pkill") for t in targets if t.upper() not in named)
+
+
+def _names_a_server(target: str, *, pattern: bool) -> bool:
+    """killall matches a program's name exactly; pkill (and pgrep) take a regular expression that may match any part
+    of it (`pkill redis` ends redis-server), or of its command line with -f (`pkill -f 'redis-server *:6379'`)."""
+    base = target.rsplit("/", 1)[-1]
+    if base in SERVER_PROGRAMS:
+        return True
+    if not pattern:
+        return False
+    # A command-line pattern that starts with the server's own name and its arguments ('redis-server *:6379'); not
+    # a worker's title ('postgres: autovacuum launcher'), which names a child process.
+    if any(re.match(rf"^(\S*/)?{re.escape(p)}(\s|$)", target) for p in SERVER_PROGRAMS):
+        return True
+    try:
+        rx = re.compile(target)
+    except re.error:
+        return any(target in p for p in SERVER_PROGRAMS)
+    return any(rx.search(p) for p in SERVER_PROGRAMS)
 
 
 def kill_args(args: list[str]) -> tuple[str, list[str]]:

@@ -49,6 +49,11 @@ def test_other_signals_and_processes_are_not_restarts(cmd):
     ("kubectl exec redis-0 -- killall -s HUP redis-server", False),
     ("kubectl exec postgres-0 -- pkill -f 'postgres: autovacuum'", False),  # a worker, not the server
     ("pkill postgres", False),  # not in a container
+    ("kubectl exec redis-0 -- pkill redis", True),  # pkill matches part of the name: redis-server
+    ("kubectl exec redis-0 -- pkill -f 'redis-server *:6379'", True),
+    ("kubectl exec postgres-0 -- pkill 'postgre[s]'", True),
+    ("kubectl exec pgbouncer-0 -- pkill pgbouncer", True),
+    ("kubectl exec redis-0 -- killall redis", False),  # killall's name is exact: no program is called redis
 ])
 def test_pkill_of_the_server_program_in_a_pod_is_a_restart(cmd, restart):
     kill = normalise(cmd)[-1]
