@@ -323,11 +323,16 @@ class Psql:
             eff = pg_effect(st)
             if eff.skip:
                 continue
+            # The statement a WITH list leads to (not one of its CTEs): every CTE that writes is an action too.
+            after_with = st.kw(0) == "WITH" and not eff.details.get("in_cte") and eff.mutating is not False
             out.append(to_action(inv, "psql", eff, st.text, target, base))
-            if eff.details.get("in_cte"):
+            if eff.details.get("in_cte") or after_with:
                 # Every data-modifying CTE writes, not only the first (`WITH a AS (DELETE ... WHERE id = 1),
-                # b AS (DELETE FROM users) SELECT 1` deletes every user).
-                out += [to_action(inv, "psql", e, st.text, target, base) for e in cte_dml_effects(st)[1:]]
+                # b AS (DELETE FROM users) SELECT 1` deletes every user); `eff` is the first CTE's, or the
+                # statement the WITH list leads to.
+                ctes = cte_dml_effects(st)
+                out += [to_action(inv, "psql", e, st.text, target, base)
+                        for e in (ctes[1:] if eff.details.get("in_cte") else ctes)]
         return out
 
     def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any]) -> list[Action]:

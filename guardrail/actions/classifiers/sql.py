@@ -272,6 +272,13 @@ def common_effect(st: Statement) -> SqlEffect | None:
     k = st.kw(0)
     if k in _TX:
         return SqlEffect(verb=k.lower(), mutating=False, skip=True)
+    if k == "WITH":
+        # The statement a WITH list leads to may itself write: `WITH x AS (SELECT 1) DELETE FROM t`.
+        main = st.index("INSERT", "UPDATE", "DELETE", "MERGE", "REPLACE")
+        if main > 0:
+            eff = common_effect(Statement(st.toks[main:], st.text))
+            if eff is not None:
+                return eff  # the CTEs' own writes are actions too (postgres.py)
     if k in ("SELECT", "VALUES", "TABLE", "WITH"):
         return _select(st)
     if k in ("SHOW", "DESCRIBE", "DESC", "HELP", "USE"):
@@ -356,6 +363,11 @@ def common_effect(st: Statement) -> SqlEffect | None:
     if k == "UNLOCK":
         return SqlEffect(verb="unlock", mutating=True, layer=Layer.NONE, details={"sql_kind": "lock"})
     if k == "COPY":
+        if len(st.toks) > 1 and st.toks[1].text == "(":
+            # COPY (query) TO ...: the query runs, and it may write (`COPY (DELETE ... RETURNING *) TO STDOUT`).
+            inner = common_effect(Statement(st.toks[2:_closing(st, 2)], st.text))
+            if inner is not None and inner.mutating is not False:
+                return inner
         name = st.name_at(1)[0]
         if st.index("PROGRAM") > 0:
             return SqlEffect(verb="copy program", mutating=UNKNOWN, details={"sql_kind": "program", "table": name},
