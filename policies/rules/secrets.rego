@@ -70,7 +70,7 @@ deny contains {
 # a glob over the secrets mount (`/var/run/secrets/*/serviceaccount/tok*`) reaches the same file.
 token_path(t) if {
 	p := regex.replace(t, `/(\.?/)+`, "/")
-	regex.match(`(?i)/run/secrets/kubernetes\.io|serviceaccount/(token|[^\s;&|]*[*?\[])|/run/secrets/[^\s;&|]*[*?\[]|kubernetes\.io/serviceaccount`, p)
+	regex.match(`(?i)/var/run/secrets(/|\s|$|['"])|/run/secrets/kubernetes\.io|/run/secrets/[^\s;&|]*/token|serviceaccount/(token|[^\s;&|]*[*?\[])|kubernetes\.io/serviceaccount`, p)
 }
 
 deny contains {
@@ -119,13 +119,29 @@ pod_env_read if {
 
 pod_env_read if {
 	input.action.tool == "printenv"
-	some name in array.slice(regex.split(`\s+`, trim_space(lib.raw)), 1, 1000)
+	some name in printenv_names
 	regex.match(`(?i)pass|secret|token|key|credential|auth|dsn|_url$`, name)
 }
 
 pod_env_read if {
 	input.action.tool == "printenv"
-	count(regex.split(`\s+`, trim_space(lib.raw))) == 1
+	count(printenv_names) == 0
+}
+
+# printenv's variable names (its options, -0 and --null, are not names).
+printenv_names := [w | some w in array.slice(regex.split(`\s+`, trim_space(lib.raw)), 1, 1000); not startswith(w, "-")]
+
+# The shell's own listings of its variables (export -p, declare -p/-x, a bare set) print the same environment.
+pod_env_read if {
+	some t in lib.texts
+	regex.match(`(^|[;&|(]\s*|\s)(export\s+-p|declare\s+-[a-z]*[px]|typeset\s+-[a-z]*[px]|set)\s*($|[;&|)])`, t)
+}
+
+# A credential-named variable printed in a pod (echo $DB_PASSWORD, printf %s "${API_TOKEN}"). Passing one to a
+# client (redis-cli -a "$REDIS_PASSWORD") uses it without showing it, and is not this.
+pod_env_read if {
+	some t in lib.texts
+	regex.match(`(^|[;&|(\s])(echo|printf)\s[^;&|]*\$\{?[A-Za-z0-9_]*(?i:pass|secret|token|credential|api_?key|private_?key)`, t)
 }
 
 # Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example

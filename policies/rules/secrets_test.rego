@@ -112,3 +112,20 @@ test_the_token_path_however_spelt_is_a_token_read if {
 	count(secrets.deny) == 0 with input as shell_read("ls /var/run/app/config/")
 	count(secrets.deny) == 0 with input as shell_read("cat ./serviceaccount.md")
 }
+
+test_the_secrets_mount_read_by_any_tool_is_a_token_read if {
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("grep -r . /var/run/secrets")
+	"SRE-SECRET-002" in ids(secrets.deny) with input as shell_read("find /var/run/secrets -name token -exec cat {} +")
+	count(secrets.deny) == 0 with input as shell_read("ls /var/run/app")
+	count(secrets.deny) == 0 with input as shell_read("redis-cli -a \"$(cat /run/secrets/redis-pw)\" PING")
+}
+
+test_a_pods_environment_listed_by_the_shell_or_a_credential_printed_is_a_secret_read if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("printenv", "printenv", "printenv -0")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("shell", "export", "export -p")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("shell", "set", "set")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("echo", "echo", "echo $DB_PASSWORD")
+	count(secrets.deny) == 0 with input as pod_action("printenv", "printenv", "printenv PATH")
+	count(secrets.deny) == 0 with input as pod_action("shell", "set", "set -e")
+	count(secrets.deny) == 0 with input as pod_action("redis-cli", "ping", "redis-cli -a \"$REDIS_PASSWORD\" PING")
+}
