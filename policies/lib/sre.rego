@@ -42,10 +42,14 @@ short_dns := [c, ns] if {
 
 short_dns_known(_, ns) if ns in context.namespaces
 
-short_dns_known(c, _) if {
+short_dns_known(c, ns) if {
+	not ns in host_suffixes
 	some k in object.get(context, "components", [])
 	same_component(k, c)
 }
+
+# Suffixes of host names that are not Kubernetes namespaces (redis-queue.local is an mDNS or /etc/hosts name).
+host_suffixes := {"local", "localdomain", "localhost", "internal", "lan", "home", "corp", "svc", "cluster"}
 
 default target_kind := ""
 

@@ -64,3 +64,8 @@ test_other_dotted_names_stay_whole if {
 	file := {"action": {"tool": "file", "target": {"kind": "file", "name": "redis.slack"}}, "context": {"namespaces": ["slack"]}}
 	lib.target_name == "redis.slack" with input as file
 }
+
+test_a_host_suffix_that_is_no_namespace_stays_whole if {
+	lib.target_name == "redis-queue.local" with input as host("redis-queue.local")
+	not lib.namespace with input as host("redis-queue.local")
+}

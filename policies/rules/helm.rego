@@ -9,7 +9,7 @@ import data.guardrail.lib
 # Values files other than stdin: a file the guard cannot see may be the release's full values.
 full_values_file if {
 	some f in object.get(lib.details, "values_files", [])
-	f != "-"
+	not f in {"-", "/dev/null", "/dev/stdin", "/dev/fd/0"}
 }
 
 deny contains {

@@ -81,3 +81,7 @@ test_reset_values_is_denied_with_or_without_new_values if {
 test_reset_values_with_the_full_values_file_is_allowed if {
 	count(helm.deny) == 0 with input as upgrade({"chart": "c", "reset_values": true, "values_files": ["values.yaml"]})
 }
+
+test_reset_values_with_an_empty_values_file_is_still_a_reset if {
+	"SRE-HELM-001" in ids(helm.deny) with input as upgrade({"chart": "c", "reset_values": true, "values_files": ["/dev/null"]})
+}

@@ -120,7 +120,7 @@ pod_env_read if {
 pod_env_read if {
 	input.action.tool == "printenv"
 	some name in printenv_names
-	regex.match(`(?i)pass|secret|token|key|credential|auth|dsn|_url$`, name)
+	regex.match(`(?i)(^|_)(pass(wd|word)?|secret|token|credentials?|key|auth|dsn|url)(_|$)`, name)
 }
 
 pod_env_read if {
@@ -152,8 +152,8 @@ credential_read(t) if regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cn
 # .dist), nor a longer name (.envrc, .environment).
 credential_read(t) if {
 	some cat in regex.find_n(`(?i)\bcat\s+[^|;&]*`, t, -1)
-	some f in regex.find_n(`(?i)\.env(\.[a-z0-9_-]+)?\b`, cat, -1)
-	not regex.match(`(?i)^\.env\.(example|sample|template|dist)$`, f)
+	some f in regex.find_n(`(?i)\.env(\.[a-z0-9_.-]*[a-z0-9_-])?\b`, cat, -1)
+	not regex.match(`(?i)\.(example|sample|template|dist)$`, f)
 }
 
 # The redis password searched for, in the config file (either order) or with grep anywhere, or asked of the server.

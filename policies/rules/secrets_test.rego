@@ -129,3 +129,10 @@ test_a_pods_environment_listed_by_the_shell_or_a_credential_printed_is_a_secret_
 	count(secrets.deny) == 0 with input as pod_action("shell", "set", "set -e")
 	count(secrets.deny) == 0 with input as pod_action("redis-cli", "ping", "redis-cli -a \"$REDIS_PASSWORD\" PING")
 }
+
+test_variable_names_are_read_by_their_words_and_example_files_by_their_suffix if {
+	count(secrets.deny) == 0 with input as pod_action("printenv", "printenv", "printenv KEYSPACE_COUNT MONKEY")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as pod_action("printenv", "printenv", "printenv API_KEY")
+	count(secrets.deny) == 0 with input as shell_read("cat /app/.env.local.example")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /app/.env.local")
+}

@@ -112,7 +112,7 @@ deny contains {
 
 # The load generator itself changed by any other means than scaling: its env (rate, users), image, spec, a signal to
 # its process, a chart value under it. Reads of it (get, logs, describe) are fine.
-loadgen_words := `(?i)(^|[^a-z])(loadgen|load-generator|loadgenerator|locust|k6|vegeta|jmeter)([^a-z]|$)`
+loadgen_words := `(?i)(^|[^a-z])(load[-_]?gen|load[-_]?generator|locust|k6|vegeta|jmeter)([^a-z]|$)`
 
 deny contains {
 	"id": "SRE-TRAFFIC-007",
@@ -132,9 +132,19 @@ loadgen_touched contains pod if {
 	regex.match(loadgen_words, pod)
 }
 
+# A key under the load generator (a chart value loadgen.users); not a label or annotation of another object, whose
+# name merely contains the word (`kubectl label pod web-0 k6=ignored`).
 loadgen_touched contains k.key if {
 	some k in input.action.keys
+	not regex.match(`^k8s\.(labels|annotations)\.`, k.key)
 	regex.match(loadgen_words, k.key)
+}
+
+# The load generator's pods chosen by a selector (kubectl delete pod -l app=loadgen).
+loadgen_touched contains sel if {
+	sel := object.get(lib.details, "selector", "")
+	is_string(sel)
+	regex.match(loadgen_words, sel)
 }
 
 # A scale of the load generator, and a call to its control API, already have their own findings (001, 003).

@@ -83,3 +83,9 @@ test_reading_the_load_generator_and_other_names_are_not_traffic_007 if {
 	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "svc-channel"}, "keys": [{"key": "k8s.env.POOL_SIZE", "value": "20"}]})
 	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "uploadgenerator"}})
 }
+
+test_a_selector_or_a_dashed_name_reaches_the_load_generator_and_a_label_word_does_not if {
+	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "kubectl", "verb": "delete", "target": {"kind": "pod", "name": ""}, "details": {"selector": "app=loadgen"}})
+	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "load-gen"}})
+	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "label", "target": {"kind": "pod", "name": "web-0"}, "keys": [{"key": "k8s.labels.k6", "value": "x"}]})
+}

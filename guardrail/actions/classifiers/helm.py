@@ -149,7 +149,7 @@ class Helm:
             # touching a setting read this to tell a restatement from a change (the scope audit checks the value).
             details["server_flags"] = sorted({f.key for f in flags})
             keys += flags
-        if p.has("--reset-values"):
+        if p.has("--reset-values") and str(p.get("--reset-values") or "true").lower() not in ("false", "0"):
             # Helm ignores --reuse-values beside --reset-values: the chart's defaults win.
             details["reset_values"] = True
         elif p.has("--reuse-values") or p.has("--reset-then-reuse-values"):
