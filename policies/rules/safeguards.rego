@@ -45,6 +45,14 @@ switches_off(k, inverted) if {
 	lib.is_false(k.value)
 }
 
+# A switch emptied (null, [], {}) is off to any config reader that tests it for truth; a value the guard cannot see
+# (null from a --set-file) is judged the same way, as a safeguard must not be left to chance.
+switches_off(k, inverted) if {
+	count(inverted) == 0
+	k.value in {null, [], {}}
+	count(lib.key_words[k.key] & probe_words) == 0 # a probe removed is SRE-SAFE-005's
+}
+
 switches_off(k, inverted) if {
 	count(inverted) > 0
 	lib.is_true(k.value)

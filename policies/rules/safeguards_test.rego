@@ -125,3 +125,9 @@ test_a_probe_key_set_to_null_is_a_probe_removed if {
 	tuned := {"action": {"tool": "kubectl", "verb": "patch", "mutating": true, "raw": "kubectl patch", "keys": [{"key": "k8s.spec.template.spec.containers.web.readinessProbe.periodSeconds", "value": 20}]}}
 	not "SRE-SAFE-005" in {f.id | some f in safeguards.deny} with input as tuned
 }
+
+test_a_kept_switch_emptied_is_switched_off if {
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", null, keep_maintenance)
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", {}, keep_maintenance)
+	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", [], keep_maintenance)
+}

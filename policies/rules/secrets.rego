@@ -146,12 +146,12 @@ pod_env_read if {
 
 # Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example
 # env file, a password line filtered out) never hides another in the same text.
-credential_read(t) if regex.match(`(?i)/proc/[0-9a-z]+/environ|\.pgpass|\.my\.cnf|/etc/shadow`, t)
+credential_read(t) if regex.match(`(?i)/proc/[^/\s]+/environ|\.pgpass|\.my\.cnf|/etc/shadow`, t)
 
 # An env file printed with cat: `.env`, `.env.local`, `.env-prod`; not an example (.env.example, .sample, .template,
 # .dist), nor a longer name (.envrc, .environment).
 credential_read(t) if {
-	some cat in regex.find_n(`(?i)\bcat\s+[^|;&]*`, t, -1)
+	some cat in regex.find_n(`(?i)\b(cat|tac|head|tail|less|more|strings|xxd|od|grep|awk)\s+[^|;&]*`, t, -1)
 	some f in regex.find_n(`(?i)\.env(\.[a-z0-9_.-]*[a-z0-9_-])?\b`, cat, -1)
 	not regex.match(`(?i)\.(example|sample|template|dist)$`, f)
 }
@@ -162,7 +162,7 @@ credential_read(t) if {
 	not requirepass_filtered_out(t)
 }
 
-credential_read(t) if regex.match(`(?i)config\s+get\s+['"]?(requirepass|masterauth)\b`, t)
+credential_read(t) if regex.match(`(?i)config\s+get\s+['"]?[^\s'"]*(requirepass|masterauth|pass|auth)`, t)
 
 # The password line filtered out (`grep -v requirepass`) rather than searched for, and no other grep searches for it.
 requirepass_filtered_out(t) if {

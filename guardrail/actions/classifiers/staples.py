@@ -112,7 +112,7 @@ class Kill:
             return [inv.action("shell", inv.name, mutating=True, details=details)]
         sig, targets = kill_args(args)
         details: dict = {"signal": "-" + sig, "targets": targets}
-        if inv.where.in_exec and "1" in targets and sig not in _NO_RESTART_SIGNALS:
+        if inv.where.in_exec and any(t.isdigit() and int(t) == 1 for t in targets) and sig not in _NO_RESTART_SIGNALS:
             # PID 1 of a container is its main process: when it exits, the kubelet restarts the container.
             details["restart"] = True
             return [inv.action("shell", "kill", mutating=True, details=details,

@@ -20,6 +20,7 @@ def test_kill_reads_its_signal_and_targets_as_bash_does(args, sig, targets):
     "kubectl exec -n slack postgres-0 -- kill 1",
     "kubectl exec postgres-0 -- kill -s INT 1",
     "kubectl exec postgres-0 -- sh -c 'kill -TERM 1 2'",
+    "kubectl exec postgres-0 -- kill 01",  # the same pid
 ])
 def test_a_signal_to_pid_1_inside_a_pod_is_a_restart_of_that_pod(cmd):
     kill = normalise(cmd)[-1]
