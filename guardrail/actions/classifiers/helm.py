@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from guardrail.actions.helmvals import split_top, value_of
-from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
+from guardrail.actions.classifiers.base import DocumentTooLarge, OptionSpec, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -168,7 +168,9 @@ class Helm:
     def _values(text: str, scope: dict[str, str]) -> list[KeyChange]:
         try:
             doc = load_yaml(text)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError) as e:  # ValueError: a value YAML cannot build (2024-13-45)
+            if isinstance(e, DocumentTooLarge):
+                raise
             return []
         if not isinstance(doc, dict):
             return []

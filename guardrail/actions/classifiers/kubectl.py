@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from guardrail.actions.catalogue import catalogue
-from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, load_yaml_all, register
+from guardrail.actions.classifiers.base import (DocumentTooLarge, OptionSpec, Parsed, flatten, load_yaml, load_yaml_all,
+                                               register)
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
@@ -282,7 +283,9 @@ class Kubectl:
         except ValueError:
             try:
                 doc = load_yaml(text) if text is not None else None
-            except yaml.YAMLError:
+            except (yaml.YAMLError, ValueError) as e:
+                if isinstance(e, DocumentTooLarge):
+                    raise
                 doc = None
         if isinstance(doc, dict):
             for k, v in flatten(doc, "k8s"):
@@ -345,9 +348,11 @@ class Kubectl:
     def _manifests(self, a: Action, text: str, ns: str | None) -> None:
         try:
             docs = [d for d in load_yaml_all(text) if isinstance(d, dict)]
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError) as e:  # ValueError: a value YAML cannot build (2024-13-45)
+            if isinstance(e, DocumentTooLarge):
+                raise
             return
-        objs = [(kind_of(str(d.get("kind", ""))), str((d.get("metadata") or {}).get("name", ""))) for d in docs]
+        objs = [(kind_of(str(d.get("kind", ""))), _name_of(d)) for d in docs]
         # What the manifest's containers run (a Job's `command: [redis-cli, FLUSHALL]`): the kubectl wrapper
         # judges each as a command run in that pod, and takes this list out of the details.
         # The whole document: a `kind: List` holds its objects under items.
@@ -433,6 +438,11 @@ class Kubectl:
         if a.target.namespace:
             s["namespace"] = a.target.namespace
         return s
+
+
+def _name_of(doc: dict) -> str:
+    meta = doc.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
 
 
 def container_specs(doc: Any, limit: int = 10_000) -> list[dict]:
