@@ -182,14 +182,14 @@ def bounded(doc: Any, limit: int = MAX_DOCUMENT_VALUES) -> Any:
     return doc
 
 
-def load_yaml(text: str) -> Any:
-    """One YAML document, bounded (yaml.YAMLError when it does not parse, DocumentTooLarge when it expands)."""
-    return bounded(yaml.load(text, Loader=_YAML_LOADER))
-
-
-def load_yaml_all(text: str) -> list[Any]:
-    """Every document of a YAML stream, bounded together."""
-    return bounded(list(yaml.load_all(text, Loader=_YAML_LOADER)))
+def load_yaml(text: str, *, stream: bool = False) -> Any:
+    """One YAML document (or with `stream`, the list of a stream's documents), bounded: None when it does not parse
+    or holds a value YAML cannot build (2024-13-45), DocumentTooLarge when it expands past the bound."""
+    try:
+        doc = list(yaml.load_all(text, Loader=_YAML_LOADER)) if stream else yaml.load(text, Loader=_YAML_LOADER)
+    except (yaml.YAMLError, ValueError):
+        return None
+    return bounded(doc)
 
 
 def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:

@@ -10,10 +10,9 @@ import json
 import re
 from typing import Any
 
-import yaml
 
 from guardrail.actions.helmvals import split_top, value_of
-from guardrail.actions.classifiers.base import DocumentTooLarge, OptionSpec, flatten, load_yaml, register
+from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -166,12 +165,7 @@ class Helm:
 
     @staticmethod
     def _values(text: str, scope: dict[str, str]) -> list[KeyChange]:
-        try:
-            doc = load_yaml(text)
-        except (yaml.YAMLError, ValueError) as e:  # ValueError: a value YAML cannot build (2024-13-45)
-            if isinstance(e, DocumentTooLarge):
-                raise
-            return []
+        doc = load_yaml(text)
         if not isinstance(doc, dict):
             return []
         return [KeyChange(key=f"helm.{k}", value=v, scope=scope) for k, v in flatten(doc, "")]

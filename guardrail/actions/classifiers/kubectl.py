@@ -11,11 +11,9 @@ import json
 import re
 from typing import Any
 
-import yaml
 
 from guardrail.actions.catalogue import catalogue
-from guardrail.actions.classifiers.base import (DocumentTooLarge, OptionSpec, Parsed, flatten, load_yaml, load_yaml_all,
-                                               register)
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
@@ -281,12 +279,7 @@ class Kubectl:
         try:
             doc = json.loads(text) if text is not None else None
         except ValueError:
-            try:
-                doc = load_yaml(text) if text is not None else None
-            except (yaml.YAMLError, ValueError) as e:
-                if isinstance(e, DocumentTooLarge):
-                    raise
-                doc = None
+            doc = load_yaml(text) if text is not None else None
         if isinstance(doc, dict):
             for k, v in flatten(doc, "k8s"):
                 a.keys.append(KeyChange(key=k, value=v, scope=scope))
@@ -346,12 +339,7 @@ class Kubectl:
             a.layer = Layer.NONE
 
     def _manifests(self, a: Action, text: str, ns: str | None) -> None:
-        try:
-            docs = [d for d in load_yaml_all(text) if isinstance(d, dict)]
-        except (yaml.YAMLError, ValueError) as e:  # ValueError: a value YAML cannot build (2024-13-45)
-            if isinstance(e, DocumentTooLarge):
-                raise
-            return
+        docs = [d for d in load_yaml(text, stream=True) or [] if isinstance(d, dict)]
         objs = [(kind_of(str(d.get("kind", ""))), _name_of(d)) for d in docs]
         # What the manifest's containers run (a Job's `command: [redis-cli, FLUSHALL]`): the kubectl wrapper
         # judges each as a command run in that pod, and takes this list out of the details.
