@@ -116,6 +116,10 @@ def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
 
 # redis-cli options that say where the server is and who connects (each takes a value).
 REDIS_CONNECTION_OPTIONS = ("-h", "-p", "-s", "-n", "-u", "-a", "--user", "--pass")
+# Other redis-cli options that take a value: skipped with it, so that what follows them is still read.
+REDIS_VALUE_OPTIONS = ("-r", "-i", "-d", "-D", "-e", "--cacert", "--cacertdir", "--cert", "--key", "--sni",
+                       "--tls-ciphers", "--tls-ciphersuites", "--pattern", "--count", "--quoted-pattern", "--eval",
+                       "--rdb", "--functions-rdb", "--memkeys-samples", "--cluster")
 
 
 def redis_connection_args(raw: str) -> list[str] | None:
@@ -125,14 +129,17 @@ def redis_connection_args(raw: str) -> list[str] | None:
         words = shlex.split(raw)
     except ValueError:
         return None
-    if "redis-cli" not in words:
+    at = next((i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] == "redis-cli"), None)
+    if at is None:
         return None
-    args = words[words.index("redis-cli") + 1:]
+    args = words[at + 1:]
     keep: list[str] = []
     i = 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] in REDIS_CONNECTION_OPTIONS and i + 1 < len(args):
             keep += [args[i], shlex.quote(args[i + 1])]
+            i += 2
+        elif args[i] in REDIS_VALUE_OPTIONS:
             i += 2
         else:
             i += 1

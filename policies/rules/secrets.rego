@@ -164,6 +164,13 @@ credential_read(t) if {
 
 credential_read(t) if regex.match(`(?i)config\s+get\s+['"]?[^\s'"]*(requirepass|masterauth|pass|auth)`, t)
 
+# A glob that matches a password parameter (CONFIG GET requir?pass, CONFIG GET *): redis answers with the password.
+credential_read(t) if {
+	some m in regex.find_all_string_submatch_n(`(?i)config\s+get\s+['"]?([^\s'"]*[*?\[][^\s'"]*)`, t, -1)
+	some param in ["requirepass", "masterauth"]
+	glob.match(lower(m[1]), [], param)
+}
+
 # The password line filtered out (`grep -v requirepass`) rather than searched for, and no other grep searches for it.
 requirepass_filtered_out(t) if {
 	regex.match(`(?i)grep\s+(-[a-z]*v[a-z]*\s+)+['"]?requirepass`, t)

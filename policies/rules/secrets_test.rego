@@ -136,3 +136,9 @@ test_variable_names_are_read_by_their_words_and_example_files_by_their_suffix if
 	count(secrets.deny) == 0 with input as shell_read("cat /app/.env.local.example")
 	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /app/.env.local")
 }
+
+test_a_config_get_glob_that_matches_the_password_is_a_secret_read if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("redis-cli CONFIG GET requir?pass")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("redis-cli CONFIG GET '*'")
+	count(secrets.deny) == 0 with input as shell_read("redis-cli CONFIG GET 'max*'")
+}

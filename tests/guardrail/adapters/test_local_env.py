@@ -81,5 +81,10 @@ def test_redis_connection_options_are_read_from_the_agents_command():
     assert redis_connection_args("redis-cli -s '/run/redis sock' --no-auth-warning -a 'p w' GET k") == \
         ["-s", "'/run/redis sock'", "-a", "'p w'"]
     assert redis_connection_args("redis-cli CONFIG SET x 1") == []
+    # Options that take a value are skipped with it; the program is found by its base name.
+    assert redis_connection_args("redis-cli -r 1 -h 127.0.0.1 -p 6380 CONFIG SET x 1") == \
+        ["-h", "127.0.0.1", "-p", "6380"]
+    assert redis_connection_args("redis-cli --tls --cacert /c.pem -h h -p 6380 PING") == ["-h", "h", "-p", "6380"]
+    assert redis_connection_args("/usr/bin/redis-cli -p 6380 PING") == ["-p", "6380"]
     assert redis_connection_args("psql -h db") is None
     assert redis_connection_args("redis-cli 'unclosed") is None
