@@ -158,7 +158,7 @@ credential_read(t) if {
 
 # The redis password searched for, in the config file (either order) or with grep anywhere, or asked of the server.
 credential_read(t) if {
-	regex.match(`(?i)redis\.conf.*requirepass|requirepass.*redis\.conf|grep\s[^|;&]*requirepass`, t)
+	regex.match(`(?i)redis\.conf.*requirepass|requirepass.*redis\.conf|grep\s[^|;&]*requirepass|grep\s[^|;&]*(pass|auth)[^|;&]*redis[^\s|;&]*\.conf|redis[^\s|;&]*\.conf.*\|\s*grep\s[^|;&]*(pass|auth)`, t)
 	not requirepass_filtered_out(t)
 }
 

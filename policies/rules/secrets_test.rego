@@ -142,3 +142,9 @@ test_a_config_get_glob_that_matches_the_password_is_a_secret_read if {
 	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("redis-cli CONFIG GET '*'")
 	count(secrets.deny) == 0 with input as shell_read("redis-cli CONFIG GET 'max*'")
 }
+
+test_a_grep_for_pass_or_auth_in_a_redis_config_is_a_secret_read if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("grep -E 'require(pass)' /opt/bitnami/redis/etc/redis.conf")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /etc/redis/redis.conf | grep -i auth")
+	count(secrets.deny) == 0 with input as shell_read("grep maxmemory /etc/redis/redis.conf")
+}

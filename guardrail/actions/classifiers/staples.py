@@ -137,6 +137,9 @@ def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:
     named = {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
     if (sigs | named) & _NO_RESTART_SIGNALS:
         return False
+    # pkill -P 1: every child of PID 1 (the postmaster's backends and workers; a shell PID 1's server).
+    if name == "pkill" and any(a == "-P" and args[i + 1].split(",").count("1") for i, a in enumerate(args[:-1])):
+        return True
     return any(_names_a_server(t, pattern=name == "pkill") for t in targets if t.upper() not in named)
 
 

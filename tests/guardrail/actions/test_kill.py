@@ -55,6 +55,7 @@ def test_other_signals_and_processes_are_not_restarts(cmd):
     ("kubectl exec postgres-0 -- pkill 'postgre[s]'", True),
     ("kubectl exec pgbouncer-0 -- pkill pgbouncer", True),
     ("kubectl exec redis-0 -- killall redis", False),  # killall's name is exact: no program is called redis
+    ("kubectl exec mariadb-0 -- pkill -P 1", True),  # every child of PID 1
 ])
 def test_pkill_of_the_server_program_in_a_pod_is_a_restart(cmd, restart):
     kill = normalise(cmd)[-1]
