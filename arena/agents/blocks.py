@@ -154,6 +154,7 @@ def derive_blocks(scenario: Scenario) -> AgentBlocks:
     return AgentBlocks(diagnostics=tuple(diag.values()), reference=reference, tail=tail, **forms)
 
 
+@lru_cache(maxsize=1024)
 def change_keys(run: Run) -> frozenset[str]:
     """The setting keys a plan's command changes, as the guard's normaliser names them (redis.maxmemory,
     mariadb.max_user_connections, app.roles.channel.db.pool_size): what a feedback message can name."""

@@ -38,8 +38,8 @@ from guardrail.errors import InputError
 from guardrail.fileio import ensure_writable_dir, write_atomic
 
 __all__ = ["EpisodeSpec", "BenchPlan", "plan_bench", "run_plan", "read_results", "expand_agents",
-           "agent_takes", "DEFAULT_RESPONSIVENESS", "FEEDBACK_ONLY", "MAX_SEEDS", "max_jobs", "check_jobs", "partial_path",
-           "prepare_out", "Terminated", "sigterm_raises"]
+           "agent_takes", "DEFAULT_RESPONSIVENESS", "FEEDBACK_ONLY", "MAX_SEEDS", "max_jobs", "check_jobs",
+           "partial_path", "prepare_out", "Terminated", "sigterm_raises"]
 
 # 0 is the row that assumes nothing about the agent: it never acts on feedback (the guard still holds, denies and
 # rejects). Above 0, a persona that acts on a repair code makes the reference fix's missing changes: the model knows

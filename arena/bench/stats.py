@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from arena.bench.runner import FEEDBACK_ONLY
 from arena.scenario import FAILURE_MODES
 
 __all__ = ["PAPER_MIX", "PAPER", "task_bootstrap", "paired_task_bootstrap", "summarise"]
@@ -248,8 +249,8 @@ def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Seq
     sens = {str(r_val): row for r_val in responsiveness
             if (row := sensitivity_row({"responsiveness": float(r_val)})) is not None}
     out["sensitivity"] = sens
-    # Responsiveness 1, knowing only what the feedback says (arena.bench.runner.FEEDBACK_ONLY).
-    out["sensitivity_feedback_only"] = sensitivity_row({"fix_from_feedback": 0.0, "responsiveness": 1.0})
+    # Responsiveness 1, knowing only what the feedback says.
+    out["sensitivity_feedback_only"] = sensitivity_row(dict(FEEDBACK_ONLY))
     out["cost"] = _cost(ab)
     tasks = sorted({r["scenario"] for r in ab})
     out["per_task"] = {

@@ -99,18 +99,23 @@ class Invocation:
                 details.setdefault("container", self.where.container)
         return details
 
+    @property
+    def pod_target(self) -> Target:
+        """The pod this command runs in (inside `kubectl exec`)."""
+        return Target(kind="pod", name=self.where.pod or "", namespace=self.where.namespace)
+
     def service_target(self, host: str | None, default: str) -> Target:
         """The component a client talks to: the named host, else the pod it runs in, else `default`."""
         if host and host.lower() not in LOCAL_HOSTS:
             comp, ns = component_of_host(host)
             return Target(kind="component", name=comp, namespace=ns or self.where.namespace)
         if self.where.in_exec:
-            return Target(kind="pod", name=self.where.pod or "", namespace=self.where.namespace)
+            return self.pod_target
         return Target(kind="component", name=default, namespace=self.where.namespace)
 
     def file_target(self, path: str) -> Target:
         if self.where.in_exec:
-            return Target(kind="pod", name=self.where.pod or "", namespace=self.where.namespace)
+            return self.pod_target
         return Target(kind="file", name=path)
 
     @property

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.containers import CONTAINER_EXEC
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
-from guardrail.actions.invocation import Invocation, command_name
+from guardrail.actions.invocation import Invocation, Stdin, command_name
 from guardrail.actions.model import Action, Target
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
@@ -370,13 +370,8 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     if verb and g.after_dashdash:
         classifier = classifier_for("kubectl")
         own_actions = classifier.classify(inv) if classifier is not None else []
-        ns = g.get("-n")
-        where = inv.where.inside("kubectl " + " ".join(verb),
-                                 pod=words[len(verb)] if len(words) > len(verb) else "",
-                                 namespace=str(ns) if ns is not None else inv.where.namespace)
-        inner = Invocation(argv=list(g.after_dashdash), where=where, stdin=inv.stdin,
-                           raw=" ".join(shlex.quote(str(a)) for a in g.after_dashdash))
-        return own_actions + n.dispatch(inner)
+        pod = words[len(verb)] if len(words) > len(verb) else ""
+        return own_actions + _in_new_pod(inv, n, g, "kubectl " + " ".join(verb), pod, g.after_dashdash, inv.stdin)
     if words[:1] in (["apply"], ["create"], ["replace"]) and inv.stdin is not None:
         return _manifest_commands(inv, n, g)
     if not g.positionals or g.positionals[0] != "exec":
@@ -407,11 +402,7 @@ def _manifest_commands(inv: Invocation, n: "Normaliser", g: Any) -> list[Action]
     out = list(own)
     for a in own:
         for pod, argv in a.details.pop("container_commands", []):
-            ns = g.get("-n")
-            where = inv.where.inside("kubectl " + a.verb, pod=pod,
-                                     namespace=str(ns) if ns is not None else inv.where.namespace)
-            out += n.dispatch(Invocation(argv=[Word.of(x) for x in argv], where=where,
-                                         raw=" ".join(shlex.quote(x) for x in argv)))
+            out += _in_new_pod(inv, n, g, "kubectl " + a.verb, pod, argv)
     return out
 
 
@@ -435,14 +426,18 @@ def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], o
     argvs = [argv for c in container_specs(doc) for argv in container_commands(c, image_cmd)]
     if not argvs and g.after_dashdash:
         argvs.append([str(a) for a in g.after_dashdash])
+    pod = words[1] if len(words) > 1 else ""
+    return own + [a for argv in argvs for a in _in_new_pod(inv, n, g, "kubectl run", pod, argv, inv.stdin)]
+
+
+def _in_new_pod(inv: Invocation, n: "Normaliser", g: Any, label: str, pod: str, argv: Sequence[str],
+                stdin: Stdin | None = None) -> list[Action]:
+    """What a pod that this kubectl command creates runs (`kubectl run ... -- CMD`, a Job's container command),
+    judged as a command run in that pod, in the command's namespace."""
     ns = g.get("-n")
-    where = inv.where.inside("kubectl run", pod=words[1] if len(words) > 1 else "",
-                             namespace=str(ns) if ns is not None else inv.where.namespace)
-    out = list(own)
-    for argv in argvs:
-        out += n.dispatch(Invocation(argv=[Word.of(a) for a in argv], where=where, stdin=inv.stdin,
-                                     raw=" ".join(shlex.quote(a) for a in argv)))
-    return out
+    where = inv.where.inside(label, pod=pod, namespace=str(ns) if ns is not None else inv.where.namespace)
+    words = [a if isinstance(a, Word) else Word.of(a) for a in argv]
+    return n.dispatch(Invocation(argv=words, where=where, stdin=stdin, raw=shlex.join(str(a) for a in argv)))
 
 
 @wrapper("docker", "podman", "crictl", "nerdctl")

@@ -123,13 +123,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("error: stdout is closed: the result has nowhere to go\n")
         sys.exit(2)
     try:
-        if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:
-            goruntime.reexec_tuned()  # once, before OPA's Go runtime loads (see guardrail/policy/goruntime.py)
-        _register()
+        try:
+            if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:
+                goruntime.reexec_tuned()  # once, before OPA's Go runtime loads (see guardrail/policy/goruntime.py)
+            _register()
+        except KeyboardInterrupt:  # Ctrl-C while the commands load, before the group's own handler is in place
+            sys.stderr.write("interrupted\n")
+            sys.exit(130)
         cli.main(args=argv, prog_name="guardrail")
-    except KeyboardInterrupt:  # Ctrl-C while the commands load, before the group's own handler is in place
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
     except ModuleNotFoundError as e:
         if e.name != OPA_MODULE:
             raise

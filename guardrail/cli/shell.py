@@ -66,9 +66,10 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         session = sessions.get(key)
     except JournalError as e:
         raise InputError(str(e), path="--journal") from e
-    for base in work_bases():
+    bases = work_bases()
+    for base in bases:
         sweep_stale_work_dirs(base)
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=work_bases()[0]))
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=bases[0]))
     (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
     daemon = GuardDaemon(session, work / "guard.sock")
     code = 1
@@ -118,7 +119,7 @@ def work_bases() -> list[str]:
     """Where session directories go, in order of choice: $TMPDIR (tempfile's choice) when the socket path fits."""
     base = tempfile.gettempdir()
     fits = len(os.path.join(base, WORK_PREFIX + "x" * 8, "guard.sock")) <= MAX_SOCKET_PATH
-    return [base] if fits and base == "/tmp" else [base, "/tmp"] if fits else ["/tmp", base]
+    return list(dict.fromkeys([base, "/tmp"] if fits else ["/tmp", base]))
 
 
 def sweep_stale_work_dirs(root: str | None = None) -> list[Path]:

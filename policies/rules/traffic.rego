@@ -120,7 +120,7 @@ deny contains {
 	"details": {"what": what},
 } if {
 	input.action.mutating in {true, "unknown"}
-	not scaled_by_traffic_001
+	not has_own_traffic_finding
 	some what in loadgen_touched
 }
 
@@ -148,9 +148,9 @@ loadgen_touched contains sel if {
 }
 
 # A scale of the load generator, and a call to its control API, already have their own findings (001, 003).
-scaled_by_traffic_001 if {
+has_own_traffic_finding if {
 	input.action.tool == "kubectl"
 	lib.verb == "scale"
 }
 
-scaled_by_traffic_001 if input.action.tool == "curl"
+has_own_traffic_finding if input.action.tool == "curl"

@@ -10,12 +10,10 @@ import json
 import re
 from typing import Any
 
-
 from guardrail.actions.helmvals import split_top, value_of
 from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
-
 
 __all__ = ["Helm", "parse_set"]
 

@@ -11,13 +11,11 @@ import json
 import re
 from typing import Any
 
-
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.words import Word
-
 
 __all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv",
            "container_commands"]
@@ -459,11 +457,12 @@ def container_commands(c: dict, image_cmd: list[str]) -> list[list[str]]:
     """Every command a container spec runs: its main command and args, and the exec hooks and probes the kubelet
     runs in it (lifecycle.postStart/preStop, readiness/liveness/startup probes)."""
     out = [argv] if (argv := container_argv(c, image_cmd)) else []
-    hooks = [((c.get("lifecycle") or {}).get(h) or {}) for h in ("postStart", "preStop")] if isinstance(
-        c.get("lifecycle"), dict) else []
-    probes = [c.get(p) or {} for p in ("readinessProbe", "livenessProbe", "startupProbe")]
-    for h in hooks + probes:
-        cmd = ((h.get("exec") or {}) if isinstance(h, dict) else {}).get("command") if isinstance(h, dict) else None
+    lifecycle = c.get("lifecycle") if isinstance(c.get("lifecycle"), dict) else {}
+    handlers = [lifecycle.get("postStart"), lifecycle.get("preStop")]
+    handlers += [c.get(p) for p in ("readinessProbe", "livenessProbe", "startupProbe")]
+    for h in handlers:
+        ex = h.get("exec") if isinstance(h, dict) else None
+        cmd = ex.get("command") if isinstance(ex, dict) else None
         if isinstance(cmd, list) and cmd:
             out.append([str(x) for x in cmd])
     return out

@@ -99,26 +99,20 @@ class Kill:
         args = [str(a) for a in inv.args]
         if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")):
             return [inv.action("shell", "kill -l", mutating=False)]
-        if inv.name != "kill":
-            sig = next((a for a in args if a.startswith("-")), "-TERM")
-            targets = [a for a in args if not a.startswith("-")]
-            details = {"signal": sig, "targets": targets}
-            if inv.where.in_exec and _kills_server(inv.name, args, targets):
-                # The container's server process by name: when it exits, the kubelet restarts the container.
-                details["restart"] = True
-                return [inv.action("shell", inv.name, mutating=True, details=details,
-                                   target=Target(kind="pod", name=inv.where.pod or "",
-                                                 namespace=inv.where.namespace))]
-            return [inv.action("shell", inv.name, mutating=True, details=details)]
-        sig, targets = kill_args(args)
-        details: dict = {"signal": "-" + sig, "targets": targets}
-        if inv.where.in_exec and any(t.isdigit() and int(t) == 1 for t in targets) and sig not in _NO_RESTART_SIGNALS:
+        if inv.name == "kill":
+            sig, targets = kill_args(args)
+            details: dict = {"signal": "-" + sig, "targets": targets}
             # PID 1 of a container is its main process: when it exits, the kubelet restarts the container.
+            ends_main = any(t.isdigit() and int(t) == 1 for t in targets) and sig not in _NO_RESTART_SIGNALS
+        else:
+            targets = [a for a in args if not a.startswith("-")]
+            details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
+            # The container's server process by name: when it exits, the kubelet restarts the container.
+            ends_main = _kills_server(inv.name, args, targets)
+        if inv.where.in_exec and ends_main:
             details["restart"] = True
-            return [inv.action("shell", "kill", mutating=True, details=details,
-                               target=Target(kind="pod", name=inv.where.pod or "", namespace=inv.where.namespace))]
-        return [inv.action("shell", "kill", mutating=True, details=details)]
-
+            return [inv.action("shell", inv.name, mutating=True, details=details, target=inv.pod_target)]
+        return [inv.action("shell", inv.name, mutating=True, details=details)]
 
 # Signals that leave a process running: HUP asks most servers to reload their config, 0 only checks it exists.
 _NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "USR1", "USR2"})
