@@ -15,7 +15,7 @@ from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effec
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
-__all__ = ["Mysql", "mysql_effect"]
+__all__ = ["Mysql", "MysqlAdmin", "mysql_effect"]
 
 _SPEC = OptionSpec.of(
     ["-e", "--execute", "-h", "--host", "-P", "--port", "-u", "--user", "-D", "--database", "-S", "--socket",
@@ -240,3 +240,73 @@ class Mysql:
             out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
         return out
 
+
+
+_ADMIN_SPEC = OptionSpec.of(
+    [*_SPEC.takes_value, "-i", "--sleep", "-c", "--count", "-w", "--wait", "--shutdown-timeout"],
+    {**_SPEC.aliases, "--sleep": "-i", "--count": "-c", "--wait": "-w"})
+# mysqladmin's commands as the SQL the server runs for them; None: only connects (ping, version).
+_ADMIN_SQL: dict[str, str | None] = {
+    "status": "SHOW STATUS", "extended-status": "SHOW GLOBAL STATUS", "variables": "SHOW GLOBAL VARIABLES",
+    "processlist": "SHOW PROCESSLIST", "ping": None, "version": None, "shutdown": "SHUTDOWN",
+    "flush-hosts": "FLUSH HOSTS", "flush-logs": "FLUSH LOGS", "flush-privileges": "FLUSH PRIVILEGES",
+    "reload": "FLUSH PRIVILEGES", "flush-status": "FLUSH STATUS", "flush-tables": "FLUSH TABLES",
+    "flush-threads": "FLUSH THREADS", "flush-table-statistics": "FLUSH TABLE_STATISTICS",
+    "flush-user-statistics": "FLUSH USER_STATISTICS", "flush-index-statistics": "FLUSH INDEX_STATISTICS",
+    "flush-client-statistics": "FLUSH CLIENT_STATISTICS", "flush-all-statistics": "FLUSH STATUS",
+    "flush-binary-log": "FLUSH BINARY LOGS", "flush-engine-log": "FLUSH ENGINE LOGS",
+    "flush-error-log": "FLUSH ERROR LOGS", "flush-general-log": "FLUSH GENERAL LOGS",
+    "flush-relay-log": "FLUSH RELAY LOGS", "flush-slow-log": "FLUSH SLOW LOGS",
+    "refresh": "FLUSH TABLES; FLUSH LOGS", "start-slave": "START SLAVE", "stop-slave": "STOP SLAVE",
+    "start-all-slaves": "START ALL SLAVES", "stop-all-slaves": "STOP ALL SLAVES",
+    "start-replica": "START REPLICA", "stop-replica": "STOP REPLICA",
+}
+# Commands that take a word: the statement is built from it.
+_ADMIN_ARG_SQL = {"kill": "KILL {}", "create": "CREATE DATABASE {}", "drop": "DROP DATABASE {}"}
+
+
+def _admin_command(word: str) -> str | None:
+    """mysqladmin takes any unique prefix of a command (`proc` is processlist); the full name, or None."""
+    names = [*_ADMIN_SQL, *_ADMIN_ARG_SQL]
+    if word in names:
+        return word
+    hits = [n for n in names if n.startswith(word)]
+    return hits[0] if len(hits) == 1 else None
+
+
+@register
+class MysqlAdmin:
+    """mysqladmin: each command judged as the SQL statement it sends (`shutdown` is SHUTDOWN, `kill 7` KILL 7,
+    `drop db` DROP DATABASE db); a command it cannot map (password, debug, a dynamic word) is opaque."""
+
+    commands = ("mysqladmin", "mariadb-admin")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        p = _ADMIN_SPEC.parse([a for a in inv.args if not (a.startswith("-p") and not a.startswith("--p")
+                                                           or a.startswith("--password"))])
+        host = p.get("-h")
+        target = inv.service_target(str(host) if host is not None else None, "mariadb")
+        base = {"database": None, "user": str(p.get("-u")) if p.get("-u") else None}
+        words, sql, i = p.positionals, [], 0
+        while i < len(words):
+            w = words[i]
+            name = None if w.dynamic else _admin_command(str(w).lower())
+            if name is None:
+                return [inv.action("mysqladmin", str(w), target=target, mutating=UNKNOWN, details=base,
+                                   opaque_reason=f"mysqladmin {w}: not a command the guard can map to SQL; run the "
+                                                 "statement itself with mysql -e")]
+            if name in _ADMIN_ARG_SQL:
+                arg = words[i + 1] if i + 1 < len(words) else None
+                if arg is None or arg.dynamic:
+                    return [inv.action("mysqladmin", name, target=target, mutating=UNKNOWN, details=base,
+                                       opaque_reason=f"mysqladmin {name} needs a plain argument")]
+                parts = str(arg).split(",") if name == "kill" else [str(arg)]
+                sql += [_ADMIN_ARG_SQL[name].format(x.strip()) for x in parts if x.strip()]
+                i += 2
+                continue
+            if _ADMIN_SQL[name]:
+                sql.append(_ADMIN_SQL[name])
+            i += 1
+        out = [to_action(inv, "mysql", eff, st.text, target, base)
+               for st in statements("; ".join(sql), hash_comments=True) for eff in mysql_effect(st) if not eff.skip]
+        return out or [inv.action("mysqladmin", "connect", target=target, mutating=False, details=base)]

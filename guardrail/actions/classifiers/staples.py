@@ -8,6 +8,7 @@ awk is read-only unless its program runs commands or writes files.
 from __future__ import annotations
 
 import re
+import shlex
 
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, register
@@ -15,7 +16,7 @@ from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Target
 from guardrail.actions.shell import file_write
 
-__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "ServiceManager", "parse_duration"]
+__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration"]
 
 _OWNED_ELSEWHERE = {"sed", "awk", "gawk", "mawk", "nawk"}
 
@@ -103,7 +104,8 @@ class Kill:
             sig, targets = kill_args(args)
             details: dict = {"signal": "-" + sig, "targets": targets}
             # PID 1 of a container is its main process: when it exits, the kubelet restarts the container.
-            ends_main = any(t.isdigit() and int(t) == 1 for t in targets) and sig not in _NO_RESTART_SIGNALS
+            dynamic = {str(a) for a in inv.args if a.dynamic}
+            ends_main = sig not in _NO_RESTART_SIGNALS and any(_ends_main(t, t in dynamic) for t in targets)
         else:
             targets = [a for a in args if not a.startswith("-")]
             details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
@@ -122,6 +124,28 @@ _NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "
 SERVER_PROGRAMS = ("postgres", "postmaster", "pgbouncer", "redis-server", "redis-sentinel", "mysqld", "mariadbd",
                    "mysqld_safe", "nginx", "haproxy", "envoy", "gunicorn", "uwsgi", "uvicorn", "memcached", "mongod",
                    "rabbitmq-server", "beam.smp", "java", "node")
+
+
+# `$(pgrep -f redis-server)`, `` `pidof mysqld` ``: the pids of processes looked up by name as the kill runs.
+_PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`)$")
+
+
+def _ends_main(target: str, dynamic: bool) -> bool:
+    """Whether a `kill` target (in a pod) may be the container's main process: PID 1; -1 (every process the signal
+    can reach: the server under an init such as tini, or the postmaster's backends); a pid looked up by a server
+    program's name (`$(pgrep postgres)`, `$(pidof mysqld)`); any other pid computed as the command runs (`$p`,
+    `` `cat /run/mysqld/mysqld.pid` ``), which may be the server's and cannot be told apart before it runs."""
+    if not dynamic:
+        return target.lstrip("-").isdigit() and int(target.lstrip("-")) == 1
+    m = _PID_LOOKUP.match(target)
+    if m is None:
+        return True
+    try:
+        words = shlex.split(m.group(2))
+    except ValueError:
+        return True
+    names = [w for w in words if not w.startswith("-")]
+    return not names or any(_names_a_server(n, pattern=m.group(1) == "pgrep") for n in names)
 
 
 def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:
@@ -177,6 +201,27 @@ def kill_args(args: list[str]) -> tuple[str, list[str]]:
         i += 1
     sig = (sig or "TERM").upper()
     return (sig[3:] if sig.startswith("SIG") else sig), targets
+
+
+_PROBE_FLAGS = frozenset("zvnwu460123456789")
+
+
+@register
+class Netcat:
+    """nc -z: a port check, which sends nothing. Any other nc sends what its input holds (`echo FLUSHALL | nc
+    redis 6379`) or serves a port: opaque."""
+
+    commands = ("nc", "ncat", "netcat")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        flags = [str(a)[1:] for a in inv.args if str(a).startswith("-")]
+        # Only -z with the options of a probe (verbose, numeric, timeout, UDP, address family): not -e/-c/--exec,
+        # which run a program on the connection.
+        if (not any(a.dynamic for a in inv.args) and inv.stdin is None and any("z" in f for f in flags)
+                and all(set(f) <= _PROBE_FLAGS for f in flags)):
+            return [inv.action(inv.name, "port-check", mutating=False)]
+        return [inv.opaque(inv.name, f"{inv.name} sends what its input holds to a server, or listens on a port; "
+                                     "use the server's own client (redis-cli, psql, curl), or nc -z for a port check")]
 
 
 _UNIT_READS = frozenset({"status", "show", "is-active", "is-enabled", "is-failed", "list-units", "list-unit-files",

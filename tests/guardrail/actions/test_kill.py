@@ -61,3 +61,29 @@ def test_pkill_of_the_server_program_in_a_pod_is_a_restart(cmd, restart):
     kill = normalise(cmd)[-1]
     assert kill.mutating is True
     assert kill.details.get("restart", False) is restart
+
+
+@pytest.mark.parametrize("cmd,restart", [
+    # A pid looked up by the server program's name as the kill runs: the server.
+    ("kubectl exec mariadb-0 -- sh -c 'kill -9 $(pgrep mysqld)'", True),
+    ("kubectl exec mariadb-0 -- sh -c 'kill `pidof mysqld`'", True),
+    ("kubectl exec redis-0 -- sh -c 'kill $(pgrep -f redis)'", True),
+    # Looked up by another program's name: not the server.
+    ("kubectl exec worker-0 -- sh -c 'kill $(pgrep -f celery)'", False),
+    ("kubectl exec redis-0 -- sh -c 'kill $(pidof redis)'", False),  # pidof's name is exact
+    # Any other pid computed as the command runs may be the server's: a pid file, a variable.
+    ("kubectl exec mariadb-0 -- sh -c 'kill -TERM `cat /var/run/mysqld/mysqld.pid`'", True),
+    ("kubectl exec mariadb-0 -- sh -c 'p=$(pidof mysqld); kill $p'", True),
+    # -1: every process the signal can reach.
+    ("kubectl exec mariadb-0 -- kill -9 -1", True),
+    ("kubectl exec mariadb-0 -- kill -- -1", True),
+    # A reload by a computed pid stays a reload; `kill -1` alone is signal 1 (HUP) with no target.
+    ("kubectl exec mariadb-0 -- sh -c 'kill -HUP $(pidof mysqld)'", False),
+    ("kubectl exec mariadb-0 -- kill -1", False),
+])
+def test_a_kill_by_a_pid_computed_in_the_pod_is_judged_by_what_it_may_reach(cmd, restart):
+    kill = normalise(cmd)[-1]
+    assert kill.verb == "kill" and kill.mutating is True
+    assert kill.details.get("restart", False) is restart
+    if restart:
+        assert kill.target.kind == "pod"

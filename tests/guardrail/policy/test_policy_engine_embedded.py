@@ -58,6 +58,8 @@ def decide(engine, command, ctx=SLACK):
     ("kubectl scale deploy loadgen --replicas=0 -n slack", "SRE-TRAFFIC-001"),
     ("curl -X POST http://loadgen:9100/declare", "SRE-TRAFFIC-003"),
     ("kubectl delete pod postgres-0 -n slack", "SRE-RESTART-001"),
+    ("kubectl exec postgres-0 -n slack -- sh -c 'kill -9 $(pgrep postgres)'", "SRE-RESTART-001"),
+    ("mysqladmin -h mariadb drop frappe", "SRE-DATA-002"),
     ("kubectl rollout restart deploy/svc-auth -n slack", "SRE-RESTART-002"),
     ("kubectl get secret db -n slack -o yaml", "SRE-SECRET-001"),
     ("kubectl patch deploy svc-message -n kube-system -p '{}'", "SRE-SCOPE-001"),
@@ -85,6 +87,11 @@ def test_unsafe_commands_are_denied_with_the_rule_and_advice(engine, command, ru
     "curl -X PUT http://svc-auth:8000/admin/event -d '{\"name\":\"store_consistency_strict\",\"active\":false}'",
     "psql -c \"ALTER ROLE app IN DATABASE app SET idle_in_transaction_session_timeout = '15s'\"",
     "kubectl delete pod svc-message-0 -n slack",
+    # Diagnostics that were opaque (denied) before they had a classifier.
+    "pidof redis-server",
+    "nc -zv redis-queue 6379",
+    "mysqladmin -h mariadb processlist",
+    "pg_isready -h postgres",
 ])
 def test_reference_style_repairs_and_reads_are_not_denied(engine, command):
     outcome, ids, decisions = decide(engine, command)

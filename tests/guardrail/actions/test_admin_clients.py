@@ -1,0 +1,52 @@
+"""Operator diagnostics that are not SQL or redis clients: mysqladmin (judged as the SQL it sends), nc -z (a port
+check), pidof and pg_isready (reads). Each was opaque, and so denied, before it had a classifier."""
+
+import pytest
+
+from guardrail.actions import normalise
+
+
+@pytest.mark.parametrize("cmd,verbs", [
+    ("mysqladmin -h mariadb status", [("show", False)]),
+    ("mysqladmin -h mariadb -u root -psecret proc", [("show", False)]),  # any unique prefix: processlist
+    ("mysqladmin -h mariadb -i 5 -c 3 extended-status", [("show", False)]),  # -i/-c take a value
+    ("mysqladmin -h mariadb ping", [("connect", False)]),
+    ("mysqladmin -h mariadb kill 12,13", [("kill", True), ("kill", True)]),
+    ("mysqladmin -h mariadb flush-hosts", [("flush", True)]),
+    ("mysqladmin -h mariadb drop frappe", [("drop", True)]),
+    ("mysqladmin -h mariadb password hunter2", [("password", "unknown")]),
+    ("mysqladmin -h mariadb st", [("st", "unknown")]),  # status, start-slave, stop-slave ...: mysqladmin refuses it too
+    ("mysqladmin -h mariadb drop $DB", [("drop", "unknown")]),
+])
+def test_mysqladmin_is_judged_as_the_sql_it_sends(cmd, verbs):
+    acts = normalise(cmd)
+    assert [(a.verb, a.mutating) for a in acts] == verbs
+    assert all(a.target.name == "mariadb" for a in acts)
+
+
+def test_mysqladmin_shutdown_is_a_restart_of_its_server():
+    [a] = normalise("mysqladmin -h mariadb shutdown")
+    assert (a.verb, a.mutating, a.details.get("restart")) == ("shutdown", True, True)
+
+
+@pytest.mark.parametrize("cmd,mutating", [
+    ("nc -zv redis-queue 6379", False),
+    ("nc -z -w1 redis-queue 6379", False),
+    ("nc -z -w 2 -u dns 53", False),
+    ("nc redis-queue 6379", "unknown"),  # an open connection: what the terminal types goes to the server
+    ("nc -l 8080", "unknown"),
+    ("nc -z -e /bin/sh host 1", "unknown"),  # -e runs a program on the connection
+    ("ncat -z --exec sh host 1", "unknown"),
+])
+def test_nc_is_a_read_only_as_a_port_check(cmd, mutating):
+    assert normalise(cmd)[-1].mutating == mutating
+
+
+def test_nc_with_input_sends_it():
+    acts = normalise("echo FLUSHALL | nc -z redis-queue 6379")
+    assert acts[-1].mutating == "unknown"
+
+
+@pytest.mark.parametrize("cmd", ["pidof redis-server", "pg_isready -h postgres -p 5432"])
+def test_process_and_readiness_probes_only_read(cmd):
+    assert [a.mutating for a in normalise(cmd)] == [False]
