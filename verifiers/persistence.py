@@ -194,27 +194,31 @@ class PersistenceReader:
         return vs
 
     def _run(self, env: Environment, template: str, steps: Any, vs: Mapping[str, Any],
-             commands: list[str]) -> Any:
+             commands: list[str], attempts: int | None = None) -> Any:
         cmd = " ".join(render(template, vs).split())
         commands.append(cmd)
         # A read can fail while a pod rolls (connection refused right after a reload): retry a few times in the
         # environment's clock before calling it a backend failure.
         retrying = Retrying(sleep=env.clock.sleep, wait=wait_fixed(self.retry_wait_s),
-                            stop=stop_after_attempt(self.read_attempts), retry=retry_if_result(lambda r: not r.ok),
+                            stop=stop_after_attempt(attempts or self.read_attempts),
+                            retry=retry_if_result(lambda r: not r.ok),
                             retry_error_callback=lambda rs: rs.outcome.result())
         res = retrying(env.run, cmd)
         if not res.ok:
             raise RuntimeError(f"`{cmd}` exited {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}")
         return parse_output(res.stdout, steps, vs)
 
-    def read_effective(self, env: Environment, ck: ChangedKey) -> Any:
-        """The normalised effective value alone (the restart probe's before/after probe). None if unreadable."""
+    def read_effective(self, env: Environment, ck: ChangedKey, *, attempts: int | None = None) -> Any:
+        """The normalised effective value alone (the restart probe's before/after probe). None if unreadable.
+        `attempts=1` for reads taken while the agent waits on its command (a snapshot before a change, the scope
+        baseline): nothing is rolling then, and retrying an unreachable server stalls every command."""
         found = self.entry_for(ck)
         if found is None or found[0].effective is None:
             return None
         entry, groups = found
         vs = self.variables(entry, groups, ck)
-        return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, []), entry.normalize)
+        return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, [], attempts),
+                         entry.normalize)
 
     def capture(self, env: Environment, action: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Snapshot records for the keys a mutating action is about to change: their current effective values."""
@@ -226,7 +230,7 @@ class PersistenceReader:
                             layer=str(action.get("layer") or "none"), target=dict(action.get("target") or {}),
                             via=tuple(action.get("via") or ()), raw=str(action.get("raw") or ""))
             try:
-                before = self.read_effective(env, ck)
+                before = self.read_effective(env, ck, attempts=1)
             except Exception:  # noqa: BLE001 - an unreadable prior value is simply not captured
                 continue
             if before is not None or self.entry_for(ck) is not None:

@@ -152,9 +152,12 @@ class ScopeAudit(VerifierBase):
     def items(self) -> list[str]:
         return [f"probe:{n}" for n in self.context.protected_probes] + list(self.context.protected_settings)
 
-    def read(self, env: Environment) -> ScopeSnapshot:
+    def read(self, env: Environment, *, attempts: int | None = None, only: set[str] | None = None) -> ScopeSnapshot:
+        """Every protected probe and setting (`only`: those items), each read `attempts` times at most."""
         snap = ScopeSnapshot(t=env.clock.now())
         for name, template in self.context.protected_probes.items():
+            if only is not None and not any(i == f"probe:{name}" or i.startswith(f"probe:{name}/") for i in only):
+                continue
             try:
                 cmd = render(template, {"context": self.context.template_vars()})
             except Missing as m:
@@ -173,8 +176,10 @@ class ScopeAudit(VerifierBase):
             else:
                 snap.errors[f"probe:{name}"] = f"exit {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}"
         for key in self.context.protected_settings:
+            if only is not None and key not in only:
+                continue
             try:
-                v = self.reader.read_effective(env, _setting_key(key))
+                v = self.reader.read_effective(env, _setting_key(key), attempts=attempts)
             except Exception as e:  # noqa: BLE001 - unreadable protected state is reported, not fatal
                 snap.errors[key] = f"{type(e).__name__}: {e}"
                 continue
@@ -186,8 +191,10 @@ class ScopeAudit(VerifierBase):
 
     def take_baseline(self, env: Environment, journal: Any = None) -> ScopeSnapshot:
         """The first-step snapshot; read twice so output that moves on its own is marked volatile."""
-        first = self.read(env)
-        second = self.read(env)
+        # Taken while the agent's first command waits: one attempt per read (an unreadable item is reported as
+        # such, not retried for 15 s), and the second read only of what the first could read.
+        first = self.read(env, attempts=1)
+        second = self.read(env, attempts=1, only=set(first.values) | set(first.gauges))
         first.volatile = {k for k in first.values if second.values.get(k) != first.values[k]}
         first.after_seq = len(journal.executed()) if journal is not None else 0
         # Settings the guard snapshotted before a change that ran ahead of the baseline: their prior value wins.
@@ -284,7 +291,7 @@ class _BaselineStep(VerifierBase):
                            evidence=snap.to_dict())
         if not mutations(journal):
             # Until the agent changes anything, whatever moves is the workload (a queue depth, a counter).
-            again = self.audit.read(env)
+            again = self.audit.read(env, attempts=1, only=set(base.values))
             moved = {k for k, v in base.values.items() if k in again.values and again.values[k] != v}
             base.volatile |= moved
             return Verdict(VerdictStatus.PASS, self.name, message="baseline re-read before the first change",

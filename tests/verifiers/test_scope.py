@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, ManualClock, action
-from verifiers.protocols import FeedbackCode, VerdictStatus
+from verifiers.protocols import CommandResult, FeedbackCode, VerdictStatus
 from verifiers.scope import ScopeAudit, ScopeSnapshot, diff
 
 CTX = {"id": "t", "protected_settings": ["mariadb.max_connections"],
@@ -120,3 +120,22 @@ def test_output_that_moves_before_any_change_is_learned_as_volatile():
     audit.baseline_step.check(env, j, None)  # still no change by the agent: the workload moved it
     n["i"] = 9
     assert audit.check(env, j, None).passed
+
+
+def test_baseline_of_unreadable_state_does_not_stall_the_agents_commands():
+    """A protected setting whose server cannot be reached (a local run, a component down): the baseline taken while
+    the agent's command waits reads it once, and the re-reads before the first change skip it. It used to be read
+    four times, five seconds apart, twice per baseline and again before every command: 15-46 s per command."""
+    env = env_()
+    env.handle(r"mysql .*max_connections.*", lambda m: CommandResult(command=m.group(0), exit_code=1,
+                                                                     stderr="ERROR 2005: Unknown server host"))
+    audit = ScopeAudit(CTX)
+    j = FakeJournal(env.clock)
+    for _ in range(3):  # three commands before the first change
+        assert audit.baseline_step.check(env, j, None).passed
+    assert env.clock.sleeps == []
+    reads = [c for c in env.commands if "max_connections" in c]
+    assert len(reads) == 1, reads
+    assert "mariadb.max_connections" in audit.snapshot_at_start.errors
+    # Readable items are still read again, so what moves on its own is learnt.
+    assert sum("SHOW GRANTS" in c for c in env.commands) == 4
