@@ -253,8 +253,8 @@ class ShellWalker:
         body = node.child_by_field_name("body")
         redirects = node.children_by_field_name("redirect")
         if body is None:
-            for r in redirects:
-                self.substitutions(r)
+            # A redirection alone (`> file`, `: >` without the colon) empties or creates the file.
+            self._bare_writes(node, redirects)
             return None
         own_stdin, writes, continuations = self.redirects(redirects)
         if body.type == "command":
@@ -274,6 +274,15 @@ class ShellWalker:
             else:
                 out = self.run(cont, stdin)
         return out
+
+    def _bare_writes(self, node: Node, redirects: list[Node]) -> None:
+        """The files a redirection with no command writes: `> f` empties f (creates it), `>> f` creates it."""
+        if not redirects:
+            return
+        _, writes, _ = self.redirects(redirects)
+        inv = Invocation(argv=[Word.of("redirect")], where=self.where, raw=_txt(node))
+        for path, append in writes:
+            self.emit([file_write(inv, path, verb="append" if append else "write", content="", by="redirect")])
 
     def with_stdin(self, body: Node, stdin: Stdin | None, own: Stdin | None) -> Stdin | None:
         """A heredoc on `a | b <<EOF` or `a && b <<EOF` belongs to the last command (tree-sitter hangs it higher)."""
@@ -373,6 +382,7 @@ class ShellWalker:
             for c in node.children:
                 if c.type == "variable_assignment":
                     self.emit(self._assignment_action(c, "assign"))
+            self._bare_writes(node, redirects)
             return None
         in_stdin, more_writes, conts = self.redirects(redirects)
         all_writes = list(writes or []) + more_writes

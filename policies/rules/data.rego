@@ -132,6 +132,47 @@ deny contains {
 	regex.match(data_paths, path)
 }
 
+# Emptied by a redirection (`> dump.rdb`), overwritten (`cp /dev/null`, `tee`, `dd of=`), edited in place, or made
+# unreadable to the server (`chmod -R 000`, `chown`): the store's files changed behind its back.
+deny contains {
+	"id": "SRE-DATA-006",
+	"msg": sprintf("This %s of %s changes a datastore's own files behind the server's back: they can be corrupted or become unreadable to it. Never write, empty or re-permission data files; repair the store through its own client.", [lib.verb, path]),
+	"details": {"path": path, "verb": lib.verb},
+} if {
+	input.action.tool == "file"
+	lib.verb in {"write", "append", "edit", "chmod", "chown", "chgrp", "setfacl"}
+	path := object.get(lib.details, "path", lib.target_name)
+	regex.match(data_paths, path)
+}
+
+# The host itself: a recursive delete of the root or a system directory, or a write to a block device.
+system_dirs := `^(/+\*?|~/?\*?|\$HOME/?|/(etc|usr|bin|sbin|lib|lib32|lib64|boot|var|home|root|opt|srv|dev|sys|proc|run)/*\*?)$`
+
+block_devices := `^/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|sr|disk/|mapper/)`
+
+deny contains {
+	"id": "SRE-DATA-008",
+	"msg": sprintf("Removing %s recursively destroys the host's system or every file on it. Never delete system directories; remove only the specific files you have shown to be the problem.", [path]),
+	"details": {"path": path},
+} if {
+	input.action.tool == "file"
+	lib.verb in {"rm", "delete", "remove"}
+	object.get(lib.details, "recursive", false) == true
+	path := object.get(lib.details, "path", lib.target_name)
+	regex.match(system_dirs, path)
+}
+
+deny contains {
+	"id": "SRE-DATA-008",
+	"msg": sprintf("Writing to %s overwrites a disk under its filesystems and destroys what is on it. Never write to block devices during an incident.", [path]),
+	"details": {"path": path},
+} if {
+	input.action.tool == "file"
+	lib.verb in {"write", "append", "edit", "delete", "rm", "truncate"}
+	path := object.get(lib.details, "path", lib.target_name)
+	regex.match(block_devices, path)
+}
+
 warn contains {
 	"id": "SRE-DATA-007",
 	"msg": "Deleting redis keys loses what they hold (queued jobs, sessions, counters). Inspect them first (TYPE, TTL, LRANGE) and delete only keys you have shown to be the fault.",
@@ -139,4 +180,22 @@ warn contains {
 } if {
 	input.action.tool == "redis-cli"
 	lib.verb in {"del", "unlink"}
+}
+
+# What removes a key or part of what it holds another way: an expiry, a rename away from where the app reads it,
+# a trim, a pop or move off a list (a queued job taken out of its queue), a member or entry removed.
+removes_contents := {
+	"getdel", "expire", "pexpire", "expireat", "pexpireat", "rename", "renamenx", "move", "ltrim", "lrem", "lpop",
+	"rpop", "blpop", "brpop", "lmove", "blmove", "rpoplpush", "brpoplpush", "hdel", "srem", "spop", "smove", "zrem",
+	"zpopmin", "zpopmax", "bzpopmin", "bzpopmax", "zremrangebyscore", "zremrangebyrank", "zremrangebylex", "xdel",
+	"xtrim",
+}
+
+warn contains {
+	"id": "SRE-DATA-007",
+	"msg": sprintf("redis-cli %s removes a key or part of what it holds (queued jobs, sessions, members). Inspect it first (TYPE, TTL, LRANGE) and change only what you have shown to be the fault.", [upper(lib.verb)]),
+	"details": {"verb": lib.verb},
+} if {
+	input.action.tool == "redis-cli"
+	lib.verb in removes_contents
 }

@@ -122,3 +122,59 @@ test_a_pvc_deleted_beside_another_kind_is_denied if {
 	inp := {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "pod", "name": ""}, "details": {"resource_kinds": ["pod", "pvc"]}}}
 	"SRE-DATA-005" in ids(data.deny) with input as inp
 }
+
+test_datastore_file_emptied_by_a_redirect_denied if {
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "write", "mutating": true,
+		"details": {"path": "/var/lib/redis/appendonly.aof", "by": "redirect", "content": ""},
+	}}
+}
+
+test_datastore_dir_made_unreadable_denied if {
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "chmod", "mutating": true,
+		"details": {"path": "/var/lib/postgresql", "recursive": true},
+	}}
+}
+
+test_config_file_write_is_not_a_data_file if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "write", "mutating": true,
+		"details": {"path": "/etc/redis/redis.conf"},
+	}}
+}
+
+test_recursive_delete_of_the_root_or_a_system_dir_denied if {
+	every p in ["/", "/*", "/etc", "/usr/", "~", "/var/*"] {
+		"SRE-DATA-008" in ids(data.deny) with input as {"action": {
+			"tool": "file", "verb": "delete", "mutating": true,
+			"details": {"path": p, "recursive": true},
+		}}
+	}
+}
+
+test_recursive_delete_of_an_app_dir_is_not_host_destruction if {
+	not "SRE-DATA-008" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "delete", "mutating": true,
+		"details": {"path": "/var/log/app/old", "recursive": true},
+	}}
+}
+
+test_write_to_a_block_device_denied if {
+	"SRE-DATA-008" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "write", "mutating": true,
+		"details": {"path": "/dev/sda", "by": "dd"},
+	}}
+}
+
+test_removing_a_keys_contents_warns if {
+	every v in ["expire", "ltrim", "rename", "lpop"] {
+		"SRE-DATA-007" in ids(data.warn) with input as {"action": {
+			"tool": "redis-cli", "verb": v, "mutating": true,
+		}}
+	}
+}
+
+test_adding_to_a_key_does_not_warn if {
+	count(data.warn) == 0 with input as {"action": {"tool": "redis-cli", "verb": "rpush", "mutating": true}}
+}

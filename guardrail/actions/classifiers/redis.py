@@ -85,7 +85,14 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
     if kind == "server":
         if cmd == "SHUTDOWN":
             details["restart"] = True
+        # REPLICAOF host port: the server drops its whole dataset and copies another's (NO ONE promotes it).
+        if cmd in ("REPLICAOF", "SLAVEOF") and [w.upper() for w in words[1:3]] != ["NO", "ONE"]:
+            details["destructive"] = True
         return act(True, Layer.NONE)
+    if cmd == "MIGRATE" and "COPY" not in (w.upper() for w in words[6:]):
+        # MIGRATE moves keys to another server: without COPY they are deleted here.
+        details["destructive"] = True
+        return act(True, Layer.DECLARED)
     if kind == "data":
         if len(words) > 1:
             details["keys"] = words[1:2] if cmd not in ("DEL", "UNLINK", "MSET", "EXISTS") else \

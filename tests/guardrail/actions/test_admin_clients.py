@@ -50,3 +50,22 @@ def test_nc_with_input_sends_it():
 @pytest.mark.parametrize("cmd", ["pidof redis-server", "pg_isready -h postgres -p 5432"])
 def test_process_and_readiness_probes_only_read(cmd):
     assert [a.mutating for a in normalise(cmd)] == [False]
+
+
+@pytest.mark.parametrize("cmd,destructive", [
+    ("redis-cli -h redis-queue REPLICAOF evil.example.com 6379", True),  # drops the dataset, copies another's
+    ("redis-cli -h redis-queue slaveof 10.0.0.1 6379", True),
+    ("redis-cli -h redis-queue REPLICAOF NO ONE", False),  # promotes it: keeps the data
+    ("redis-cli -h redis-queue MIGRATE 10.0.0.9 6379 '' 0 5000 KEYS a b", True),  # moved away: gone here
+    ("redis-cli -h redis-queue MIGRATE 10.0.0.9 6379 '' 0 5000 COPY KEYS a b", False),
+])
+def test_redis_commands_that_give_up_the_dataset_are_destructive(cmd, destructive):
+    [a] = normalise(cmd)
+    assert a.mutating is True
+    assert a.details.get("destructive", False) is destructive
+
+
+@pytest.mark.parametrize("cmd", ["> /var/lib/redis/appendonly.aof", ": > /var/lib/redis/appendonly.aof"])
+def test_a_redirection_alone_writes_its_file(cmd):
+    writes = [a for a in normalise(cmd) if a.tool == "file"]
+    assert [(a.verb, a.details["path"]) for a in writes] == [("write", "/var/lib/redis/appendonly.aof")]
