@@ -103,18 +103,34 @@ class Kill:
         if inv.name == "kill":
             sig, targets = kill_args(args)
             details: dict = {"signal": "-" + sig, "targets": targets}
-            # PID 1 of a container is its main process: when it exits, the kubelet restarts the container.
             dynamic = {str(a) for a in inv.args if a.dynamic}
-            ends_main = sig not in _NO_RESTART_SIGNALS and any(_ends_main(t, t in dynamic) for t in targets)
+            reach = [_kill_reach(t, t in dynamic) for t in targets] if sig not in _NO_RESTART_SIGNALS else []
+            # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
+            # only PID 1, -1 and a server's pid looked up by name are known to be.
+            ends_main = any(r is not None for r in reach) if inv.where.in_exec else \
+                any(r not in (None, _UNSURE) for r in reach)
+            server = next((r for r in reach if r not in (None, _UNSURE, "")), "")
         else:
             targets = [a for a in args if not a.startswith("-")]
             details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
             # The container's server process by name: when it exits, the kubelet restarts the container.
             ends_main = _kills_server(inv.name, args, targets)
-        if inv.where.in_exec and ends_main:
-            details["restart"] = True
+            server = next((t.rsplit("/", 1)[-1] for t in targets
+                           if _names_a_server(t, pattern=inv.name == "pkill")), "")
+        if not ends_main:
+            return [inv.action("shell", inv.name, mutating=True, details=details)]
+        details["restart"] = True
+        if inv.where.in_exec:
             return [inv.action("shell", inv.name, mutating=True, details=details, target=inv.pod_target)]
-        return [inv.action("shell", inv.name, mutating=True, details=details)]
+        # On the agent's own machine (`guardrail shell --env local`, or inside the container it runs in): a stop of
+        # the server program named, or of PID 1 (the container's main process), which is a restart of what runs it.
+        if server:
+            return [inv.action("shell", inv.name, mutating=True, details=details,
+                               target=Target(kind="component", name=server, namespace=inv.where.namespace))]
+        details["selector"] = "PID 1 or every process"
+        return [inv.action("shell", inv.name, mutating=True, details=details,
+                           target=Target(kind="process", name="", namespace=inv.where.namespace))]
+
 
 # Signals that leave a process running: HUP asks most servers to reload their config, 0 only checks it exists.
 _NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "USR1", "USR2"})
@@ -130,22 +146,27 @@ SERVER_PROGRAMS = ("postgres", "postmaster", "pgbouncer", "redis-server", "redis
 _PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`)$")
 
 
-def _ends_main(target: str, dynamic: bool) -> bool:
-    """Whether a `kill` target (in a pod) may be the container's main process: PID 1; -1 (every process the signal
-    can reach: the server under an init such as tini, or the postmaster's backends); a pid looked up by a server
-    program's name (`$(pgrep postgres)`, `$(pidof mysqld)`); any other pid computed as the command runs (`$p`,
-    `` `cat /run/mysqld/mysqld.pid` ``), which may be the server's and cannot be told apart before it runs."""
+_UNSURE = "?"
+
+
+def _kill_reach(target: str, dynamic: bool) -> str | None:
+    """What a `kill` target may end of a container's main process: None (not it), "" (PID 1, or -1: every process
+    the signal can reach, the server under an init such as tini or the postmaster's backends), a server program's
+    name (its pid looked up as the kill runs: `$(pgrep postgres)`, `` `pidof mysqld` ``), or _UNSURE (any other pid
+    computed as the command runs, `$p`, `` `cat /run/mysqld/mysqld.pid` ``: in a pod it may be the server's)."""
     if not dynamic:
-        return target.lstrip("-").isdigit() and int(target.lstrip("-")) == 1
+        return "" if target.lstrip("-").isdigit() and int(target.lstrip("-")) == 1 else None
     m = _PID_LOOKUP.match(target)
     if m is None:
-        return True
+        return _UNSURE
     try:
         words = shlex.split(m.group(2))
     except ValueError:
-        return True
+        return _UNSURE
     names = [w for w in words if not w.startswith("-")]
-    return not names or any(_names_a_server(n, pattern=m.group(1) == "pgrep") for n in names)
+    if not names:
+        return _UNSURE
+    return next((n.rsplit("/", 1)[-1] for n in names if _names_a_server(n, pattern=m.group(1) == "pgrep")), None)
 
 
 def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:

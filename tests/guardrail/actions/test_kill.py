@@ -32,7 +32,8 @@ def test_a_signal_to_pid_1_inside_a_pod_is_a_restart_of_that_pod(cmd):
     "kubectl exec postgres-0 -- kill -HUP 1",  # a reload
     "kubectl exec postgres-0 -- kill -0 1",  # only checks that it exists
     "kubectl exec postgres-0 -- kill 1234",  # not the container's main process
-    "kill 1",  # the host's init, not a container: nothing the kubelet restarts
+    "kill 1234",
+    "kill $!",  # on the agent's own machine a computed pid is its own job, not known to be a server
 ])
 def test_other_signals_and_processes_are_not_restarts(cmd):
     kill = normalise(cmd)[-1]
@@ -49,7 +50,7 @@ def test_other_signals_and_processes_are_not_restarts(cmd):
     ("kubectl exec postgres-0 -- pkill --signal HUP postgres", False),
     ("kubectl exec redis-0 -- killall -s HUP redis-server", False),
     ("kubectl exec postgres-0 -- pkill -f 'postgres: autovacuum'", False),  # a worker, not the server
-    ("pkill postgres", False),  # not in a container
+    ("pkill -f celery", False),
     ("kubectl exec redis-0 -- pkill redis", True),  # pkill matches part of the name: redis-server
     ("kubectl exec redis-0 -- pkill -f 'redis-server *:6379'", True),
     ("kubectl exec postgres-0 -- pkill 'postgre[s]'", True),
@@ -87,3 +88,17 @@ def test_a_kill_by_a_pid_computed_in_the_pod_is_judged_by_what_it_may_reach(cmd,
     assert kill.details.get("restart", False) is restart
     if restart:
         assert kill.target.kind == "pod"
+
+
+@pytest.mark.parametrize("cmd,kind,name", [
+    # On the agent's own machine (guardrail shell --env local, or inside the container it runs in).
+    ("pkill -9 postgres", "component", "postgres"),
+    ("killall redis-server", "component", "redis-server"),
+    ("kill -9 $(pgrep mysqld)", "component", "mysqld"),
+    ("kill 1", "process", ""),  # the container's main process when the agent runs in one
+    ("kill -9 -1", "process", ""),
+])
+def test_a_server_stopped_on_the_agents_own_machine_is_a_restart(cmd, kind, name):
+    kill = normalise(cmd)[-1]
+    assert kill.details.get("restart") is True
+    assert (kill.target.kind, kill.target.name) == (kind, name)
