@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 from typing import Any, Callable, Mapping
 
@@ -69,15 +70,24 @@ def is_mutating_input(input: Any) -> bool:
         return True
 
 
+# Errors that come from the policy's own rules (they recur on every retry), not from the engine being busy or away.
+_POLICY_BUG = re.compile(r"eval_(builtin_|conflict_|type_)?error|MalformedDecision|rego_|took longer than")
+
+
 def fail_closed(input: Any, error: str, *, decision_id: str, engine: str, duration_ms: float,
                 allow_readonly_on_error: bool = True) -> Decision:
     """The default Decision when the engine could not decide."""
     if allow_readonly_on_error and not is_mutating_input(input):
         return Decision(Outcome.ALLOW, decision_id, engine=engine, error=error, duration_ms=duration_ms)
+    if _POLICY_BUG.search(error):
+        advice = ("The policy itself is in error: whoever owns it must fix it (`guardrail policy test` runs its "
+                  "tests); until then changes are blocked, and read-only commands (get, describe, logs, SELECT) "
+                  "still run.")
+    else:
+        advice = "Retry in a moment; read-only commands (get, describe, logs, SELECT) still run."
     finding = Finding(
         FAIL_CLOSED_RULE,
-        f"The policy engine could not decide ({error}), so this change is blocked (fail closed). "
-        "Retry in a moment; read-only commands (get, describe, logs, SELECT) still run.",
+        f"The policy engine could not decide ({error}), so this change is blocked (fail closed). {advice}",
         {"error": error},
     )
     return Decision(Outcome.DENY, decision_id, (finding,), engine=engine, error=error, duration_ms=duration_ms)

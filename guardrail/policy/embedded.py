@@ -37,9 +37,9 @@ Two more savings on the hot path, both measured by bench/policy_latency.py:
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import hashlib
 import json
+import queue
 import threading
 import time
 from pathlib import Path
@@ -70,6 +70,10 @@ MAX_LOADED_CONTEXTS = 256
 # resource_kinds for a list of kinds such as `configmaps,secrets`).
 UNREAD_ACTION_FIELDS = frozenset({"via"})
 UNREAD_DETAIL_FIELDS = frozenset({"resources"})
+# How long a decision may take before it fails closed. A decision takes about a millisecond; only a rule that
+# loops over a huge range or document comes near this, and OPA cannot be interrupted, so the evaluation runs on the
+# engine's own thread and the caller stops waiting (and Ctrl-C works) at the deadline.
+DEFAULT_DEADLINE_S = 10.0
 # Decision documents kept by the memo: about 1 KB each with its key (the input text), so at most ~1 MB.
 DEFAULT_DECISION_CACHE = 1024
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.
@@ -105,12 +109,13 @@ class EmbeddedOPA:
         *,
         data: Mapping[str, Any] | None = None,
         allow_readonly_on_error: bool = True,
-        timeout_s: float | None = None,
+        timeout_s: float | None = DEFAULT_DEADLINE_S,
         clock: Callable[[], float] = time.perf_counter,
         decision_cache: int = DEFAULT_DECISION_CACHE,
     ):
-        """`data` is merged into the data document (e.g. {"exceptions": ["SRE-TRAFFIC-001"]}). With `timeout_s`,
-        each evaluation runs on a worker thread and a late answer fails closed; without it, in the caller's thread.
+        """`data` is merged into the data document (e.g. {"exceptions": ["SRE-TRAFFIC-001"]}). Each evaluation
+        runs on the engine's own thread and a late answer fails closed after `timeout_s` (DEFAULT_DEADLINE_S);
+        `timeout_s=None` evaluates in the caller's thread, with no deadline (and no Ctrl-C until OPA returns).
         `decision_cache` bounds the memo of decision documents (0 turns it off)."""
         self.tree = PolicyTree.load(policy_dir)
         self.allow_readonly_on_error = allow_readonly_on_error
@@ -118,8 +123,7 @@ class EmbeddedOPA:
         self._clock = clock
         self._ids = DecisionIds("opa")
         self._engine = compile_tree(self.tree, data=data)
-        self._worker = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="opa-eval")
-                        if timeout_s is not None else None)
+        self._worker = _Evaluator(self._engine.eval_query) if timeout_s is not None else None
         self._loaded_contexts: set[str] = set()
         self._context_lock = threading.Lock()
         # Context objects seen lately, by id: (the object, a copy of it, its ref).
@@ -224,9 +228,10 @@ class EmbeddedOPA:
                     "capacity": self._cache_size}
 
     def close(self) -> None:
-        if self._worker is not None:
-            # Wait for an evaluation that outlived its timeout: closing the engine under it is not safe.
-            self._worker.shutdown(wait=True, cancel_futures=True)
+        if self._worker is not None and not self._worker.stop():
+            # An evaluation that outlived its deadline is still running in OPA (it cannot be interrupted), and
+            # closing the engine under it is not safe: leave both to the process's exit.
+            return
         self._engine.close()
 
     def __enter__(self) -> "EmbeddedOPA":
@@ -330,8 +335,7 @@ class EmbeddedOPA:
     def _eval(self, query: str, input: Any) -> list[dict[str, Any]]:
         if self._worker is None:
             return self._engine.eval_query(query, input=input)
-        future = self._worker.submit(self._engine.eval_query, query, input)
-        return future.result(timeout=self.timeout_s)
+        return self._worker.call(self.timeout_s, query, input)
 
 
 # The action warm() decides: `true`, a read-only no-op, in the shape the normaliser gives it.
@@ -357,9 +361,62 @@ def _trim_action(action: Mapping[str, Any]) -> Mapping[str, Any]:
     return trimmed
 
 
+class _Evaluator:
+    """One daemon thread that runs the engine's evaluations, so that a caller can stop waiting (a deadline, Ctrl-C)
+    while OPA, which cannot be interrupted, finishes in the background. A daemon thread: an evaluation still running
+    never holds up the process's exit (a pool's worker would be joined at exit, and Ctrl-C would wait it out)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self._fn = fn
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._idle = threading.Event()
+        self._idle.set()
+        threading.Thread(target=self._loop, name="opa-eval", daemon=True).start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            args, box, done = job
+            try:
+                box.append((True, self._fn(*args)))
+            except BaseException as e:  # noqa: BLE001  (handed to the caller, who decides)
+                box.append((False, e))
+            with self._lock:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
+            done.set()
+
+    def call(self, timeout_s: float | None, *args: Any) -> Any:
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._jobs.put((args, box, done))
+        if not done.wait(timeout_s):
+            raise EvaluationTimeout(timeout_s)
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    def stop(self, wait_s: float = 1.0) -> bool:
+        """End the thread once its queue is done; False if an evaluation is still running after `wait_s`."""
+        self._jobs.put(None)
+        return self._idle.wait(wait_s)
+
+
+class EvaluationTimeout(Exception):
+    def __init__(self, timeout_s: float | None):
+        super().__init__(f"policy evaluation took longer than {timeout_s:g} s (a rule that loops over a large "
+                         "range or a large document?)")
+
+
 def _describe(e: BaseException) -> str:
-    if isinstance(e, concurrent.futures.TimeoutError):
-        return "policy evaluation timed out"
+    if isinstance(e, EvaluationTimeout):
+        return str(e)
     if isinstance(e, OpaError):
         return f"OPA {e.code}: {e.message.splitlines()[0] if e.message else ''}".strip()
     return f"{type(e).__name__}: {e}"

@@ -4,6 +4,7 @@ normaliser and the public context model), exceptions, unique decision ids, and f
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -196,8 +197,30 @@ def test_a_slow_evaluation_times_out_and_fails_closed(tmp_path):
             'n := count([x | some i in numbers.range(1, 400); some j in numbers.range(1, 400); x := i * j])\n')
     with EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.02) as e:
         d = e.decide(MUTATING)
-        assert d.outcome is Outcome.DENY and "timed out" in d.error
+        assert d.outcome is Outcome.DENY and "took longer than 0.02 s" in d.error
+        assert "policy itself is in error" in d.denies[0].msg  # it recurs: retrying will not help
         assert e.decide(READ).outcome is Outcome.ALLOW
+
+
+def test_the_caller_stops_waiting_at_the_deadline_while_opa_runs_on(tmp_path):
+    """OPA cannot be interrupted: the caller gets its fail-closed answer at the deadline, not when the rule ends, and
+    the engine's thread is a daemon, so a process that exits (Ctrl-C) is not held up by it."""
+    body = ('decision := {"deny": [], "warn": [], "n": n}\n\n'
+            'n := count([x | some i in numbers.range(1, 3000); some j in numbers.range(1, 3000); x := i * j])\n')
+    e = EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.05, decision_cache=0)
+    t0 = time.perf_counter()
+    assert e.decide(MUTATING).outcome is Outcome.DENY
+    assert time.perf_counter() - t0 < 1.0  # the 9-million-element comprehension takes seconds
+    assert all(t.daemon for t in threading.enumerate() if t.name == "opa-eval")
+    e.close()  # returns at once: the engine is left to the process's exit while OPA still runs
+
+
+def test_a_policy_error_is_reported_as_one_to_fix_not_to_retry(tmp_path):
+    body = 'decision := {"deny": [], "warn": [], "x": x}\n\nx := 1 / count([])\n'
+    with EmbeddedOPA(_policy(tmp_path, body)) as e:
+        d = e.decide(MUTATING)
+        assert d.outcome is Outcome.DENY
+        assert "policy itself is in error" in d.denies[0].msg, d.denies[0].msg
 
 
 def test_bad_policies_raise_policy_load_error_with_file_and_line(tmp_path):
