@@ -7,20 +7,35 @@ Policies read it as `input.context`.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from guardrail.yamlio import load_model
 
 __all__ = ["SLO", "Constraint", "IncidentContext", "load_context"]
 
 
+def _finite(value: Any) -> Any:
+    """NaN and infinities have no JSON form, so the policy engine could not read the context: refuse them here,
+    where the error can name the file and line."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number (NaN and infinities have no JSON form)")
+    if isinstance(value, dict):
+        for v in value.values():
+            _finite(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _finite(v)
+    return value
+
+
 class SLO(BaseModel):
     """A public service-level objective, e.g. error_ratio <= 0.05 for driver write_readback at peak."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     sli: str
     op: Literal["<=", ">="]
@@ -32,7 +47,7 @@ class SLO(BaseModel):
 class Constraint(BaseModel):
     """A constraint the incident text states, in words and, where it has one, a machine-readable kind."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str
     text: str
@@ -51,11 +66,16 @@ class Constraint(BaseModel):
     targets: list[str] = Field(default_factory=list)
     value: Any = None
 
+    @field_validator("value")
+    @classmethod
+    def _finite_value(cls, v: Any) -> Any:
+        return _finite(v)
+
 
 class IncidentContext(BaseModel):
     """The public context of one incident (or one production system)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = "adhoc"
     title: str = ""
@@ -77,6 +97,11 @@ class IncidentContext(BaseModel):
     # Read-only commands an operator runs to snapshot protected state (scope audit), name -> command.
     protected_probes: dict[str, str] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("extra")
+    @classmethod
+    def _finite_extra(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _finite(v)
 
     def policy_input(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -18,7 +18,7 @@ from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON; a scenario file's `public` part is read).")
 @click.option("--policy", "policy_dir", type=click.Path(file_okay=False), default=None,

@@ -27,7 +27,7 @@ from guardrail.policy.base import Mode
 __all__ = ["shell"]
 
 
-@cli.command("shell", context_settings={"ignore_unknown_options": True})
+@cli.command("shell")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,

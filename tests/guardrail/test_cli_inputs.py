@@ -237,3 +237,29 @@ def test_a_venv_without_the_opa_engine_says_how_to_install_it():
     assert r.stderr.strip().splitlines() == [
         "error: the OPA engine is not installed: pip install --ignore-requires-python "
         "opa-golib-python-bindings==0.4.4 (or `make venv`)"]
+
+
+@pytest.mark.parametrize("text,line,field", [
+    ("id: x\nceilings:\n  app.pool_size: .nan\n", 3, "ceilings.app.pool_size"),
+    ("id: x\nslos:\n  - {sli: error_ratio, op: '<=', value: .inf}\n", 3, "slos.0.value"),
+    ("id: x\nconstraints:\n  - {id: c, text: t, kind: ceiling, value: -.inf}\n", 3, "constraints.0.value"),
+    ("id: x\nextra:\n  a: [1, .nan]\n", 2, "extra"),
+])
+def test_a_context_with_nan_or_infinity_is_bad_input_naming_the_line(tmp_path, text, line, field):
+    """NaN and infinities have no JSON form: a context holding one reached OPA as bad JSON, and every change was
+    denied with "retry in a moment"."""
+    f = tmp_path / "ctx.yaml"
+    f.write_text(text)
+    p = run("check", "--context", str(f), "--", "kubectl get pods")
+    assert p.returncode == 2
+    assert one_line(p).startswith(f"error: {f}:{line}: {field}:"), p.stderr
+
+
+@pytest.mark.parametrize("args", [["check", "--contxt", "x.yaml", "--", "ls"], ["check", "--json", "--", "ls"],
+                                  ["shell", "--contxt", "x.yaml", "--", "true"]])
+def test_a_mistyped_option_before_the_double_dash_is_a_usage_error_not_part_of_the_command(args):
+    """It was taken as the command's first words: `check --contxt ctx.yaml -- ls` dropped the context and denied
+    `--contxt ctx.yaml ls` as an unknown program (exit 1; exit 0 under --mode dry-run)."""
+    p = run(*args)
+    assert p.returncode == 2
+    assert "No such option" in one_line(p)
