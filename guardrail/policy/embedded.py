@@ -40,6 +40,7 @@ import collections
 import hashlib
 import json
 import queue
+import re
 import threading
 import time
 from pathlib import Path
@@ -47,9 +48,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from opa_bindings import OpaEngine, OpaError
 
+from guardrail.errors import PolicyLoadError
 from guardrail.policy.base import Decision
 from guardrail.policy.decisions import DecisionIds, MalformedDecision, fail_closed, from_document
-from guardrail.policy.loader import PolicyTree, load_error
+from guardrail.policy.loader import DECISION_PACKAGE, PolicyTree, load_error, shipped_policy_dir
 
 __all__ = ["EmbeddedOPA", "DECISION_QUERY", "BATCH_QUERY", "CONTEXTS_DATA_KEY", "DERIVED_DATA_KEY", "compile_tree"]
 
@@ -98,6 +100,40 @@ def compile_tree(tree: PolicyTree, *, tests: bool = False, data: Mapping[str, An
     return engine
 
 
+# Every package's deny/warn that is not a set (`deny := 5`), evaluated once at load on a no-op action: the aggregator
+# iterates them, and a number or a string iterates to nothing, so such a rule would never deny.
+_SHAPE_QUERY = ('bad := [[pkg, k] | some pkg; some k in ["deny", "warn"]; x := data.guardrail.rules[pkg][k]; '
+                'not is_set(x)]')
+
+
+def _is_shipped(tree: PolicyTree) -> bool:
+    """The shipped library as it is: no layer of the user's own, no other root."""
+    return not any(m.upload_id for m in tree.modules) and tree.root.resolve() == shipped_policy_dir().resolve()
+
+
+def check_shape(engine: OpaEngine, tree: PolicyTree) -> None:
+    """PolicyLoadError for a whole library (`package guardrail`) with no `decision` rule at all, or a rules package
+    whose deny/warn is defined and not a set of findings (evaluated on a no-op action with an empty context; a rule
+    that errors there, or is defined only for other inputs, is left to the decisions, which fail closed)."""
+    roots = [m for m in tree.decision_modules if m.package == DECISION_PACKAGE]
+    if roots and not any(re.search(r"(?m)^decision\b", m.source) for m in roots):
+        raise PolicyLoadError("package guardrail defines no `decision`: a whole library must define it ({deny, "
+                              "warn, exempted}), as policies/guardrail.rego does; a tree of your own rules must "
+                              "not use `package guardrail`", path=str(roots[0].path), line=1)
+    probe = {"action": dict(_WARM_ACTION), "context": {}, "command": "true"}
+    try:
+        bad = engine.eval_query(_SHAPE_QUERY, input=probe)[0]["bad"]
+    except (OpaError, LookupError, TypeError):
+        return
+    for pkg, rule in bad:
+        module = next((m for m in tree.decision_modules if m.package == f"guardrail.rules.{pkg}"), None)
+        line = next((n for n, ln in enumerate(module.source.splitlines(), 1)
+                     if re.match(rf"\s*{rule}\b", ln)), None) if module else None
+        raise PolicyLoadError(f"{rule} in package guardrail.rules.{pkg} is not a set of findings: write "
+                              f"`{rule} contains {{\"id\": ..., \"msg\": ..., \"details\": {{}}}} if {{ ... }}`",
+                              path=str(module.path if module else tree.root), line=line)
+
+
 class EmbeddedOPA:
     """The OPA engine in process; decides one input in about a tenth of a millisecond."""
 
@@ -123,6 +159,12 @@ class EmbeddedOPA:
         self._clock = clock
         self._ids = DecisionIds("opa")
         self._engine = compile_tree(self.tree, data=data)
+        try:
+            if not _is_shipped(self.tree):  # the shipped library's shape is checked by its tests; skip the ~0.1 s
+                check_shape(self._engine, self.tree)
+        except PolicyLoadError:
+            self._engine.close()
+            raise
         self._worker = _Evaluator(self._engine.eval_query) if timeout_s is not None else None
         self._loaded_contexts: set[str] = set()
         self._context_lock = threading.Lock()

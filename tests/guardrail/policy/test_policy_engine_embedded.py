@@ -156,8 +156,12 @@ def _policy(tmp_path: Path, body: str) -> Path:
     return tmp_path
 
 
+# A decision defined only for another kind of action: undefined for these.
+NARROW = 'decision := {"deny": [], "warn": []} if input.action.tool == "never"\n'
+
+
 def test_undefined_decision_fails_closed(tmp_path):
-    with EmbeddedOPA(_policy(tmp_path, "other := 1\n")) as e:
+    with EmbeddedOPA(_policy(tmp_path, NARROW)) as e:
         for inp in (MUTATING, UNKNOWN):
             d = e.decide(inp)
             assert d.outcome is Outcome.DENY and d.rule_ids == [FAIL_CLOSED_RULE] and "undefined" in d.error
@@ -166,7 +170,7 @@ def test_undefined_decision_fails_closed(tmp_path):
 
 
 def test_read_only_can_also_fail_closed(tmp_path):
-    with EmbeddedOPA(_policy(tmp_path, "other := 1\n"), allow_readonly_on_error=False) as e:
+    with EmbeddedOPA(_policy(tmp_path, NARROW), allow_readonly_on_error=False) as e:
         assert e.decide(READ).outcome is Outcome.DENY
 
 
@@ -186,7 +190,7 @@ def test_a_malformed_decision_fails_closed(tmp_path):
 
 
 def test_an_unreadable_input_fails_closed_as_mutating(tmp_path):
-    with EmbeddedOPA(_policy(tmp_path, "other := 1\n")) as e:
+    with EmbeddedOPA(_policy(tmp_path, NARROW)) as e:
         assert e.decide({"action": {}}).outcome is Outcome.DENY
         assert e.decide({"context": {}}).outcome is Outcome.DENY
 
@@ -258,3 +262,18 @@ def test_both_engines_satisfy_the_policy_engine_seam(engine):
 
     assert isinstance(engine, PolicyEngine)
     assert isinstance(OPAServer("http://127.0.0.1:9", upload=False), PolicyEngine)
+
+
+def test_a_whole_library_without_a_decision_is_a_load_error(tmp_path):
+    with pytest.raises(PolicyLoadError) as e:
+        EmbeddedOPA(_policy(tmp_path, "other := 1\n"))
+    assert e.value.path == str(tmp_path / "g.rego") and "defines no `decision`" in str(e.value)
+
+
+def test_a_deny_that_is_not_a_set_is_a_load_error_naming_its_line(tmp_path):
+    """`deny := 5` iterated to nothing in the aggregator: the team's rule silently never denied."""
+    (tmp_path / "team.rego").write_text("package guardrail.rules.team\n\nimport rego.v1\n\ndeny := 5\n")
+    with pytest.raises(PolicyLoadError) as e:
+        EmbeddedOPA(tmp_path)
+    assert (e.value.path, e.value.line) == (str(tmp_path / "team.rego"), 5)
+    assert "not a set of findings" in str(e.value)
