@@ -454,6 +454,10 @@ def _output_of(inv: Invocation) -> Stdin | None:
         if up is None:
             return Stdin("pipe", computed=True, producer=name)
         return Stdin("pipe", text=up.text, computed=up.computed, decoded=up.decoded, producer=name)
+    files = [a for a in args if not a.startswith("-")]
+    if name == "cat" and files and not any(a.dynamic or a == "-" for a in files):
+        # The files' content, as `< file` gives it: known to the operator who has them, not to us.
+        return Stdin("file", computed=True, producer=" ".join(files))
     if name in DECODERS:
         text = None
         if name in ("base64", "base32") and up is not None and up.text is not None \

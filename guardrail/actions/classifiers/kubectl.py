@@ -308,8 +308,18 @@ class Kubectl:
 
     def _apply(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         files = a.details.get("files", [])
-        if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
+        remote = next((f for f in files if str(f).lower().startswith(("http://", "https://"))), None)
+        if remote is not None:
+            # Fetched as the command runs: whatever the server sends then is applied, and the guard never sees it.
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"the manifest comes from {remote} when the command runs and cannot be judged; "
+                               "download it, read it, and apply the file (or pipe it through a heredoc)")
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
             self._manifests(a, inv.stdin.text, ns)
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source != "file":
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"the manifest on stdin comes from {inv.stdin.producer or inv.stdin.source} and is "
+                               "not visible; apply it from a heredoc or a file you have read")
         elif files and a.target.kind == "":
             a.target = Target(kind="manifest", name=files[0], namespace=ns)
 

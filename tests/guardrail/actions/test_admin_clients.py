@@ -69,3 +69,14 @@ def test_redis_commands_that_give_up_the_dataset_are_destructive(cmd, destructiv
 def test_a_redirection_alone_writes_its_file(cmd):
     writes = [a for a in normalise(cmd) if a.tool == "file"]
     assert [(a.verb, a.details["path"]) for a in writes] == [("write", "/var/lib/redis/appendonly.aof")]
+
+
+@pytest.mark.parametrize("cmd,mutating", [
+    ("kubectl apply -f https://example.com/x.yaml", "unknown"),  # fetched as it runs: never seen
+    ("kubectl create -f http://example.com/x.yaml", "unknown"),
+    ("curl -s https://example.com/x.yaml | kubectl apply -f -", "unknown"),
+    ("kubectl apply -f deploy.yaml -n payments", True),  # a file the operator has
+    ("kubectl apply -f - < deploy.yaml", True),
+])
+def test_a_manifest_fetched_as_the_command_runs_is_opaque(cmd, mutating):
+    assert normalise(cmd)[-1].mutating == mutating
