@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 
 import click
 
@@ -43,6 +44,17 @@ def audit_cmd(trajectory: str, context_path: str | None, policy: str | None, fmt
     _print(report)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: object) -> str:
+    """Text from the recorded session, shown as text: control characters escaped (an ESC sequence in a recorded
+    command could clear the screen or hide the rest of the line) and rich's markup brackets taken literally."""
+    from rich.markup import escape
+
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
 def _print(report) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -54,7 +66,7 @@ def _print(report) -> None:
 
     console = _Console(soft_wrap=False)
     t = report.trajectory
-    steps = Table(title=f"guardrail audit: {t.path} ({t.format})", show_lines=False)
+    steps = Table(title=f"guardrail audit: {_safe(t.path)} ({t.format})", show_lines=False)
     for col in ("#", "line", "command", "actions", "decision", "rules / flags"):
         steps.add_column(col, overflow="fold")
     style = {"deny": "bold red", "warn": "yellow", "allow": "green", "error": "magenta"}
@@ -66,8 +78,8 @@ def _print(report) -> None:
         if s.error:
             notes.append(s.error)
         cmd = s.step.command if len(s.step.command) <= 80 else s.step.command[:77] + "..."
-        steps.add_row(str(s.step.index), str(s.step.line or ""), cmd, acts,
-                      f"[{style.get(s.outcome, '')}]{s.outcome}[/]", "; ".join(notes))
+        steps.add_row(str(s.step.index), str(s.step.line or ""), _safe(cmd), _safe(acts),
+                      f"[{style.get(s.outcome, '')}]{s.outcome}[/]", _safe("; ".join(notes)))
     console.print(steps)
 
     denied = [s for s in report.steps if s.outcome == "deny"]
@@ -75,18 +87,18 @@ def _print(report) -> None:
         console.print("[bold]Would have been denied:[/]")
         for s in denied:
             for f in s.denies:
-                console.print(f"  step {s.step.index}: {f['id']}: {f['msg']}")
+                console.print(f"  step {s.step.index}: {_safe(f['id'])}: {_safe(f['msg'])}")
     if report.unpersisted:
         console.print("[bold]Changed only at runtime, never made durable (lost on restart):[/]")
         for p in report.unpersisted:
-            console.print(f"  step {p.step}: {p.key} = {p.value!r} ({p.layer}"
+            console.print(f"  step {p.step}: {_safe(p.key)} = {_safe(repr(p.value))} ({p.layer}"
                           f"{', inside a container' if p.in_container else ''})")
     if t.findings:
         console.print("[bold]Findings in the input:[/]")
         for f in t.findings:
             where = f.get("where") or ""
             line = f":{f['line']}" if f.get("line") else ""
-            console.print(f"  {f['kind']} {where}{line}: {f['message']}")
+            console.print(f"  {f['kind']} {_safe(where)}{line}: {_safe(f['message'])}")
 
     summary = Table(title="summary")
     summary.add_column("measure")

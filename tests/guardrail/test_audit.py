@@ -279,3 +279,15 @@ def test_a_journalled_command_that_failed_is_not_an_unpersisted_change(tmp_path)
 
     report = audit(t, TableEngine(), normaliser=normalise)
     assert [p.key for p in report.unpersisted] == ["redis.maxclients"]
+
+
+def test_the_table_shows_a_recorded_commands_control_characters_and_brackets_as_text(tmp_path):
+    """An ESC sequence in a recorded command reached the terminal raw (clear the screen, set the title, hide the rest
+    of the line from the reviewer), and rich read `[/x]` in a command as markup."""
+    f = tmp_path / "cmds.txt"
+    f.write_text("kubectl get pods \x1b[2J\x1b]0;PWNED\x07 -n default\nkubectl delete pod x\x1b[8m hidden\x1b[0m\n"
+                 "echo '[/x] [bold red]y'\n")
+    p = cli(str(f), "--format", "commands")
+    assert p.returncode == 0, p.stderr
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+    assert "\\x1b[8m" in p.stdout and "[/x]" in p.stdout
