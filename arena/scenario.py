@@ -143,9 +143,9 @@ class GraderSpec(_M):
 class Step(_M):
     """One script step: `run: CMD` (optional `stdin:`), `sleep: N`, or `declare: true`."""
 
-    run: str | None = None
+    run: str | None = Field(default=None, min_length=1)
     stdin: str | None = None
-    sleep: float | None = None
+    sleep: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     declare: bool | None = None
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ raises InputError, which the root group prints as one line `error: path:line: me
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from opa_bindings import OpaError
 from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError
 from guardrail.policy.embedded import EmbeddedOPA
+from guardrail.policy.loader import load_error, opa_error_location
 from guardrail.policy.testing import run_rego_tests
 from guardrail.resources import policy_dir
 from verifiers.datafile import decode_text
@@ -68,12 +70,18 @@ def test_cmd(directory: Path | None, verbose: bool) -> None:
 def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
     """Evaluate a query against an input file and print the JSON result."""
     doc = _read_json(input_file)
+    if not isinstance(doc, dict):
+        raise InputError("the input must be a JSON object ({\"action\": ..., \"context\": ..., \"command\": ...})",
+                         path=str(input_file), line=1)
     with EmbeddedOPA(policy_dir) as engine:
         ref = _REF.match(query) is not None
         values = not ref and _ITER_REF.match(query) is not None
         try:
             rows = engine.query(f"result := {query.strip()}" if ref or values else query, doc)
         except OpaError as e:
+            where, _, _ = opa_error_location(e.message or "")
+            if e.code.startswith("eval") and where is not None and engine.tree.by_path(where) is not None:
+                raise load_error(e.message, engine.tree) from e  # a rule's own error, at its file and line
             raise InputError(f"bad query: {e.message.splitlines()[0] if e.message else e.code}",
                              path="--query") from e
     if ref:
@@ -94,6 +102,14 @@ def _no_constant(name: str) -> object:
     raise _BadConstant(name)
 
 
+def _finite_float(text: str) -> float:
+    """1e999 reads as an infinity in Python, and has no JSON form for OPA."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadConstant(text)
+    return value
+
+
 def _read_json(path: Path) -> object:
     try:
         raw = path.read_bytes()
@@ -101,7 +117,7 @@ def _read_json(path: Path) -> object:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
     text = decode_text(raw, path=path, error=InputError)  # undecodable bytes: one line naming file:line
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except _BadConstant as e:
         line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
         raise InputError(f"bad JSON: {e.args[0]} is not a JSON number", path=str(path), line=line) from None

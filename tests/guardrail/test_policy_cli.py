@@ -312,3 +312,27 @@ def test_layers_with_the_same_file_names_and_a_part_of_the_library(tmp_path, mon
     assert r.exit_code == 0 and r.output.strip().splitlines()[-1].endswith(" passed, 0 failed"), r.output
     r = CliRunner().invoke(cli, ["check", "--policy", str(shipped_policy_dir() / "lib"), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-DATA-001"]), r.output
+
+
+@pytest.mark.parametrize("text,line,msg", [
+    ('{\n  "action": 1e999\n}\n', 2, "bad JSON: 1e999 is not a JSON number"),  # an infinity to Python
+    ("[1, 2]\n", 1, "the input must be a JSON object"),
+    ("null\n", 1, "the input must be a JSON object"),
+])
+def test_policy_eval_input_that_opa_cannot_take_is_bad_input_naming_the_file(tmp_path, text, line, msg):
+    f = tmp_path / "in.json"
+    f.write_text(text)
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith(f"error: {f}:{line}: {msg}")
+
+
+def test_policy_eval_blames_a_rules_runtime_error_on_its_file_and_line_not_the_query(tmp_path):
+    (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\nimport rego.v1\n\nx := 1 / count([])\n\n'
+                                        'deny contains {"id": "A", "msg": "m", "details": {}} if x > 0\n')
+    f = tmp_path / "in.json"
+    f.write_text('{"action": {"tool": "ls"}}')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--policy", str(tmp_path), "--input", str(f)])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith(f"error: {tmp_path / 'team.rego'}:5: ")
+    assert "divide by zero" in r.output
