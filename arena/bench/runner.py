@@ -249,6 +249,7 @@ def read_results(path: Path) -> ResultRows:
     """The results lines that parse. A torn last line (an interrupted write: no newline, not JSON) is skipped and
     counted in `.torn`; any other line that is not UTF-8 JSON with a `key` is skipped and listed in `.bad`."""
     rows = ResultRows()
+    seen: dict[str, int] = {}
     if not path.exists():
         return rows
     with path.open("rb") as f:
@@ -263,11 +264,34 @@ def read_results(path: Path) -> ResultRows:
                 else:
                     rows.bad.append((n, "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON"))
                 continue
-            if isinstance(row, dict) and isinstance(row.get("key"), str):
+            problem = _row_problem(row)
+            if problem is None and row["key"] in seen:
+                problem = f"a second row for the key of line {seen[row['key']]}"
+            if problem is None:
+                seen[row["key"]] = n
                 rows.append(row)
             else:
-                rows.bad.append((n, "not a results row (no string key)"))
+                rows.bad.append((n, problem))
     return rows
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a parsed line is not a results row the report can use (None: it is one): a row whose key does not
+    parse or disagrees with its own scenario/agent/arm/seed, or whose `passed` is not true or false, would be
+    reused for the wrong episode or break the statistics."""
+    if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+        return "not a results row (no string key)"
+    try:
+        scenario, agent, arm, seed, _params = json.loads(row["key"])
+    except (ValueError, TypeError):
+        pass  # a key this build does not make: no episode of this plan will reuse the row
+    else:
+        for name, want in (("scenario", scenario), ("agent", agent), ("arm", arm), ("seed", seed)):
+            if name in row and row[name] != want:
+                return f"its {name} {row[name]!r} disagrees with its key ({want!r})"
+    if not isinstance(row.get("passed"), bool):
+        return f"passed is {row.get('passed')!r}, not true or false"
+    return None
 
 
 def partial_path(results: Path) -> Path:

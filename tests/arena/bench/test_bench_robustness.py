@@ -194,6 +194,29 @@ def test_a_row_whose_key_is_not_a_string_is_skipped_with_a_warning(tmp_path: Pat
     assert list(rows) == [] and [n for n, _ in rows.bad] == [1, 2]
 
 
+def _row(**kw) -> str:
+    row = {"key": json.dumps(["ia-011", "calibrated", "guarded", 0, {}], sort_keys=True), "scenario": "ia-011",
+           "agent": "calibrated", "arm": "guarded", "seed": 0, "passed": True}
+    row.update(kw)
+    return json.dumps(row)
+
+
+def test_rows_that_would_break_the_report_or_serve_another_episode_are_skipped_with_the_reason(tmp_path: Path):
+    """`"passed": "no"` crashed the report with a traceback, `"passed": NaN` printed nan% and wrote NaN into
+    summary.json, a row whose scenario disagreed with its key was reused for the key's episode, a second row for a
+    key was taken silently."""
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join([_row(), _row(passed="no"), _row(passed=float("nan")), _row(scenario="ia-012"),
+                                  _row(passed=None), _row()]) + "\n")
+    rows = bench_runner.read_results(results)
+    assert len(list(rows)) == 1
+    why = dict(rows.bad)
+    assert sorted(why) == [2, 3, 4, 5, 6]
+    assert "passed is 'no'" in why[2] and "passed is nan" in why[3]
+    assert "scenario 'ia-012' disagrees with its key" in why[4]
+    assert "a second row for the key of line 1" in why[6]
+
+
 def test_workers_check_their_parent_only_when_forked(monkeypatch):
     # Under forkserver (3.14's Linux default) a worker's parent is the fork server: checking it against the
     # bench's pid would make every worker exit at once.
