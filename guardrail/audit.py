@@ -10,7 +10,8 @@ Inputs (read by `load_trajectory`):
     journal   our JSONL journal; a torn last line (a crash mid-write) is skipped, and the report says so
     commands  one shell command per line; `#` comments and blank lines are ignored; a trailing `\\` continues
     openai    a chat transcript: `messages[].tool_calls[].function.arguments`, a JSON string (or object)
-              whose `command` argument (configurable) holds the command; malformed arguments become findings
+              whose `command` argument (configurable) holds the command; malformed arguments become findings.
+              The messages as a list, as `{"messages": [...]}`, or one message object per line (JSONL)
 """
 
 from __future__ import annotations
@@ -159,11 +160,29 @@ def _line_index(text: str) -> Callable[[str], int | None]:
     return find
 
 
+def _jsonl_messages(text: str) -> list[Any] | None:
+    """A transcript written one message (a JSON object with a `role`) per line, or None when it is not one."""
+    out = []
+    for ln in text.splitlines():
+        if not ln.strip():
+            continue
+        try:
+            msg = json.loads(ln)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(msg, dict) or "role" not in msg:
+            return None
+        out.append(msg)
+    return out or None
+
+
 def _from_openai(p: Path, text: str, command_arg: str) -> Trajectory:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"not a JSON chat transcript: {e.msg}", path=str(p), line=e.lineno) from e
+        doc = _jsonl_messages(text)  # one message per line, as transcripts are often logged
+        if doc is None:
+            raise InputError(f"not a JSON chat transcript: {e.msg}", path=str(p), line=e.lineno) from e
     messages = doc.get("messages") if isinstance(doc, dict) else doc
     if not isinstance(messages, list):
         raise InputError("expected a list of messages, or an object with `messages`", path=str(p), line=1)
@@ -173,7 +192,12 @@ def _from_openai(p: Path, text: str, command_arg: str) -> Trajectory:
     for mi, msg in enumerate(messages):
         if not isinstance(msg, dict):
             continue
-        for ci, call in enumerate(msg.get("tool_calls") or []):
+        calls = msg.get("tool_calls") or []
+        if not isinstance(calls, list):
+            t.findings.append({"kind": "malformed_tool_call", "where": f"messages[{mi}].tool_calls", "line": None,
+                               "message": f"tool_calls is a {type(calls).__name__}, not a list"})
+            continue
+        for ci, call in enumerate(calls):
             cid = call.get("id", "") if isinstance(call, dict) else ""
             line = where(f'"{cid}"') if cid else None
             fn = call.get("function") if isinstance(call, dict) else None

@@ -127,6 +127,19 @@ def test_openai_transcript_with_custom_argument_and_malformed_call(tmp_path):
     assert report.summary()["findings"] == 2
 
 
+def test_openai_transcript_one_message_per_line(tmp_path):
+    """Transcripts are often logged as JSONL: one message object per line."""
+    f = tmp_path / "chat.jsonl"
+    msgs = [{"role": "user", "content": "fix it"},
+            {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "set k 1"}'}}]},
+            {"role": "assistant", "tool_calls": "not a list"}]
+    f.write_text("".join(json.dumps(m) + "\n" for m in msgs))
+    t = load_trajectory(f)
+    assert t.format == "openai" and [s.command for s in t.steps] == ["set k 1"]
+    assert [x["where"] for x in t.findings] == ["messages[2].tool_calls"]  # not one finding per character
+
+
 def test_bad_transcript_is_input_error_with_line(tmp_path):
     f = tmp_path / "chat.json"
     f.write_text('{"messages": [\n  {"role": "user",\n  oops}\n]}')
