@@ -43,15 +43,24 @@ deny contains {
 	input.action.tool == "kubectl"
 	lib.mutating
 	lib.target_kind in cluster_kinds
+	not node_verbs[lib.verb]
+}
+
+# What each node command does to the workloads of the whole cluster.
+node_verbs := {
+	"drain": "evicts every pod from a node, restarting workloads across the cluster",
+	"cordon": "stops pods being scheduled onto a node, for every workload in the cluster",
+	"uncordon": "lets pods be scheduled onto a node again, for every workload in the cluster",
+	"taint": "changes which pods may run on a node (NoExecute evicts them), for every workload in the cluster",
 }
 
 deny contains {
 	"id": "SRE-SCOPE-003",
-	"msg": sprintf("kubectl %s moves every pod off a node, restarting workloads across the cluster. Stay inside the incident's workloads.", [lib.verb]),
-	"details": {"verb": lib.verb},
+	"msg": sprintf("kubectl %s %s. Stay inside the incident's workloads.", [lib.verb, node_verbs[lib.verb]]),
+	"details": {"verb": lib.verb, "kind": lib.target_kind, "name": lib.target_name},
 } if {
 	input.action.tool == "kubectl"
-	lib.verb in {"drain", "cordon", "taint"}
+	node_verbs[lib.verb]
 }
 
 deny contains {
