@@ -117,11 +117,29 @@ OPA_INSTALL = "pip install --ignore-requires-python opa-golib-python-bindings==0
 _NO_STDOUT = {"shell", "mcp"}
 
 
+def _buffered_stdout() -> None:
+    """Under PYTHONUNBUFFERED (python -u) stdout writes straight to the file: when a reader goes away during a large
+    write the kernel returns a short count, which that layer does not retry, so no EPIPE is seen and the command
+    ends 0 with its output cut (`guardrail audit --json ... | head`). A buffered writer retries the rest and meets
+    the EPIPE (141); flushing at each line keeps the output as prompt as unbuffered."""
+    out = sys.stdout
+    raw = getattr(out, "buffer", None)
+    if not isinstance(raw, io.RawIOBase):
+        return
+    try:
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=out.encoding, errors=out.errors,
+                                      line_buffering=True)
+    except (AttributeError, ValueError, OSError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     if sys.stdout is None and goruntime.subcommand(sys.argv[1:] if argv is None else argv) not in _NO_STDOUT:
         # Python leaves sys.stdout None when fd 1 is closed, and every result would vanish with exit 0.
         sys.stderr.write("error: stdout is closed: the result has nowhere to go\n")
         sys.exit(2)
+    if goruntime.subcommand(sys.argv[1:] if argv is None else argv) not in _NO_STDOUT:
+        _buffered_stdout()
     try:
         try:
             if argv is None and goruntime.subcommand(sys.argv[1:]) in goruntime.LONG_LIVED:

@@ -165,6 +165,19 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path):
         assert p.returncode == 141 and p.stderr == "", (args, p.stderr)
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_reader_leaving_during_a_large_write_ends_with_141(tmp_path, unbuffered):
+    """`guardrail audit --json ... | head -c 5`: under PYTHONUNBUFFERED the kernel's short count on the write was
+    not retried, no EPIPE was seen, and the command ended 0 with its output cut."""
+    f = tmp_path / "cmds.txt"
+    f.write_text("kubectl get pods -n default\n" * 2000)
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    p = subprocess.run(f"{GUARDRAIL} audit --json --format commands {f} | head -c 5 >/dev/null; "
+                       "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 141, p.stderr
+
+
 TEAM_RULE = """package guardrail.rules.team
 
 import data.guardrail.lib
