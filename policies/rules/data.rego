@@ -151,7 +151,7 @@ system_dirs := `^(/+\*?|~/?\*?|\$HOME/?|/(etc|usr|bin|sbin|lib|lib32|lib64|boot|
 block_devices := `^/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|sr|disk/|mapper/)`
 
 deny contains {
-	"id": "SRE-DATA-008",
+	"id": "SRE-DATA-011",
 	"msg": sprintf("Removing %s recursively destroys the host's system or every file on it. Never delete system directories; remove only the specific files you have shown to be the problem.", [path]),
 	"details": {"path": path},
 } if {
@@ -163,7 +163,7 @@ deny contains {
 }
 
 deny contains {
-	"id": "SRE-DATA-008",
+	"id": "SRE-DATA-011",
 	"msg": sprintf("Writing to %s overwrites a disk under its filesystems and destroys what is on it. Never write to block devices during an incident.", [path]),
 	"details": {"path": path},
 } if {
@@ -198,4 +198,27 @@ warn contains {
 } if {
 	input.action.tool == "redis-cli"
 	lib.verb in removes_contents
+}
+
+# HTTP DELETE: of everything at once (`/_all`, `*`, an index pattern), or of one resource.
+deny contains {
+	"id": "SRE-DATA-012",
+	"msg": sprintf("DELETE %s removes every resource the pattern matches (Elasticsearch's _all or a wildcard). Delete only the one resource you have shown to be the fault, by its exact name.", [path]),
+	"details": {"path": path},
+} if {
+	input.action.tool == "curl"
+	upper(lib.verb) == "DELETE"
+	path := object.get(lib.details, "path", "")
+	regex.match(`(^|/)(_all|\*)(/|$)|\*`, path)
+}
+
+warn contains {
+	"id": "SRE-DATA-013",
+	"msg": sprintf("DELETE %s removes a resource through the service's API, and it cannot be restored from here. Make sure it is the one that is at fault.", [path]),
+	"details": {"path": path},
+} if {
+	input.action.tool == "curl"
+	upper(lib.verb) == "DELETE"
+	path := object.get(lib.details, "path", "")
+	not regex.match(`(^|/)(_all|\*)(/|$)|\*`, path)
 }

@@ -146,7 +146,7 @@ test_config_file_write_is_not_a_data_file if {
 
 test_recursive_delete_of_the_root_or_a_system_dir_denied if {
 	every p in ["/", "/*", "/etc", "/usr/", "~", "/var/*"] {
-		"SRE-DATA-008" in ids(data.deny) with input as {"action": {
+		"SRE-DATA-011" in ids(data.deny) with input as {"action": {
 			"tool": "file", "verb": "delete", "mutating": true,
 			"details": {"path": p, "recursive": true},
 		}}
@@ -154,14 +154,14 @@ test_recursive_delete_of_the_root_or_a_system_dir_denied if {
 }
 
 test_recursive_delete_of_an_app_dir_is_not_host_destruction if {
-	not "SRE-DATA-008" in ids(data.deny) with input as {"action": {
+	not "SRE-DATA-011" in ids(data.deny) with input as {"action": {
 		"tool": "file", "verb": "delete", "mutating": true,
 		"details": {"path": "/var/log/app/old", "recursive": true},
 	}}
 }
 
 test_write_to_a_block_device_denied if {
-	"SRE-DATA-008" in ids(data.deny) with input as {"action": {
+	"SRE-DATA-011" in ids(data.deny) with input as {"action": {
 		"tool": "file", "verb": "write", "mutating": true,
 		"details": {"path": "/dev/sda", "by": "dd"},
 	}}
@@ -177,4 +177,18 @@ test_removing_a_keys_contents_warns if {
 
 test_adding_to_a_key_does_not_warn if {
 	count(data.warn) == 0 with input as {"action": {"tool": "redis-cli", "verb": "rpush", "mutating": true}}
+}
+
+test_http_delete_of_everything_denied if {
+	every p in ["/_all", "/logs-*", "/*"] {
+		"SRE-DATA-012" in ids(data.deny) with input as {"action": {
+			"tool": "curl", "verb": "DELETE", "mutating": true, "details": {"path": p},
+		}}
+	}
+}
+
+test_http_delete_of_one_resource_warns if {
+	"SRE-DATA-013" in ids(data.warn) with input as {"action": {
+		"tool": "curl", "verb": "DELETE", "mutating": true, "details": {"path": "/api/orders/7"},
+	}}
 }

@@ -162,3 +162,22 @@ deny contains {
 	some r in object.get(lib.details, "clusterrole", [])
 	lower(r) == "cluster-admin"
 }
+
+# A new password for an account: every client that logs in as it (the apps of the incident) fails until its own
+# secret is changed to match.
+warn contains {
+	"id": "SRE-PRIV-009",
+	"msg": sprintf("This %s gives %s a new password: every client that logs in as it fails until its secret matches. Change a password only when the incident is about it, and update the clients' declared secret in the same repair.", [lib.verb, account]),
+	"details": {"verb": lib.verb, "account": account},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.mutating
+	some k in input.action.keys
+	endswith(k.key, ".password")
+	account := account_of(object.get(k, "scope", {}))
+}
+
+account_of(scope) := found[0] if {
+	found := [scope[f] | some f in ["user", "role", "grantee"]; scope[f]]
+	count(found) > 0
+} else := lib.target_name

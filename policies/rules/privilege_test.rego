@@ -95,3 +95,17 @@ test_cluster_admin_bound_through_a_quoted_option_is_denied if {
 	inp := {"action": {"tool": "kubectl", "verb": "create", "mutating": true, "raw": c, "target": {"kind": "rolebinding", "name": "agent"}, "details": {"clusterrole": ["cluster-admin"]}}, "command": c}
 	"SRE-PRIV-008" in {f.id | some f in privilege.deny} with input as inp
 }
+
+test_a_password_change_warns if {
+	"SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as {"action": {
+		"tool": "psql", "verb": "alter role", "mutating": true, "target": {"name": "postgres"},
+		"keys": [{"key": "postgres.role.password", "value": "<redacted>", "scope": {"role": "app"}}],
+	}}
+}
+
+test_a_revoke_is_not_a_password_change if {
+	not "SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as {"action": {
+		"tool": "psql", "verb": "revoke", "mutating": true, "target": {"name": "postgres"},
+		"keys": [{"key": "postgres.grant", "value": ["DELETE"], "scope": {"grantee": "app"}}],
+	}}
+}
