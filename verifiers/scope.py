@@ -195,7 +195,9 @@ class ScopeAudit(VerifierBase):
         # such, not retried for 15 s), and the second read only of what the first could read.
         first = self.read(env, attempts=1)
         second = self.read(env, attempts=1, only=set(first.values) | set(first.gauges))
-        first.volatile = {k for k in first.values if second.values.get(k) != first.values[k]}
+        # Volatile: read twice and different. An item the second read could not read is not volatile (it would be
+        # skipped for good, and a change to it never seen).
+        first.volatile = {k for k in first.values if k in second.values and second.values[k] != first.values[k]}
         first.after_seq = len(journal.executed()) if journal is not None else 0
         # Settings the guard snapshotted before a change that ran ahead of the baseline: their prior value wins.
         seen: set[str] = set()

@@ -420,10 +420,13 @@ class _Evaluator:
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             args, box, done = job
-            try:
-                box.append((True, self._fn(*args)))
-            except BaseException as e:  # noqa: BLE001  (handed to the caller, who decides)
-                box.append((False, e))
+            if done.is_set():
+                pass  # its caller stopped waiting (the deadline passed while it queued): nobody reads the answer
+            else:
+                try:
+                    box.append((True, self._fn(*args)))
+                except BaseException as e:  # noqa: BLE001  (handed to the caller, who decides)
+                    box.append((False, e))
             with self._lock:
                 self._pending -= 1
                 if self._pending == 0:
@@ -438,6 +441,7 @@ class _Evaluator:
             self._idle.clear()
         self._jobs.put((args, box, done))
         if not done.wait(timeout_s):
+            done.set()  # the thread skips it if it has not started it yet
             raise EvaluationTimeout(timeout_s)
         ok, value = box[0]
         if ok:

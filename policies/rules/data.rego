@@ -132,17 +132,35 @@ deny contains {
 	regex.match(data_paths, path)
 }
 
-# Emptied by a redirection (`> dump.rdb`), overwritten (`cp /dev/null`, `tee`, `dd of=`), edited in place, or made
-# unreadable to the server (`chmod -R 000`, `chown`): the store's files changed behind its back.
+# Emptied by a redirection (`> dump.rdb`), overwritten (`cp /dev/null`, `tee`, `dd of=`), edited in place, or all
+# access taken away (`chmod 000`): the store's data files changed behind its back. Not its config files
+# (postgresql.conf, pg_hba.conf in the data directory are declared config), and not a chmod/chown that repairs
+# permissions.
+data_files_written := `^/var/lib/(postgresql|pgsql|mysql|mariadb|redis|kafka)/|^/bitnami/(redis|mariadb|postgresql)/|\.(rdb|aof|ibd|frm)$|/(pg_wal|pg_xlog|base|global)/`
+
 deny contains {
 	"id": "SRE-DATA-006",
 	"msg": sprintf("This %s of %s changes a datastore's own files behind the server's back: they can be corrupted or become unreadable to it. Never write, empty or re-permission data files; repair the store through its own client.", [lib.verb, path]),
 	"details": {"path": path, "verb": lib.verb},
 } if {
 	input.action.tool == "file"
-	lib.verb in {"write", "append", "edit", "chmod", "chown", "chgrp", "setfacl"}
+	lib.verb in {"write", "append", "edit"}
+	path := object.get(lib.details, "path", lib.target_name)
+	regex.match(data_files_written, path)
+	not regex.match(`\.(conf|cnf)$`, path)
+}
+
+deny contains {
+	"id": "SRE-DATA-006",
+	"msg": sprintf("chmod %s on %s takes every permission away from a datastore's files: the server can no longer read them. Repair permissions to what the server needs (its user, 0700 for a postgres data directory), not away.", [mode, path]),
+	"details": {"path": path, "verb": lib.verb, "mode": mode},
+} if {
+	input.action.tool == "file"
+	lib.verb == "chmod"
 	path := object.get(lib.details, "path", lib.target_name)
 	regex.match(data_paths, path)
+	some t in lib.texts
+	mode := regex.find_n(`\b0?000\b|\ba-rwx\b|\bugo?-rwx\b|\b[ugoa]*=\s`, t, 1)[0]
 }
 
 # The host itself: a recursive delete of the root or a system directory, or a write to a block device.

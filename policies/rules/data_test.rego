@@ -132,8 +132,22 @@ test_datastore_file_emptied_by_a_redirect_denied if {
 
 test_datastore_dir_made_unreadable_denied if {
 	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
-		"tool": "file", "verb": "chmod", "mutating": true,
+		"tool": "file", "verb": "chmod", "mutating": true, "raw": "chmod -R 000 /var/lib/postgresql",
 		"details": {"path": "/var/lib/postgresql", "recursive": true},
+	}, "command": "chmod -R 000 /var/lib/postgresql"}
+}
+
+test_datastore_permissions_repaired_allowed if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chmod", "mutating": true, "raw": "chmod 700 /var/lib/postgresql/data",
+		"details": {"path": "/var/lib/postgresql/data"},
+	}, "command": "chmod 700 /var/lib/postgresql/data"}
+}
+
+test_datastore_config_file_edit_is_not_a_data_file_write if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "append", "mutating": true,
+		"details": {"path": "/var/lib/postgresql/data/pg_hba.conf"},
 	}}
 }
 

@@ -139,3 +139,27 @@ def test_baseline_of_unreadable_state_does_not_stall_the_agents_commands():
     assert "mariadb.max_connections" in audit.snapshot_at_start.errors
     # Readable items are still read again, so what moves on its own is learnt.
     assert sum("SHOW GRANTS" in c for c in env.commands) == 4
+
+
+def test_an_item_the_second_baseline_read_misses_is_still_watched():
+    """Read once each, a setting whose second read failed was marked as moving on its own, and then never judged:
+    a change from 151 to 400 nobody journalled passed."""
+    env = env_()
+    real = env.run
+    reads = []
+
+    def flaky_run(command: str) -> CommandResult:
+        if "max_connections" in command:
+            reads.append(command)
+            if len(reads) == 2:  # the baseline's second read
+                return CommandResult(command=command, exit_code=1, stderr="connection refused")
+        return real(command)
+
+    env.run = flaky_run
+    audit = ScopeAudit(CTX)
+    j = FakeJournal(env.clock)
+    audit.baseline_step.check(env, j, None)
+    assert "mariadb.max_connections" not in audit.snapshot_at_start.volatile
+    env.layer("mariadb").runtime["max_connections"] = "400"
+    v = audit.check(env, j, None)
+    assert v.code is FeedbackCode.SCOPE_DRIFT, v.message

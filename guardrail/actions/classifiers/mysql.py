@@ -243,8 +243,9 @@ class Mysql:
 
 
 _ADMIN_SPEC = OptionSpec.of(
-    [*_SPEC.takes_value, "-i", "--sleep", "-c", "--count", "-w", "--wait", "--shutdown-timeout"],
-    {**_SPEC.aliases, "--sleep": "-i", "--count": "-c", "--wait": "-w"})
+    # -w/--wait takes its value only attached (`-w5`, `--wait=5`): `-w shutdown` is a flag and a command.
+    [*_SPEC.takes_value, "-i", "--sleep", "-c", "--count"],
+    {**_SPEC.aliases, "--sleep": "-i", "--count": "-c"})
 # mysqladmin's commands as the SQL the server runs for them; None: only connects (ping, version).
 _ADMIN_SQL: dict[str, str | None] = {
     "status": "SHOW STATUS", "extended-status": "SHOW GLOBAL STATUS", "variables": "SHOW GLOBAL VARIABLES",

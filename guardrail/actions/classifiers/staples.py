@@ -104,19 +104,23 @@ class Kill:
             sig, targets = kill_args(args)
             details: dict = {"signal": "-" + sig, "targets": targets}
             dynamic = {str(a) for a in inv.args if a.dynamic}
-            reach = [_kill_reach(t, t in dynamic) for t in targets] if sig not in _NO_RESTART_SIGNALS else []
+            programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
+            reach = [_kill_reach(t, t in dynamic, programs) for t in targets] \
+                if sig not in _NO_RESTART_SIGNALS else []
             # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
             # only PID 1, -1 and a server's pid looked up by name are known to be.
             ends_main = any(r is not None for r in reach) if inv.where.in_exec else \
                 any(r not in (None, _UNSURE) for r in reach)
             server = next((r for r in reach if r not in (None, _UNSURE, "")), "")
         else:
-            targets = [a for a in args if not a.startswith("-")]
+            targets = _named_targets(inv.name, args)
             details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
-            # The container's server process by name: when it exits, the kubelet restarts the container.
-            ends_main = _kills_server(inv.name, args, targets)
-            server = next((t.rsplit("/", 1)[-1] for t in targets
-                           if _names_a_server(t, pattern=inv.name == "pkill")), "")
+            # The container's server process by name: when it exits, the kubelet restarts the container. On the
+            # agent's own machine only a datastore's server counts: `pkill node` there ends the agent's own tools.
+            programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
+            ends_main = _kills_server(inv.name, args, targets, programs)
+            server = next((n for t in targets
+                           if (n := _server_named(t, pattern=inv.name == "pkill", programs=programs))), "")
         if not ends_main:
             return [inv.action("shell", inv.name, mutating=True, details=details)]
         details["restart"] = True
@@ -142,6 +146,33 @@ SERVER_PROGRAMS = ("postgres", "postmaster", "pgbouncer", "redis-server", "redis
                    "rabbitmq-server", "beam.smp", "java", "node")
 
 
+# The datastores' servers: on the agent's own machine, where an app runtime (node, java, gunicorn) is as likely the
+# agent's own tool as a server of the incident, only these are taken as a server the kill restarts.
+DATASTORE_SERVERS = ("postgres", "postmaster", "pgbouncer", "redis-server", "redis-sentinel", "mysqld", "mariadbd",
+                     "mysqld_safe", "memcached", "mongod", "rabbitmq-server")
+
+# pkill/killall options that take the next word as their value (a user, a group, a session, a pid file ...), not a
+# process name.
+_VALUE_OPTIONS = {"pkill": {"-u", "-U", "-g", "-G", "-s", "-t", "-F", "-P", "-c", "--ns", "--nslist", "--signal",
+                            "--euid", "--uid", "--group", "--pgroup", "--session", "--terminal", "--pidfile",
+                            "--parent", "--cgroup"},
+                  "killall": {"-u", "-o", "-y", "-s", "-n", "-Z", "--user", "--older-than", "--younger-than",
+                              "--signal", "--ns", "--context"}}
+
+
+def _named_targets(name: str, args: list[str]) -> list[str]:
+    """The process names (patterns) a pkill/killall names, without its options and their values."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in _VALUE_OPTIONS.get(name, ()):
+            skip = True
+        elif not a.startswith("-"):
+            out.append(a)
+    return out
+
+
 # `$(pgrep -f redis-server)`, `` `pidof mysqld` ``: the pids of processes looked up by name as the kill runs.
 _PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`)$")
 
@@ -149,7 +180,7 @@ _PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`
 _UNSURE = "?"
 
 
-def _kill_reach(target: str, dynamic: bool) -> str | None:
+def _kill_reach(target: str, dynamic: bool, programs: tuple[str, ...] = SERVER_PROGRAMS) -> str | None:
     """What a `kill` target may end of a container's main process: None (not it), "" (PID 1, or -1: every process
     the signal can reach, the server under an init such as tini or the postmaster's backends), a server program's
     name (its pid looked up as the kill runs: `$(pgrep postgres)`, `` `pidof mysqld` ``), or _UNSURE (any other pid
@@ -163,13 +194,15 @@ def _kill_reach(target: str, dynamic: bool) -> str | None:
         words = shlex.split(m.group(2))
     except ValueError:
         return _UNSURE
-    names = [w for w in words if not w.startswith("-")]
+    names = _named_targets("pkill", words) if m.group(1) == "pgrep" else [w for w in words if not w.startswith("-")]
     if not names:
         return _UNSURE
-    return next((n.rsplit("/", 1)[-1] for n in names if _names_a_server(n, pattern=m.group(1) == "pgrep")), None)
+    return next((s for n in names if (s := _server_named(n, pattern=m.group(1) == "pgrep", programs=programs))),
+                None)
 
 
-def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:
+def _kills_server(name: str, args: list[str], targets: list[str],
+                  programs: tuple[str, ...] = SERVER_PROGRAMS) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
     sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
     # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
@@ -179,26 +212,28 @@ def _kills_server(name: str, args: list[str], targets: list[str]) -> bool:
     # pkill -P 1: every child of PID 1 (the postmaster's backends and workers; a shell PID 1's server).
     if name == "pkill" and any(a == "-P" and args[i + 1].split(",").count("1") for i, a in enumerate(args[:-1])):
         return True
-    return any(_names_a_server(t, pattern=name == "pkill") for t in targets if t.upper() not in named)
+    return any(_server_named(t, pattern=name == "pkill", programs=programs) for t in targets)
 
 
-def _names_a_server(target: str, *, pattern: bool) -> bool:
-    """killall matches a program's name exactly; pkill (and pgrep) take a regular expression that may match any part
-    of it (`pkill redis` ends redis-server), or of its command line with -f (`pkill -f 'redis-server *:6379'`)."""
+def _server_named(target: str, *, pattern: bool, programs: tuple[str, ...] = SERVER_PROGRAMS) -> str | None:
+    """The server program a process name (or pattern) reaches, or None. killall matches a program's name exactly;
+    pkill (and pgrep) take a regular expression that may match any part of it (`pkill redis` ends redis-server), or
+    of its command line with -f (`pkill -f 'postgres -D /var/lib/postgresql/data'`: postgres)."""
     base = target.rsplit("/", 1)[-1]
-    if base in SERVER_PROGRAMS:
-        return True
+    if base in programs:
+        return base
     if not pattern:
-        return False
+        return None
     # A command-line pattern that starts with the server's own name and its arguments ('redis-server *:6379'); not
     # a worker's title ('postgres: autovacuum launcher'), which names a child process.
-    if any(re.match(rf"^(\S*/)?{re.escape(p)}(\s|$)", target) for p in SERVER_PROGRAMS):
-        return True
+    for p in programs:
+        if re.match(rf"^(\S*/)?{re.escape(p)}(\s|$)", target):
+            return p
     try:
         rx = re.compile(target)
     except re.error:
-        return any(target in p for p in SERVER_PROGRAMS)
-    return any(rx.search(p) for p in SERVER_PROGRAMS)
+        return next((p for p in programs if target in p), None)
+    return next((p for p in programs if rx.search(p)), None)
 
 
 def kill_args(args: list[str]) -> tuple[str, list[str]]:

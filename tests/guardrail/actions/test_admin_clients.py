@@ -15,7 +15,9 @@ from guardrail.actions import normalise
     ("mysqladmin -h mariadb flush-hosts", [("flush", True)]),
     ("mysqladmin -h mariadb drop frappe", [("drop", True)]),
     ("mysqladmin -h mariadb password hunter2", [("password", "unknown")]),
-    ("mysqladmin -h mariadb st", [("st", "unknown")]),  # status, start-slave, stop-slave ...: mysqladmin refuses it too
+    ("mysqladmin -h mariadb st", [("st", "unknown")]),
+    ("mysqladmin -h mariadb -w shutdown", [("shutdown", True)]),  # -w takes its value only attached (-w5)
+    ("mysqladmin -h mariadb -w5 status", [("show", False)]),  # status, start-slave, stop-slave ...: mysqladmin refuses it too
     ("mysqladmin -h mariadb drop $DB", [("drop", "unknown")]),
 ])
 def test_mysqladmin_is_judged_as_the_sql_it_sends(cmd, verbs):

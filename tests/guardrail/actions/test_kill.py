@@ -102,3 +102,18 @@ def test_a_server_stopped_on_the_agents_own_machine_is_a_restart(cmd, kind, name
     kill = normalise(cmd)[-1]
     assert kill.details.get("restart") is True
     assert (kill.target.kind, kill.target.name) == (kind, name)
+
+
+@pytest.mark.parametrize("cmd,restart,name", [
+    ("pkill -9 -f 'postgres -D /var/lib/postgresql/data'", True, "postgres"),  # the server, not "data"
+    ("kill -9 $(pgrep -f 'postgres -D /data')", True, "postgres"),
+    ("pkill node", False, ""),  # on the agent's own machine an app runtime is as likely its own tool
+    ("killall java", False, ""),
+    ("pkill -f 'node server.js'", False, ""),
+    ("pkill -u postgres -f backup.sh", False, ""),  # -u's value is a user, not a process name
+])
+def test_on_the_agents_machine_only_a_datastores_server_is_restarted(cmd, restart, name):
+    kill = normalise(cmd)[-1]
+    assert kill.details.get("restart", False) is restart
+    if restart:
+        assert (kill.target.kind, kill.target.name) == ("component", name)
