@@ -98,12 +98,15 @@ class Kill:
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [str(a) for a in inv.args]
-        if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")):
+        if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")) and not inv.args_pending:
             return [inv.action("shell", "kill -l", mutating=False)]
         if inv.name == "kill":
             sig, targets = kill_args(args)
-            details: dict = {"signal": "-" + sig, "targets": targets}
             dynamic = {str(a) for a in inv.args if a.dynamic}
+            if inv.args_pending:  # `pgrep postgres | xargs kill`: the pids arrive on xargs' input as it runs
+                targets = [*targets, _XARGS_PIDS]
+                dynamic.add(_XARGS_PIDS)
+            details: dict = {"signal": "-" + sig, "targets": targets}
             programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
             reach = [_kill_reach(t, t in dynamic, programs) for t in targets] \
                 if sig not in _NO_RESTART_SIGNALS else []
@@ -178,6 +181,8 @@ _PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`
 
 
 _UNSURE = "?"
+# The target of a `kill` whose pids xargs reads from its input as it runs.
+_XARGS_PIDS = "<pids read by xargs>"
 
 
 def _kill_reach(target: str, dynamic: bool, programs: tuple[str, ...] = SERVER_PROGRAMS) -> str | None:

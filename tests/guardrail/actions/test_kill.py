@@ -117,3 +117,15 @@ def test_on_the_agents_machine_only_a_datastores_server_is_restarted(cmd, restar
     assert kill.details.get("restart", False) is restart
     if restart:
         assert (kill.target.kind, kill.target.name) == ("component", name)
+
+
+@pytest.mark.parametrize("cmd,restart", [
+    ("kubectl exec postgres-0 -- sh -c 'pgrep postgres | xargs kill'", True),  # pids read as it runs: maybe PID 1
+    ("kubectl exec postgres-0 -- sh -c 'pgrep postgres | xargs kill -HUP'", False),  # a reload
+    ("pgrep postgres | xargs kill", False),  # on the agent's machine: a kill, not known to reach a server
+])
+def test_a_kill_fed_its_pids_by_xargs_is_a_kill_not_a_signal_listing(cmd, restart):
+    """`... | xargs kill` was read as `kill -l` (no arguments): a read-only listing of signal names."""
+    kill = normalise(cmd)[-1]
+    assert (kill.verb, kill.mutating) == ("kill", True)
+    assert kill.details.get("restart", False) is restart
