@@ -100,6 +100,9 @@ class Kill:
         args = [str(a) for a in inv.args]
         if inv.name == "kill" and (not args or args[0] in ("-l", "-L", "--list")) and not inv.args_pending:
             return [inv.action("shell", "kill -l", mutating=False)]
+        # In a pod every server program is what the kubelet restarts; on the agent's own machine only a datastore's
+        # server counts: `pkill node` there ends the agent's own tools.
+        programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
         if inv.name == "kill":
             sig, targets = kill_args(args)
             dynamic = {str(a) for a in inv.args if a.dynamic}
@@ -107,7 +110,6 @@ class Kill:
                 targets = [*targets, _XARGS_PIDS]
                 dynamic.add(_XARGS_PIDS)
             details: dict = {"signal": "-" + sig, "targets": targets}
-            programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
             reach = [_kill_reach(t, t in dynamic, programs) for t in targets] \
                 if sig not in _NO_RESTART_SIGNALS else []
             # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
@@ -118,9 +120,7 @@ class Kill:
         else:
             targets = _named_targets(inv.name, args)
             details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
-            # The container's server process by name: when it exits, the kubelet restarts the container. On the
-            # agent's own machine only a datastore's server counts: `pkill node` there ends the agent's own tools.
-            programs = SERVER_PROGRAMS if inv.where.in_exec else DATASTORE_SERVERS
+            # The container's server process by name: when it exits, the kubelet restarts the container.
             ends_main = _kills_server(inv.name, args, targets, programs)
             server = next((n for t in targets
                            if (n := _server_named(t, pattern=inv.name == "pkill", programs=programs))), "")
