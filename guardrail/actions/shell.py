@@ -337,7 +337,10 @@ class ShellWalker:
                     self.emit([inv.opaque("network-redirect", f"a redirection to {str(w)!r} talks to a network "
                                           "service directly; use the service's client instead", path=str(w))])
                     continue
-                if op == "<":
+                if op == "<" and w.has_substitution:
+                    # `< <(curl ...)`: another command's output, made as this one runs, as through a pipe.
+                    stdin = Stdin("pipe", computed=True, producer=str(w))
+                elif op == "<":
                     stdin = Stdin("file", computed=True, producer=str(w))
                 elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \
                         and not str(w).startswith(("/dev/fd/", "&")):

@@ -76,6 +76,9 @@ UNREAD_DETAIL_FIELDS = frozenset({"resources"})
 # loops over a huge range or document comes near this, and OPA cannot be interrupted, so the evaluation runs on the
 # engine's own thread and the caller stops waiting (and Ctrl-C works) at the deadline.
 DEFAULT_DEADLINE_S = 10.0
+# Engines left to finish an evaluation past its deadline while a fresh one takes the later decisions. Each burns a
+# core until its rule ends; past this many, later decisions queue behind them (and fail closed at their deadline).
+MAX_ABANDONED = 1
 # Decision documents kept by the memo: about 1 KB each with its key (the input text), so at most ~1 MB.
 DEFAULT_DECISION_CACHE = 1024
 # A query that touches nothing: evaluating it forces OPA to compile every module added so far.
@@ -158,15 +161,18 @@ class EmbeddedOPA:
         self.timeout_s = timeout_s
         self._clock = clock
         self._ids = DecisionIds("opa")
-        self._engine = compile_tree(self.tree, data=data)
+        self._data = data
+        engine = compile_tree(self.tree, data=data)
         try:
             if not _is_shipped(self.tree):  # the shipped library's shape is checked by its tests; skip the ~0.1 s
-                check_shape(self._engine, self.tree)
+                check_shape(engine, self.tree)
         except PolicyLoadError:
-            self._engine.close()
+            engine.close()
             raise
-        self._worker = _Evaluator(self._engine.eval_query) if timeout_s is not None else None
-        self._loaded_contexts: set[str] = set()
+        self._slot = _Slot(engine, timeout_s)
+        # Engines left to finish an evaluation that ran past its deadline (see _retire).
+        self._abandoned: list[_Slot] = []
+        self._swap_lock = threading.Lock()
         self._context_lock = threading.Lock()
         # Context objects seen lately, by id: (the object, a copy of it, its ref).
         self._seen_contexts: dict[int, tuple[Any, Any, str]] = {}
@@ -181,12 +187,13 @@ class EmbeddedOPA:
     def decide(self, input: Mapping[str, Any]) -> Decision:
         start = self._clock()
         decision_id = self._ids()
+        slot = self._slot
         try:
-            wire = self._wire_input(input)
+            wire = self._wire_input(input, slot)
             key = self._cache_key(wire) if self._cache_size else None
             doc = self._cached(key) if key is not None else None
             if doc is None:
-                rows = self._eval(DECISION_QUERY, wire)
+                rows = self._eval(slot, DECISION_QUERY, wire)
                 if not rows or "decision" not in rows[0]:
                     raise MalformedDecision("data.guardrail.decision is undefined")
                 doc = rows[0]["decision"]
@@ -211,18 +218,19 @@ class EmbeddedOPA:
             return [self.decide(i) for i in inputs]
         start = self._clock()
         ids = [self._ids() for _ in inputs]
+        slot = self._slot
         try:
-            wires = [self._wire_input(i) for i in inputs]
+            wires = [self._wire_input(i, slot) for i in inputs]
             keys = [self._cache_key(w) if self._cache_size else None for w in wires]
             docs = [self._cached(k) if k is not None else None for k in keys]
             missing = [n for n, d in enumerate(docs) if d is None]
             if len(missing) == 1:
-                rows = self._eval(DECISION_QUERY, wires[missing[0]])
+                rows = self._eval(slot, DECISION_QUERY, wires[missing[0]])
                 found = [rows[0]["decision"]] if rows and "decision" in rows[0] else None
             elif missing:
                 batch = {k: v for k, v in wires[0].items() if k != "action"}
                 batch["actions"] = [wires[n]["action"] for n in missing]
-                rows = self._eval(BATCH_QUERY, batch)
+                rows = self._eval(slot, BATCH_QUERY, batch)
                 found = rows[0].get("decisions") if rows else None
             else:
                 found = []
@@ -251,9 +259,10 @@ class EmbeddedOPA:
         prepared by the first such command (prepared ahead, it raised the server's RSS under
         bench/guard_load.py from ~175 to ~275 MB). Never raises: a context that cannot be loaded is sent
         inline, as decide() would."""
+        slot = self._slot
         try:
-            self._eval(DECISION_QUERY, self._wire_input({"action": dict(_WARM_ACTION), "context": context,
-                                                         "command": "true"}))
+            self._eval(slot, DECISION_QUERY, self._wire_input({"action": dict(_WARM_ACTION), "context": context,
+                                                               "command": "true"}, slot))
         except Exception:  # noqa: BLE001  (a warm-up that fails costs only the time it was meant to save)
             pass
 
@@ -261,7 +270,7 @@ class EmbeddedOPA:
 
     def query(self, query: str, input: Any = None) -> list[dict[str, Any]]:
         """Evaluate any Rego query; returns OPA's binding rows. Raises OpaError on a bad query."""
-        return self._engine.eval_query(query, input=input)
+        return self._slot.engine.eval_query(query, input=input)
 
     def cache_stats(self) -> dict[str, int]:
         """The decision memo's hits, misses and size since the engine was built."""
@@ -270,11 +279,12 @@ class EmbeddedOPA:
                     "capacity": self._cache_size}
 
     def close(self) -> None:
-        if self._worker is not None and not self._worker.stop():
+        slot = self._slot
+        if slot.worker is not None and not slot.worker.stop():
             # An evaluation that outlived its deadline is still running in OPA (it cannot be interrupted), and
             # closing the engine under it is not safe: leave both to the process's exit.
             return
-        self._engine.close()
+        slot.engine.close()
 
     def __enter__(self) -> "EmbeddedOPA":
         return self
@@ -282,9 +292,10 @@ class EmbeddedOPA:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _wire_input(self, input: Any) -> Any:
-        """The input as sent to OPA: its context replaced by a reference to the same context loaded as data, and
-        the action without the fields no rule reads."""
+    def _wire_input(self, input: Any, slot: "_Slot | None" = None) -> Any:
+        """The input as sent to `slot`'s engine (the current one by default): its context replaced by a reference
+        to the same context loaded there as data, and the action without the fields no rule reads."""
+        slot = slot or self._slot
         if not isinstance(input, Mapping):
             return input
         wire = dict(input)
@@ -292,7 +303,7 @@ class EmbeddedOPA:
         if isinstance(action, Mapping):
             wire["action"] = _trim_action(action)
         if isinstance(wire.get("context"), Mapping):
-            ref = self._context_ref(wire["context"])
+            ref = self._context_ref(wire["context"], slot)
             if ref is not None:
                 del wire["context"]
                 wire["context_ref"] = ref
@@ -324,46 +335,46 @@ class EmbeddedOPA:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 
-    def _context_ref(self, context: Mapping[str, Any]) -> str | None:
+    def _context_ref(self, context: Mapping[str, Any], slot: "_Slot") -> str | None:
         # A session passes the same context object every time. Its identity alone is not enough (a caller may
         # change the dict in place), but comparing it with a copy is a C-level walk, far cheaper than hashing.
         seen = self._seen_contexts.get(id(context))
-        if seen is not None and seen[0] is context and seen[1] == context:
+        if seen is not None and seen[0] is context and seen[2] in slot.loaded and seen[1] == context:
             return seen[2]
         try:
             text = json.dumps(context, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError):
             return None
         ref = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-        if ref in self._loaded_contexts:
+        if ref in slot.loaded:
             self._remember(context, text, ref)
             return ref
         with self._context_lock:
-            if ref in self._loaded_contexts:
+            if ref in slot.loaded:
                 return ref
-            if len(self._loaded_contexts) >= MAX_LOADED_CONTEXTS:
+            if len(slot.loaded) >= MAX_LOADED_CONTEXTS:
                 return None
             loaded = json.loads(text)
             # The derived values first, from the context inline, so that the data changes once: every change
             # makes OPA prepare its queries again.
             doc = {CONTEXTS_DATA_KEY: {ref: loaded}}
-            derived = self._derived(loaded)
+            derived = self._derived(loaded, slot)
             if derived is not None:
                 doc[DERIVED_DATA_KEY] = {ref: derived}
             try:
-                self._engine.add_data(doc)
+                slot.engine.add_data(doc)
             except OpaError:
                 return None
-            self._loaded_contexts.add(ref)
+            slot.loaded.add(ref)
         self._remember(context, text, ref)
         return ref
 
-    def _derived(self, context: Any) -> dict[str, Any] | None:
+    def _derived(self, context: Any, slot: "_Slot") -> dict[str, Any] | None:
         # What lib derives from the context, evaluated with the context inline (lib reads input.context when no
         # ref is given). A policy tree without lib.context_derived (or an error) gives None: lib then derives per
         # decision.
         try:
-            rows = self._engine.eval_query(DERIVED_QUERY, input={"context": context})
+            rows = slot.engine.eval_query(DERIVED_QUERY, input={"context": context})
         except OpaError:
             return None
         derived = rows[0].get("derived") if rows else None
@@ -374,10 +385,48 @@ class EmbeddedOPA:
             self._seen_contexts.clear()
         self._seen_contexts[id(context)] = (context, json.loads(text), ref)
 
-    def _eval(self, query: str, input: Any) -> list[dict[str, Any]]:
-        if self._worker is None:
-            return self._engine.eval_query(query, input=input)
-        return self._worker.call(self.timeout_s, query, input)
+    def _eval(self, slot: "_Slot", query: str, input: Any) -> list[dict[str, Any]]:
+        if slot.worker is None:
+            return slot.engine.eval_query(query, input=input)
+        try:
+            return slot.worker.call(self.timeout_s, query, input)
+        except EvaluationTimeout:
+            self._retire(slot)
+            raise
+
+    def _retire(self, slot: "_Slot") -> None:
+        """An evaluation on `slot` ran past its deadline and OPA cannot stop it: every later decision would queue
+        behind it and fail closed too (a runaway rule ran for 354 s). Later decisions go to a fresh engine, built
+        from the same tree and data (~0.2-0.3 s), and the old one is closed when its evaluation ends. At most
+        MAX_ABANDONED engines are left running, each burning a core: past that, decisions queue as before."""
+        with self._swap_lock:
+            if self._slot is not slot:
+                return  # another caller has replaced it already
+            self._abandoned = [s for s in self._abandoned if s.worker is not None and s.worker.busy()]
+            if len(self._abandoned) >= MAX_ABANDONED:
+                return
+            try:
+                fresh = _Slot(compile_tree(self.tree, data=self._data), self.timeout_s)
+            except Exception:  # noqa: BLE001  (the old engine stays: decisions still fail closed, never raise)
+                return
+            self._abandoned.append(slot)
+            self._slot = fresh
+        if slot.worker is not None:
+            slot.worker.stop(wait_s=0, then=slot.engine.close)
+
+    def abandoned(self) -> int:
+        """How many engines are still finishing an evaluation that outlived its deadline."""
+        with self._swap_lock:
+            return sum(1 for s in self._abandoned if s.worker is not None and s.worker.busy())
+
+
+class _Slot:
+    """One compiled engine, the thread that evaluates on it, and the contexts loaded into it as data."""
+
+    def __init__(self, engine: OpaEngine, timeout_s: float | None):
+        self.engine = engine
+        self.worker = _Evaluator(engine.eval_query) if timeout_s is not None else None
+        self.loaded: set[str] = set()
 
 
 # The action warm() decides: `true`, a read-only no-op, in the shape the normaliser gives it.
@@ -415,6 +464,7 @@ class _Evaluator:
         self._pending = 0
         self._idle = threading.Event()
         self._idle.set()
+        self._then: Callable[[], Any] | None = None
         threading.Thread(target=self._loop, name="opa-eval", daemon=True).start()
 
     def _loop(self) -> None:
@@ -432,6 +482,8 @@ class _Evaluator:
                 if self._pending == 0:
                     self._idle.set()
             done.set()
+        if self._then is not None:
+            self._then()
 
     def call(self, timeout_s: float | None, *args: Any) -> Any:
         box: list[tuple[bool, Any]] = []
@@ -448,10 +500,15 @@ class _Evaluator:
             return value
         raise value
 
-    def stop(self, wait_s: float = 1.0) -> bool:
-        """End the thread once its queue is done; False if an evaluation is still running after `wait_s`."""
+    def stop(self, wait_s: float = 1.0, then: Callable[[], Any] | None = None) -> bool:
+        """End the thread once its queue is done, and call `then` on it when it ends; False if an evaluation is
+        still running after `wait_s`."""
+        self._then = then
         self._jobs.put(None)
         return self._idle.wait(wait_s)
+
+    def busy(self) -> bool:
+        return not self._idle.is_set()
 
 
 class EvaluationTimeout(Exception):

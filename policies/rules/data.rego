@@ -218,6 +218,22 @@ warn contains {
 	lib.verb in removes_contents
 }
 
+# A table, view, column, schema or database renamed: nothing is lost, but every query of the application that
+# names the old one fails from then on. An index or constraint renamed breaks no query.
+warn contains {
+	"id": "SRE-DATA-014",
+	"msg": sprintf("This renames what the application's queries name (%s): they fail until the code is changed too. Repair in place; if a rename is the fix, do it with the application's migration, not during the incident.", [substring(statement, 0, 80)]),
+	"details": {"sql_kind": sql_kind, "object": object.get(lib.details, "object", "")},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	statement := object.get(lib.details, "statement", lib.raw)
+	renames_named(statement)
+}
+
+renames_named(st) if regex.match(`(?is)^\s*rename\s+(table|database|schema|user)\b`, st)
+
+renames_named(st) if regex.match(`(?is)^\s*alter\s+(table|view|materialized\s+view|schema|database)\s+(if\s+exists\s+)?(only\s+)?[\w."]+\s+rename\s+(to|as|column|[\w"]+\s+to)\b`, st)
+
 # HTTP DELETE: of everything at once (`/_all`, `*`, an index pattern), or of one resource.
 deny contains {
 	"id": "SRE-DATA-012",

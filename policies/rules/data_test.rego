@@ -206,3 +206,28 @@ test_http_delete_of_one_resource_warns if {
 		"tool": "curl", "verb": "DELETE", "mutating": true, "details": {"path": "/api/orders/7"},
 	}}
 }
+
+test_rename_of_a_table_or_column_warns if {
+	every stmt in [
+		"ALTER TABLE users RENAME TO users_old",
+		"RENAME TABLE orders TO orders_bak",
+		"ALTER TABLE users RENAME COLUMN email TO mail",
+		"alter table if exists public.users rename email to mail",
+		"ALTER DATABASE app RENAME TO app_old",
+	] {
+		found := ids(data.warn) with input as {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"statement": stmt}}}
+		"SRE-DATA-014" in found
+	}
+}
+
+test_rename_of_an_index_or_a_rename_free_alter_does_not_warn if {
+	every stmt in [
+		"ALTER INDEX i RENAME TO j",
+		"ALTER TABLE users RENAME CONSTRAINT a TO b",
+		"ALTER TABLE users ADD COLUMN renamed text",
+		"ALTER TABLE users ALTER COLUMN email SET DEFAULT ''",
+	] {
+		found := ids(data.warn) with input as {"action": {"tool": "psql", "verb": "alter", "mutating": true, "details": {"statement": stmt}}}
+		not "SRE-DATA-014" in found
+	}
+}

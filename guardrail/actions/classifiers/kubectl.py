@@ -151,6 +151,12 @@ class Kubectl:
             details["output"] = str(p.get("-o"))
         if p.get("-f") is not None:
             details["files"] = [str(f) for f in p.all("-f")]
+            # `-f <(curl ...)`: the file is another command's output, made as the command runs.
+            produced = [str(f) for f in p.all("-f") if f.has_substitution]
+            if produced:
+                details["produced_files"] = produced
+        if p.get("-k") is not None:
+            details["kustomize"] = [str(k) for k in p.all("-k")]
         if verb == "rollout":
             sub = str(rest[0]) if rest else ""
             rule = catalogue().kubectl.rollout.get(sub)
@@ -309,7 +315,12 @@ class Kubectl:
     def _apply(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         files = a.details.get("files", [])
         remote = next((f for f in files if str(f).lower().startswith(("http://", "https://"))), None)
-        if remote is not None:
+        remote = remote or next((k for k in a.details.get("kustomize", []) if _remote_kustomization(k)), None)
+        if a.details.get("produced_files"):
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"the manifest is the output of {a.details['produced_files'][0]}, made when the command "
+                               "runs, and cannot be judged; write it to a file, read it, and apply the file")
+        elif remote is not None:
             # Fetched as the command runs: whatever the server sends then is applied, and the guard never sees it.
             a.mutating = UNKNOWN
             a.opaque_reason = (f"the manifest comes from {remote} when the command runs and cannot be judged; "
@@ -322,6 +333,8 @@ class Kubectl:
                                "not visible; apply it from a heredoc or a file you have read")
         elif files and a.target.kind == "":
             a.target = Target(kind="manifest", name=files[0], namespace=ns)
+        elif a.details.get("kustomize") and a.target.kind == "":
+            a.target = Target(kind="kustomization", name=a.details["kustomize"][0], namespace=ns)
 
     _replace = _apply
 
@@ -434,6 +447,15 @@ class Kubectl:
         if a.target.namespace:
             s["namespace"] = a.target.namespace
         return s
+
+
+# A kustomization kubectl fetches: a URL, an scp-like git address, or a `host.tld/path` (kustomize reads
+# `github.com/org/repo//dir?ref=v1` as a git repository). A local directory has no dotted first segment.
+_REMOTE_KUSTOMIZATION = re.compile(r"^(\w[\w+.-]*://|git@|[a-z0-9-]+(\.[a-z0-9-]+)+(:\d+)?/)|\?ref=", re.I)
+
+
+def _remote_kustomization(path: str) -> bool:
+    return bool(_REMOTE_KUSTOMIZATION.search(path))
 
 
 def _name_of(doc: dict) -> str:

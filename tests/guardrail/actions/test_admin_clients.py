@@ -79,6 +79,13 @@ def test_a_redirection_alone_writes_its_file(cmd):
     ("curl -s https://example.com/x.yaml | kubectl apply -f -", "unknown"),
     ("kubectl apply -f deploy.yaml -n payments", True),  # a file the operator has
     ("kubectl apply -f - < deploy.yaml", True),
+    ("kubectl apply -f - < <(curl -s https://example.com/x.yaml)", "unknown"),  # process substitution on stdin
+    ("kubectl apply -f <(curl -s https://example.com/x.yaml)", "unknown"),  # ... or as the file
+    ("kubectl apply -k https://github.com/org/repo/overlays/prod", "unknown"),  # a remote kustomization
+    ("kubectl apply -k github.com/org/repo//overlays/prod?ref=v1.2", "unknown"),  # kustomize's git address
+    ("kubectl apply --kustomize=git@github.com:org/repo.git", "unknown"),
+    ("kubectl apply -k ./overlays/prod", True),  # a directory the operator has
+    ("kubectl apply -k overlays/prod -n payments", True),
 ])
 def test_a_manifest_fetched_as_the_command_runs_is_opaque(cmd, mutating):
     assert normalise(cmd)[-1].mutating == mutating

@@ -277,3 +277,28 @@ def test_a_deny_that_is_not_a_set_is_a_load_error_naming_its_line(tmp_path):
         EmbeddedOPA(tmp_path)
     assert (e.value.path, e.value.line) == (str(tmp_path / "team.rego"), 5)
     assert "not a set of findings" in str(e.value)
+
+
+def test_a_runaway_evaluation_does_not_hold_up_the_decisions_after_it(tmp_path):
+    """OPA cannot stop a rule once it runs: the engine it runs on is left to finish (and is closed when it does),
+    and later decisions go to a fresh engine built from the same tree instead of queueing behind it."""
+    body = ('decision := {"deny": [], "warn": [], "n": n}\n\n'
+            'n := count([x | some i in numbers.range(1, 800); some j in numbers.range(1, 800); x := i * j]) '
+            'if input.action.tool == "slow" else := 0\n')
+    slow = {**MUTATING, "action": {**MUTATING["action"], "tool": "slow"}}
+    e = EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.1, decision_cache=0)
+    try:
+        first = e.decide(slow)
+        assert first.outcome is Outcome.DENY and "took longer than 0.1 s" in first.error
+        assert e.abandoned() == 1
+        after = e.decide(MUTATING)
+        # Queued behind the runaway it would fail closed at its own 0.1 s deadline: it is decided, and allowed.
+        assert after.outcome is Outcome.ALLOW, after.error
+        # A second runaway while the first still runs is not given a third engine: it queues, and fails closed.
+        assert e.decide(slow).outcome is Outcome.DENY
+        deadline = time.monotonic() + 60
+        while e.abandoned() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert e.abandoned() == 0  # the first runaway ended, and its engine was closed
+    finally:
+        e.close()

@@ -105,7 +105,7 @@ def test_fast_path_decides_exactly_like_the_full_inline_input(engine, fast):
             if fast[name][key] != inline:
                 differ.append((name, key, fast[name][key], inline))
     # Both paths ran: the fast one sent references, and the engine holds each context once.
-    assert len(engine._loaded_contexts) == len(contexts())
+    assert len(engine._slot.loaded) == len(contexts())
     assert not differ, differ[:5]
 
 
@@ -162,7 +162,7 @@ def test_what_lib_derives_from_a_context_is_stored_once_and_equals_deriving_it_p
     from guardrail.policy.embedded import DERIVED_DATA_KEY
 
     for name, ctx in contexts().items():
-        ref = engine._context_ref(ctx)
+        ref = engine._context_ref(ctx, engine._slot)
         assert ref is not None, name
         stored = engine.query(f"d := data.{DERIVED_DATA_KEY}[input.ref]", {"ref": ref})[0]["d"]
         inline = engine.query("d := data.guardrail.lib.context_derived", {"context": ctx})[0]["d"]

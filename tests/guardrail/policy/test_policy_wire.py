@@ -182,13 +182,13 @@ class _CountingData:
 
     def __init__(self, engine: EmbeddedOPA):
         self.calls = 0
-        inner = engine._engine.add_data
+        inner = engine._slot.engine.add_data
 
         def add_data(*a, **k):
             self.calls += 1
             return inner(*a, **k)
 
-        engine._engine.add_data = add_data
+        engine._slot.engine.add_data = add_data
 
 
 def test_warm_loads_the_context_so_the_first_command_changes_no_data():
@@ -200,7 +200,7 @@ def test_warm_loads_the_context_so_the_first_command_changes_no_data():
         e.warm(CTX)
         # One change of the data document per new context: the context and what lib derives from it together.
         assert data.calls == 1
-        assert len(e._loaded_contexts) == 1
+        assert len(e._slot.loaded) == 1
         assert e.cache_stats()["hits"] == e.cache_stats()["misses"] == 0  # warm() is not a decision
         first = e.decide(_input(cmd))
         assert data.calls == 1  # the first command found its context loaded
@@ -212,7 +212,7 @@ def test_warm_loads_the_context_so_the_first_command_changes_no_data():
 def test_warm_never_raises_and_a_context_it_cannot_load_goes_inline():
     with EmbeddedOPA() as e:
         e.warm({"bad": float("nan")})  # not JSON: no ref, nothing loaded
-        assert e._loaded_contexts == set()
+        assert e._slot.loaded == set()
         assert e.decide(_input("kubectl get pods -n slack")).outcome is Outcome.ALLOW
 
 
