@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from guardrail.policy.base import Decision, Finding, Outcome
 
 __all__ = ["FAIL_CLOSED_RULE", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
-           "MalformedDecision"]
+           "MalformedDecision", "findings", "POLICY_BUG_ADVICE"]
 
 FAIL_CLOSED_RULE = "GUARDRAIL-ENGINE-001"
 
@@ -36,7 +36,8 @@ class DecisionIds:
         return f"{self._prefix}-{next(self._counter)}"
 
 
-def _findings(items: Any, where: str) -> tuple[Finding, ...]:
+def findings(items: Any, where: str) -> tuple[Finding, ...]:
+    """The findings of a deny or warn list; MalformedDecision when it is not a list of {id, msg, details}."""
     if items is None:
         return ()
     if not isinstance(items, list):
@@ -54,9 +55,9 @@ def from_document(doc: Any, *, decision_id: str, engine: str, duration_ms: float
     """A Decision from the value of data.guardrail.decision. Raises MalformedDecision on a wrong shape."""
     if not isinstance(doc, dict) or "deny" not in doc:
         raise MalformedDecision("data.guardrail.decision is not an object with a deny list")
-    denies = _findings(doc.get("deny"), "deny")
-    warns = _findings(doc.get("warn"), "warn")
-    exempted = _findings(doc.get("exempted"), "exempted")
+    denies = findings(doc.get("deny"), "deny")
+    warns = findings(doc.get("warn"), "warn")
+    exempted = findings(doc.get("exempted"), "exempted")
     outcome = Outcome.DENY if denies else Outcome.WARN if warns else Outcome.ALLOW
     return Decision(outcome, decision_id, denies, warns, engine=engine, duration_ms=duration_ms,
                     exempted=exempted)
@@ -74,15 +75,18 @@ def is_mutating_input(input: Any) -> bool:
 _POLICY_BUG = re.compile(r"eval_(builtin_|conflict_|type_)?error|MalformedDecision|rego_|took longer than")
 
 
+POLICY_BUG_ADVICE = ("The policy itself is in error: whoever owns it must fix it (`guardrail policy test` runs its "
+                     "tests); until then changes are blocked, and read-only commands (get, describe, logs, SELECT) "
+                     "still run.")
+
+
 def fail_closed(input: Any, error: str, *, decision_id: str, engine: str, duration_ms: float,
                 allow_readonly_on_error: bool = True) -> Decision:
     """The default Decision when the engine could not decide."""
     if allow_readonly_on_error and not is_mutating_input(input):
         return Decision(Outcome.ALLOW, decision_id, engine=engine, error=error, duration_ms=duration_ms)
     if _POLICY_BUG.search(error):
-        advice = ("The policy itself is in error: whoever owns it must fix it (`guardrail policy test` runs its "
-                  "tests); until then changes are blocked, and read-only commands (get, describe, logs, SELECT) "
-                  "still run.")
+        advice = POLICY_BUG_ADVICE
     else:
         advice = "Retry in a moment; read-only commands (get, describe, logs, SELECT) still run."
     finding = Finding(

@@ -34,6 +34,11 @@ _TEST_RULE = re.compile(r"^(test_\w+)\s*(?:if\b|:=|=|\{)", re.MULTILINE)
 # OPA names the module and line of the first error: "... policies/x.rego:12: rego_parse_error: unexpected }".
 _OPA_LOCATION = re.compile(r"(?P<path>[^\s:][^:\n]*?\.rego):(?P<line>\d+):(?:\d+:)?\s*(?P<msg>[^\n]+)")
 _DATA_FILES = ("data.json", "data.yaml", "data.yml")
+# The packages whose `deny` and `warn` sets policies/guardrail.rego gathers: one level below guardrail.rules.
+RULES_PREFIX = "guardrail.rules."
+# A top-level head of a deny or warn rule (opa fmt puts every head at column 0).
+_FINDING_HEAD = re.compile(r"^(deny|warn)\b(.*)$")
+_INPUT_CONTEXT = re.compile(r"\binput\s*(\.\s*context\b|\[\s*\"context\"\s*\])")
 
 
 @dataclass(frozen=True)
@@ -93,13 +98,14 @@ class PolicyTree:
             # A part of the library itself (policies/rules): the library, with that part's tests.
             return cls(tree.root, base.decision_modules + tree.test_modules, base.data, base.root)
         data: dict[str, Any] = json.loads(json.dumps(base.data))
-        _merge_data(data, tree.data, where=tree.root)
+        _merge_data(data, tree.data, where=tree.root, other=base.root)
         # Each layer uploads under a prefix of its own (two layers may both have a rules.rego); a module that is
         # the library's own file (a symlink into it) is not loaded twice.
         prefix = "overlay/" + hashlib.sha1(str(tree.root.resolve()).encode()).hexdigest()[:8]
         known = {m.path.resolve() for m in base.decision_modules}
         own = tuple(replace(m, upload_id=f"{prefix}/{m.relpath}") for m in tree.modules
                     if m.path.resolve() not in known)
+        check_layer(own, base.decision_modules)
         ids = [m.id for m in base.decision_modules + own]
         clash = next((i for i in ids if ids.count(i) > 1), None)
         if clash is not None:
@@ -123,8 +129,6 @@ class PolicyTree:
             if m is None:
                 raise PolicyLoadError("no package declaration", path=str(f), line=1)
             modules.append(RegoModule(f, text, m.group(1), f.relative_to(base).as_posix()))
-        if not modules:
-            raise PolicyLoadError("no .rego files", path=str(root))
         data: dict[str, Any] = {}
         if root.is_dir():
             for name in _DATA_FILES:
@@ -135,6 +139,8 @@ class PolicyTree:
                     if not isinstance(doc, dict):
                         raise PolicyLoadError("a data document must be a mapping", path=str(f), line=1)
                     _merge_at(data, f.parent.relative_to(root).parts, doc)
+        if not modules and not data:  # a tree of data alone (exceptions for a deployment) adds to the library
+            raise PolicyLoadError("no .rego files and no data.json/data.yaml", path=str(root))
         return cls(root, tuple(modules), data)
 
     @property
@@ -150,16 +156,60 @@ class PolicyTree:
         return next((m.path for m in self.modules if name in (str(m.path), m.id)), None)
 
 
-def _merge_data(into: dict[str, Any], doc: Mapping[str, Any], *, where: Path, at: tuple[str, ...] = ()) -> None:
+def check_layer(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) -> None:
+    """The mistakes in a team's own rules that OPA accepts and that would leave a rule never enforced, caught when
+    the tree is loaded (PolicyLoadError naming file and line): a deny/warn that is not a set of findings (`deny if`,
+    `deny := ...`: the decision reads only sets), deny/warn in a package the decision never reads (outside
+    guardrail.rules, or nested below it), a package the library already uses (its helper rules would clash), and
+    `input.context`, which is absent when the guard decides (it passes the context by reference; lib.context reads
+    it). Tests are not checked: they build their own input."""
+    library_packages = {m.package for m in library}
+    for m in own:
+        if m.is_test:
+            continue
+        lines = m.source.splitlines()
+        package_line = next((n for n, ln in enumerate(lines, 1) if ln.startswith("package ")), 1)
+        heads = [(n, h.group(1), h.group(2)) for n, ln in enumerate(lines, 1) if (h := _FINDING_HEAD.match(ln))]
+        for n, name, rest in heads:
+            if not re.match(r"\s+contains\b", rest):
+                raise PolicyLoadError(
+                    f"{name} is not a set of findings, so it never denies or warns: write `{name} contains "
+                    f"{{\"id\": \"TEAM-001\", \"msg\": \"...\", \"details\": {{}}}} if {{ ... }}`",
+                    path=str(m.path), line=n)
+        if heads:
+            rest = m.package[len(RULES_PREFIX):] if m.package.startswith(RULES_PREFIX) else ""
+            if not rest or "." in rest:
+                raise PolicyLoadError(
+                    f"{heads[0][1]} in package {m.package} is never read: the guard gathers deny and warn from "
+                    f"packages one level below guardrail.rules (package {RULES_PREFIX}"
+                    f"{(rest or m.package).replace('.', '_')})", path=str(m.path), line=package_line)
+        if m.package in library_packages:
+            raise PolicyLoadError(
+                f"package {m.package} is the library's own: its rules and helpers would merge with the library's "
+                f"and clash; give your rules a package of their own ({m.package}_team)",
+                path=str(m.path), line=package_line)
+        for n, ln in enumerate(lines, 1):
+            if _INPUT_CONTEXT.search(ln.split("#", 1)[0]):
+                raise PolicyLoadError(
+                    "input.context is absent when the guard decides (it passes the incident context by "
+                    "reference): read it as lib.context (`import data.guardrail.lib`), as the library's rules do",
+                    path=str(m.path), line=n)
+
+
+def _merge_data(into: dict[str, Any], doc: Mapping[str, Any], *, where: Path, other: Path,
+                at: tuple[str, ...] = ()) -> None:
     """Merge a layered tree's data into the library's, object by object, as `opa run` merges data documents:
-    a value both set (other than two objects) is a conflict, not an override."""
+    a value both set (other than two objects) is a conflict, not an override. The one exception is
+    data.exceptions: two lists are joined, so each layer (a deployment's, a team's) can exempt its own."""
     for k, v in doc.items():
         if k not in into:
             into[k] = json.loads(json.dumps(v))
         elif isinstance(into[k], dict) and isinstance(v, Mapping):
-            _merge_data(into[k], v, where=where, at=(*at, k))
+            _merge_data(into[k], v, where=where, other=other, at=(*at, k))
+        elif at == () and k == "exceptions" and isinstance(into[k], list) and isinstance(v, list):
+            into[k] = into[k] + json.loads(json.dumps(v))
         else:
-            raise PolicyLoadError(f"data.{'.'.join((*at, k))} is set both by the library and by this tree",
+            raise PolicyLoadError(f"data.{'.'.join((*at, k))} is set both by {other} and by this tree",
                                   path=str(where))
 
 

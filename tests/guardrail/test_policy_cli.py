@@ -295,9 +295,86 @@ def test_layered_data_merges_object_by_object_and_a_clash_is_an_error(tmp_path, 
     monkeypatch.setenv("GUARDRAIL_POLICY_DIR", str(lib))
     assert PolicyTree.load(team).data == {"ops": {"owners": ["sre"], "pager": "payments"},
                                           "exceptions": ["SRE-TRAFFIC-001"]}
-    (team / "data.yaml").write_text("exceptions: [SRE-DATA-001]\n")
-    with pytest.raises(PolicyLoadError, match="data.exceptions is set both by the library and by this tree"):
+    (team / "data.yaml").write_text("ops:\n  owners: nobody\n")
+    with pytest.raises(PolicyLoadError, match=f"data.ops.owners is set both by {lib} and by this tree"):
         PolicyTree.load(team)
+    # Exception lists are joined: each layer exempts its own.
+    (team / "data.yaml").write_text("exceptions: [SRE-DATA-001]\n")
+    assert PolicyTree.load(team).data["exceptions"] == ["SRE-TRAFFIC-001", "SRE-DATA-001"]
+
+
+def test_a_tree_of_data_alone_adds_its_exceptions_to_the_library(tmp_path):
+    (tmp_path / "data.yaml").write_text("exceptions:\n  - {id: SRE-DATA-001, reason: the cache is rebuilt nightly}\n")
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path / "nothing"), "--", "true"])
+    assert r.exit_code == 2
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path / "empty"), "--", "true"])
+    assert r.exit_code == 2 and "no .rego files and no data.json/data.yaml" in r.output
+
+
+@pytest.mark.parametrize("source,line,says", [
+    # deny/warn that are not sets: OPA loads them, the decision never reads them.
+    ("package guardrail.rules.team\n\ndeny if input.action.tool == \"kubectl\"\n", 3, "deny is not a set of findings"),
+    ("package guardrail.rules.team\n\nwarn := \"x\" if input.action.tool == \"kubectl\"\n", 3,
+     "warn is not a set of findings"),
+    ("package guardrail.rules.team\n\ndeny[msg] if { msg := \"x\" }\n", 3, "deny is not a set of findings"),
+    # packages the decision never gathers.
+    ("package team.rules\n\ndeny contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if true\n", 1,
+     "package team.rules is never read"),
+    ("package guardrail.rules.team.payments\n\ndeny contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if "
+     "true\n", 1, "(package guardrail.rules.team_payments)"),
+    # the library's own package: its helpers would clash.
+    ("package guardrail.rules.workload\n\nwarn contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if "
+     "true\n", 1, "is the library's own"),
+    # input.context is absent at decision time: lib.context reads it.
+    ("package guardrail.rules.team\n\n# input.context in a comment is fine\ndeny contains {\"id\": \"T\", "
+     "\"msg\": \"m\", \"details\": {}} if {\n\tinput.context.extra.freeze == true\n}\n", 5,
+     "read it as lib.context"),
+])
+def test_a_team_rule_that_would_never_be_enforced_is_a_load_error_naming_its_line(tmp_path, source, line, says):
+    (tmp_path / "team.rego").write_text(source)
+    # A test beside it that reads input.context is fine: a test builds its own input.
+    (tmp_path / "team_test.rego").write_text("package guardrail.rules.team_test\n\ntest_x if input.context == 1 "
+                                             "with input as {\"context\": 1}\n")
+    for args in (["check", "--policy", str(tmp_path), "--", "true"], ["policy", "test", str(tmp_path)]):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2, r.output
+        assert f"team.rego:{line}:" in r.output and says in r.output, r.output
+
+
+def test_a_broken_team_rule_does_not_switch_off_the_library(tmp_path):
+    """A team rule in error (here a conflict on every input) made the whole decision undefined, and a read-only
+    action was then allowed with no rule read: `kubectl get secret` went through. Each package is then decided
+    alone: the library's findings stand, and the broken package fails closed on its own."""
+    (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\nlevel := "a" if input.action.tool\n'
+                                        'level := "b" if input.action.verb\n\nwarn contains {"id": "T", "msg": '
+                                        'level, "details": {}} if level == "never"\n')
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
+    d = json.loads(r.output)
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-SECRET-001"]), r.output
+    assert [f["id"] for f in d["decisions"][0]["warn"]] == ["GUARDRAIL-ENGINE-001"]
+    assert "guardrail.rules.team" in d["decisions"][0]["warn"][0]["msg"]
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get pods -n slack"])
+    assert r.exit_code == 0 and json.loads(r.output)["outcome"] == "warn", r.output
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl label pod x a=b"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001"]), r.output
+    # An exception still applies to what the library found.
+    (tmp_path / "data.yaml").write_text("exceptions: [SRE-SECRET-001]\n")
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
+    assert r.exit_code == 0 and _outcome(r) == ("warn", []), r.output
+
+
+def test_a_whole_library_of_ones_own_reads_input_context(tmp_path):
+    """The guard passes the context by reference only to a library whose lib reads it so (the shipped one)."""
+    (tmp_path / "g.rego").write_text('package guardrail\n\ndecision := {"deny": d, "warn": [], "exempted": []}\n\n'
+                                     'd := [{"id": "FREEZE", "msg": "frozen", "details": {}}] if '
+                                     'input.context.extra.freeze == true else := []\n')
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_text("id: x\nextra: {freeze: true}\n")
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--context", str(ctx), "--", "true"])
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["FREEZE"]), r.output
 
 
 def test_layers_with_the_same_file_names_and_a_part_of_the_library(tmp_path, monkeypatch):
