@@ -1,6 +1,6 @@
 """`guardrail check`: one command through normalisation and policy, printed as JSON. Nothing runs.
 
-    guardrail check [--context FILE] [--policy DIR] [--mode enforce|dry-run|warn-only] -- COMMAND
+    guardrail check [--context FILE] [--policy DIR] [--mode enforce|dry-run|warn-only] [--show-input] -- COMMAND
 
 Exit 0 when the command would run, 1 when the guard would block it, 2 on bad input.
 """
@@ -24,8 +24,12 @@ from guardrail.policy.base import Mode
 @click.option("--policy", "policy_dir", type=click.Path(file_okay=False), default=None,
               help=POLICY_HELP)
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
+@click.option("--show-input", is_flag=True,
+              help="Also print `inputs`: each action's input document as the rules see it (context inline), for "
+                   "writing rules and for `guardrail policy eval --input`.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def check(context_path: str | None, policy_dir: str | None, mode: str, command: tuple[str, ...]) -> None:
+def check(context_path: str | None, policy_dir: str | None, mode: str, show_input: bool,
+          command: tuple[str, ...]) -> None:
     """Decide COMMAND (everything after --) without running it; print the actions and the decision."""
     from guardrail.guard import Guard
     from guardrail.policy.embedded import EmbeddedOPA
@@ -44,6 +48,12 @@ def check(context_path: str | None, policy_dir: str | None, mode: str, command: 
         "runs": adm.runs,
         "deny": [f.to_dict() for f in adm.denies],
         "warn": [f.to_dict() for f in adm.warns],
+        "exempted": [f.to_dict() for d in adm.decisions for f in d.exempted],
     }
+    if show_input:
+        observed = adm.observed or [None] * len(adm.action_inputs or [])
+        out["inputs"] = [{"action": a, "context": context.policy_input(), "command": raw, **({"observed": o} if o
+                                                                                                else {})}
+                         for a, o in zip(adm.action_inputs or [], observed)]
     click.echo(json.dumps(out, indent=2))
     raise SystemExit(0 if adm.runs else 1)

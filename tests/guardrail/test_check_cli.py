@@ -107,3 +107,20 @@ def test_ctrl_c_in_a_command_without_its_own_handler_exits_130(monkeypatch):
     _register()
     r = CliRunner().invoke(cli, ["check", "--context", __file__, "--", "kubectl get pods"])
     assert r.exit_code == 130 and "interrupted" in r.output
+
+
+def test_show_input_prints_the_documents_the_rules_see_and_policy_eval_decides_them_alike(tmp_path):
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_text("id: x\nnamespaces: [slack]\nextra: {exceptions: [SRE-DURABLE-001]}\n")
+    r = run("--context", str(ctx), "--show-input", "--", "redis-cli -h redis-queue CONFIG SET maxmemory 64mb; ls")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert [i["action"]["tool"] for i in out["inputs"]] == ["redis-cli", "ls"]
+    first = out["inputs"][0]
+    assert first["context"]["namespaces"] == ["slack"] and first["command"].startswith("redis-cli")
+    assert [f["id"] for f in out["decision"]["exempted"]] == ["SRE-DURABLE-001"]
+    (tmp_path / "in.json").write_text(json.dumps(first))
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(tmp_path / "in.json")])
+    assert r.exit_code == 0, r.output
+    assert [f["id"] for f in json.loads(r.output)["result"]["exempted"]] == ["SRE-DURABLE-001"]
+    assert "inputs" not in json.loads(run("--", "ls").output)  # only when asked
