@@ -101,6 +101,14 @@ class IncidentContext(BaseModel):
     @field_validator("extra")
     @classmethod
     def _finite_extra(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "exceptions" in v:
+            from guardrail.policy.exceptions import exception_problem, shipped_rule_ids
+
+            # The policy a context meets is not known here: only what cannot be meant with any (a bad shape, a
+            # pattern that exempts every rule of the library) is refused.
+            problem = exception_problem(v["exceptions"], shipped_rule_ids(), unknown_is_an_error=False)
+            if problem is not None:
+                raise ValueError(problem)
         return _finite(v)
 
     def policy_input(self) -> dict[str, Any]:

@@ -87,11 +87,28 @@ class PolicyTree:
     def load(cls, root: str | Path | None = None) -> "PolicyTree":
         """The tree at `root` (GUARDRAIL_POLICY_DIR, else the shipped library, when None). A tree whose decision
         modules lack the decision package is layered on the library: on `load(None)` for a `root` of its own,
-        and on the shipped library for GUARDRAIL_POLICY_DIR itself (see the module's docstring)."""
+        and on the shipped library for GUARDRAIL_POLICY_DIR itself (see the module's docstring). Its exceptions
+        must name rules it has (guardrail/policy/exceptions.py)."""
+        tree = cls._layered(root)
+        if "exceptions" in tree.data:
+            from guardrail.policy.exceptions import exception_problem, rule_ids
+
+            problem = exception_problem(tree.data["exceptions"], rule_ids(m.source for m in tree.decision_modules))
+            if problem is not None:
+                where = next((d / n for d in (tree.root, tree.library) if d is not None and d.is_dir()
+                              for n in _DATA_FILES if (d / n).is_file() and "exceptions" in (d / n).read_text()),
+                             tree.root)
+                line = next((n for n, ln in enumerate(where.read_text().splitlines(), 1)
+                             if re.match(r'\s*[{,]?\s*"?exceptions"?\s*:', ln)), None) if where.is_file() else None
+                raise PolicyLoadError(problem, path=str(where), line=line)
+        return tree
+
+    @classmethod
+    def _layered(cls, root: str | Path | None = None) -> "PolicyTree":
         tree = cls._load_one(root)
         if any(m.package == DECISION_PACKAGE for m in tree.decision_modules):
             return tree
-        base = cls.load(None) if root is not None else cls._load_one(shipped_policy_dir())
+        base = cls._layered(None) if root is not None else cls._load_one(shipped_policy_dir())
         if base.root.resolve() == tree.root.resolve():
             return base if root is not None else tree  # the same tree twice; or the shipped one, as it is
         if tree.root.resolve().is_relative_to(base.root.resolve()):

@@ -426,3 +426,23 @@ def test_policy_eval_blames_a_rules_runtime_error_on_its_file_and_line_not_the_q
     assert r.exit_code == 2
     assert r.output.strip().startswith(f"error: {tmp_path / 'team.rego'}:5: ")
     assert "divide by zero" in r.output
+
+
+@pytest.mark.parametrize("exceptions,says", [
+    ('["*"]', "exempts every rule"),
+    ('["SRE-*"]', "of the library's"),
+    ('["SRE-DATA-01"]', "matches no rule id"),  # a typo: exempts nothing
+    ('"SRE-DATA-001"', "must be a list"),
+    ("[{reason: forgot the id}]", "neither a rule id nor"),
+])
+def test_exceptions_that_cannot_be_meant_are_load_errors(tmp_path, exceptions, says):
+    (tmp_path / "data.yaml").write_text(f"# a deployment's exceptions\nexceptions: {exceptions}\n")
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    assert r.exit_code == 2 and f"data.yaml:2:" in r.output and says in r.output, r.output
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_text(f"id: x\nextra:\n  exceptions: {exceptions}\n")
+    r = CliRunner().invoke(cli, ["check", "--context", str(ctx), "--", "redis-cli", "FLUSHALL"])
+    if "matches no rule id" in says:  # a context may meet another library: an unknown id is not an error there
+        assert r.exit_code == 1, r.output
+    else:
+        assert r.exit_code == 2 and "ctx.yaml:2:" in r.output and says in r.output, r.output
