@@ -48,7 +48,7 @@ def test_cmd(directory: Path | None, verbose: bool) -> None:
         # test_ rules of *_test.rego files (guardrail/policy/loader.py); rules in other files are not run.
         raise InputError("no test_ rules found in *_test.rego files", path=str(directory or policy_dir()))
     for r in report.results:
-        line = f"{r.status} {r.path}: data.{r.package}.{r.name}"
+        line = f"{r.status} {r.where}: data.{r.package}.{r.name}"
         if r.message:
             line += f" ({r.message})"
         if verbose:

@@ -140,7 +140,11 @@ class PolicyTree:
         for f in files:
             try:
                 text = f.read_text()
-            except (OSError, UnicodeDecodeError) as e:
+            except UnicodeDecodeError as e:
+                line = e.object[:e.start].count(b"\n") + 1
+                raise PolicyLoadError(f"not UTF-8 text (undecodable byte {e.object[e.start]:#04x})", path=str(f),
+                                      line=line) from e
+            except OSError as e:
                 raise PolicyLoadError(f"cannot read: {e}", path=str(f)) from e
             m = _PACKAGE.search(text)
             if m is None:

@@ -6,6 +6,7 @@ engine; each test rule is then one query `x := data.<package>.<test_name>`.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,12 @@ class RegoTestResult:
     status: str
     message: str = ""
     duration_ms: float = 0.0
+    line: int | None = None  # of the test rule's first head in its file
+
+    @property
+    def where(self) -> str:
+        """The file, and for a test that did not pass its line (editors jump to `path:line`)."""
+        return f"{self.path}:{self.line}" if self.line is not None and not self.passed else self.path
 
     @property
     def passed(self) -> bool:
@@ -75,9 +82,11 @@ def run_rego_tests(root: str | Path | None = None, *,
             each = (clock() - start) * 1000 / max(1, len(m.tests))
             for name in m.tests:
                 if name not in doc:
-                    results.append(RegoTestResult(m.package, name, m.relpath, "FAIL", "undefined", each))
+                    results.append(RegoTestResult(m.package, name, m.relpath, "FAIL", "undefined", each,
+                                                  _line_of(m, name)))
                 elif doc[name] is not True:
-                    results.append(RegoTestResult(m.package, name, m.relpath, "FAIL", "not true", each))
+                    results.append(RegoTestResult(m.package, name, m.relpath, "FAIL", "not true", each,
+                                                  _line_of(m, name)))
                 else:
                     results.append(RegoTestResult(m.package, name, m.relpath, "PASS", "", each))
     finally:
@@ -95,5 +104,10 @@ def _one_by_one(engine, m, clock) -> list[RegoTestResult]:
             status, msg = ("PASS", "") if ok else ("FAIL", "undefined" if not rows else "not true")
         except OpaError as e:
             status, msg = "ERROR", e.message.splitlines()[0] if e.message else e.code
-        out.append(RegoTestResult(m.package, name, m.relpath, status, msg, (clock() - start) * 1000))
+        out.append(RegoTestResult(m.package, name, m.relpath, status, msg, (clock() - start) * 1000,
+                                  _line_of(m, name)))
     return out
+
+
+def _line_of(m, name: str) -> int | None:
+    return next((n for n, ln in enumerate(m.source.splitlines(), 1) if re.match(rf"{re.escape(name)}\b", ln)), None)

@@ -39,8 +39,14 @@ def test_policy_test_fails_on_a_failing_test(tmp_path):
     r = run("policy", "test", str(tmp_path))
     assert r.exit_code == 1
     assert "PASS x_test.rego: data.x_test.test_ok" in r.output
-    assert "FAIL x_test.rego: data.x_test.test_wrong" in r.output
+    assert "FAIL x_test.rego:7: data.x_test.test_wrong" in r.output  # a failure names its line
     assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"
+
+
+def test_a_rego_file_that_is_not_utf8_names_its_line(tmp_path):
+    (tmp_path / "x.rego").write_bytes(b"package x\n\n# caf\xe9\nallow if input.ok\n")
+    r = run("policy", "test", str(tmp_path))
+    assert r.exit_code == 2 and r.output.strip() == f"error: {tmp_path / 'x.rego'}:3: not UTF-8 text (undecodable byte 0xe9)"
 
 
 def test_policy_test_syntax_error_is_one_line_exit_2(tmp_path):
@@ -121,7 +127,7 @@ def test_policy_test_reports_an_erroring_test_and_keeps_the_others(tmp_path):
     r = run("policy", "test", str(tmp_path))
     assert r.exit_code == 1
     assert "PASS y_test.rego: data.y_test.test_ok" in r.output
-    assert "ERROR y_test.rego: data.y_test.test_conflicting" in r.output
+    assert "ERROR y_test.rego:9: data.y_test.test_conflicting" in r.output
     assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"
 
 
