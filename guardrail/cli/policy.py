@@ -16,6 +16,7 @@ from opa_bindings import OpaError
 
 from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError
+from guardrail.policy.decisions import MalformedDecision, from_document
 from guardrail.policy.embedded import EmbeddedOPA
 from guardrail.policy.loader import load_error, opa_error_location
 from guardrail.policy.testing import run_rego_tests
@@ -91,6 +92,14 @@ def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
     else:
         out = {"result": rows}
     click.echo(json.dumps(out, indent=2, sort_keys=True))
+    if query.strip() == "data.guardrail.decision":
+        # What the guard makes of it: a decision it cannot read fails closed at run time, whatever it says here.
+        try:
+            from_document(out.get("result"), decision_id="eval", engine="eval", duration_ms=0.0)
+        except MalformedDecision as e:
+            click.echo(f"error: the guard cannot read this decision ({e}): it would fail closed (a change is "
+                       "denied) and decide each rules package alone", err=True)
+            raise SystemExit(1) from e
 
 
 class _BadConstant(ValueError):

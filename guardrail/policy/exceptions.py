@@ -14,15 +14,15 @@ import functools
 import re
 from typing import Any, Iterable
 
-__all__ = ["rule_ids", "shipped_rule_ids", "exception_problem"]
+__all__ = ["RULE_ID", "rule_ids", "shipped_rule_ids", "exception_problem"]
 
 # A finding's id as the rules write it: {"id": "SRE-DATA-001", ...}.
-_RULE_ID = re.compile(r'"id"\s*:\s*"([A-Za-z][\w]*(?:-[\w]+)+)"')
+RULE_ID = re.compile(r'"id"\s*:\s*"([A-Za-z][\w]*(?:-[\w]+)+)"')
 
 
 def rule_ids(sources: Iterable[str]) -> frozenset[str]:
     """The finding ids written in these Rego sources."""
-    return frozenset(i for src in sources for i in _RULE_ID.findall(src))
+    return frozenset(i for src in sources for i in RULE_ID.findall(src))
 
 
 @functools.lru_cache(maxsize=1)

@@ -184,7 +184,10 @@ def check_layer(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) ->
     guardrail.rules, or nested below it), a package the library already uses (its helper rules would clash), and
     `input.context`, which is absent when the guard decides (it passes the context by reference; lib.context reads
     it). Tests are not checked: they build their own input."""
+    from guardrail.policy.exceptions import RULE_ID, rule_ids
+
     library_packages = {m.package for m in library}
+    library_ids = rule_ids(m.source for m in library)
     for m in own:
         if m.is_test:
             continue
@@ -210,6 +213,11 @@ def check_layer(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) ->
                 f"and clash; give your rules a package of their own ({m.package}_team)",
                 path=str(m.path), line=package_line)
         for n, ln in enumerate(lines, 1):
+            taken = next((i for i in RULE_ID.findall(ln.split("#", 1)[0]) if i in library_ids), None)
+            if taken is not None:
+                raise PolicyLoadError(
+                    f"rule id {taken} is the library's: findings of both would look alike, and an exception for "
+                    "it would silence both; give your rule an id of its own (TEAM-...)", path=str(m.path), line=n)
             if _INPUT_CONTEXT.search(ln.split("#", 1)[0]):
                 raise PolicyLoadError(
                     "input.context is absent when the guard decides (it passes the incident context by "

@@ -334,6 +334,9 @@ def test_a_tree_of_data_alone_adds_its_exceptions_to_the_library(tmp_path):
     # the library's own package: its helpers would clash.
     ("package guardrail.rules.workload\n\nwarn contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if "
      "true\n", 1, "is the library's own"),
+    # an id the library's rules already use.
+    ("package guardrail.rules.team\n\ndeny contains {\"id\": \"SRE-DATA-001\", \"msg\": \"m\", \"details\": {}} "
+     "if true\n", 3, "rule id SRE-DATA-001 is the library's"),
     # input.context is absent at decision time: lib.context reads it.
     ("package guardrail.rules.team\n\n# input.context in a comment is fine\ndeny contains {\"id\": \"T\", "
      "\"msg\": \"m\", \"details\": {}} if {\n\tinput.context.extra.freeze == true\n}\n", 5,
@@ -452,3 +455,14 @@ def test_exceptions_that_cannot_be_meant_are_load_errors(tmp_path, exceptions, s
         assert r.exit_code == 1, r.output
     else:
         assert r.exit_code == 2 and "ctx.yaml:2:" in r.output and says in r.output, r.output
+
+
+def test_policy_eval_says_when_the_guard_could_not_read_the_decision(tmp_path):
+    (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\ndeny contains {"msg": "no id"} if true\n')
+    f = tmp_path / "in.json"
+    f.write_text('{"action": {"tool": "kubectl", "verb": "get", "mutating": false}, "command": "kubectl get pods"}')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--policy", str(tmp_path), "--input", str(f)])
+    assert r.exit_code == 1 and json.loads(r.stdout)["result"]["deny"] == [{"msg": "no id"}]
+    assert "the guard cannot read this decision" in r.stderr
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
+    assert r.exit_code == 0 and r.stderr == ""
