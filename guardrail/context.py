@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from guardrail.errors import InputError
 from guardrail.yamlio import load_model
 
 __all__ = ["SLO", "Constraint", "IncidentContext", "load_context"]
@@ -115,6 +116,18 @@ class IncidentContext(BaseModel):
         return self.model_dump(mode="json")
 
 
+# A context is an incident's public description: the shipped ones are 1-6 KB. A file far past that is not one (a
+# 50 MB file took 51 s to parse, and every decision would carry it).
+MAX_CONTEXT_BYTES = 4 * 1024 * 1024
+
+
 def load_context(path: str | Path) -> IncidentContext:
     """Load a context from YAML or JSON. A scenario file is accepted too: only its `public` part is read."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        size = 0  # a missing or unreadable file is reported by the reader, with its reason
+    if size > MAX_CONTEXT_BYTES:
+        raise InputError(f"is {size:,} bytes: a context is an incident's public description (a few KB); "
+                         f"the limit is {MAX_CONTEXT_BYTES:,} bytes", path=str(path))
     return load_model(IncidentContext, path, key="public")

@@ -99,7 +99,7 @@ deny contains {
 	credential_read(t)
 }
 
-credential_msg := "Dumping a process environment or credential file exposes passwords and keys. Read the one non-secret setting you need (e.g. `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values), not secrets."
+credential_msg := "Dumping a process environment or credential file exposes passwords and keys (`env | grep` matches values too: a URL holding a password). Read the one non-secret setting you need: `printenv NAME` of that variable in the pod, or `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values."
 
 # Inside a pod (kubectl exec), the process environment printed whole (`env`, `printenv`) or a variable named like a
 # credential: the same secrets as /proc/1/environ, injected from Secrets into the container's env.

@@ -124,3 +124,13 @@ def test_show_input_prints_the_documents_the_rules_see_and_policy_eval_decides_t
     assert r.exit_code == 0, r.output
     assert [f["id"] for f in json.loads(r.output)["result"]["exempted"]] == ["SRE-DURABLE-001"]
     assert "inputs" not in json.loads(run("--", "ls").output)  # only when asked
+
+
+def test_a_context_file_far_larger_than_any_incident_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    import guardrail.context as context
+
+    monkeypatch.setattr(context, "MAX_CONTEXT_BYTES", 1024)
+    ctx = tmp_path / "ctx.yaml"
+    ctx.write_text("id: x\nextra:\n  blob: '" + "a" * 2000 + "'\n")
+    r = run("--context", str(ctx), "--", "ls")
+    assert r.exit_code == 2 and r.output.startswith(f"error: {ctx}: is 2,024 bytes") and "the limit is 1,024 bytes" in r.output, r.output
