@@ -74,6 +74,8 @@ class Invocation:
     raw: str = ""
     # xargs appends words read from stdin at run time: the argv seen here may be incomplete.
     args_pending: bool = False
+    # ... and the command whose output they are, when known (`pgrep postgres` in `pgrep postgres | xargs kill`).
+    pending_from: str = ""
 
     @property
     def name(self) -> str:

@@ -475,5 +475,7 @@ def _output_of(inv: Invocation) -> Stdin | None:
             except (binascii.Error, ValueError):
                 text = None
         return Stdin("pipe", text=text, computed=True, decoded=True, producer=name)
-    return Stdin("pipe", computed=True, decoded=bool(up and up.decoded), producer=name)
+    # A pid lookup keeps its words: `pgrep postgres | xargs kill` kills what the lookup names.
+    producer = inv.raw.strip() if name in ("pgrep", "pidof") else name
+    return Stdin("pipe", computed=True, decoded=bool(up and up.decoded), producer=producer)
 

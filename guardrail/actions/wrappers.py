@@ -272,7 +272,8 @@ def xargs(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     st = inv.stdin
     if p.get("-a") is not None or st is None or st.text is None:
         return n.dispatch(Invocation(argv=rest, where=inv.where.inside("xargs"), stdin=None,
-                                     raw=" ".join(str(a) for a in rest), args_pending=True))
+                                     raw=" ".join(str(a) for a in rest), args_pending=True,
+                                     pending_from=st.producer if st is not None and p.get("-a") is None else ""))
     # The words xargs reads are known: build the commands it will run.
     out: list[Action] = []
     if repl is not None:

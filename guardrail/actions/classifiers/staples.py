@@ -107,8 +107,11 @@ class Kill:
             sig, targets = kill_args(args)
             dynamic = {str(a) for a in inv.args if a.dynamic}
             if inv.args_pending:  # `pgrep postgres | xargs kill`: the pids arrive on xargs' input as it runs
-                targets = [*targets, _XARGS_PIDS]
-                dynamic.add(_XARGS_PIDS)
+                lookup = inv.pending_from
+                # From a lookup by name the pids are that program's, as `kill $(pgrep postgres)` gives them.
+                pending = f"$({lookup})" if _PID_LOOKUP.match(f"$({lookup})") else _XARGS_PIDS
+                targets = [*targets, pending]
+                dynamic.add(pending)
             details: dict = {"signal": "-" + sig, "targets": targets}
             reach = [_kill_reach(t, t in dynamic, programs) for t in targets] \
                 if sig not in _NO_RESTART_SIGNALS else []

@@ -122,7 +122,12 @@ def test_on_the_agents_machine_only_a_datastores_server_is_restarted(cmd, restar
 @pytest.mark.parametrize("cmd,restart", [
     ("kubectl exec postgres-0 -- sh -c 'pgrep postgres | xargs kill'", True),  # pids read as it runs: maybe PID 1
     ("kubectl exec postgres-0 -- sh -c 'pgrep postgres | xargs kill -HUP'", False),  # a reload
-    ("pgrep postgres | xargs kill", False),  # on the agent's machine: a kill, not known to reach a server
+    # On the agent's own machine the pids are those of the program the lookup names, as in `kill $(pgrep ...)`.
+    ("pgrep postgres | xargs kill", True),
+    ("pidof mysqld | xargs -r kill -9", True),
+    ("pgrep postgres | xargs kill -HUP", False),
+    ("pgrep -f backup.sh | xargs kill", False),  # not a server
+    ("cat /tmp/pids | xargs kill", False),  # pids from a file: not known to reach a server
 ])
 def test_a_kill_fed_its_pids_by_xargs_is_a_kill_not_a_signal_listing(cmd, restart):
     """`... | xargs kill` was read as `kill -l` (no arguments): a read-only listing of signal names."""
