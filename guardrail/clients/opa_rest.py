@@ -66,6 +66,10 @@ class OPARestClient:
             answer = self._client.query_rule(input, package, rule)
         except requests.Timeout as e:
             raise PolicyEngineError(f"OPA at {self.url} timed out") from e
+        except requests.HTTPError as e:
+            # OPA answers an evaluation error (a rule's conflict or type error) with 500 and {"code", "message"}:
+            # keep its message, which says it is the policy's error and where.
+            raise PolicyEngineError(f"OPA at {self.url} failed: {_error_of(e.response)}") from e
         except requests.RequestException as e:
             raise PolicyEngineError(f"OPA at {self.url} unreachable or failed: {type(e).__name__}") from e
         except ValueError as e:
@@ -79,3 +83,15 @@ class OPARestClient:
 
     def close(self) -> None:
         self._client.close_connection()
+
+
+def _error_of(response: Any) -> str:
+    """OPA's own error text from a failed answer (its `message`, or the status)."""
+    try:
+        body = response.json()
+        message = body.get("message") or body.get("code")
+        errors = body.get("errors") or []
+        detail = next((f"{x.get('code', '')}: {x.get('message', '')}" for x in errors if isinstance(x, dict)), "")
+        return " ".join(part for part in (str(message or ""), detail) if part) or f"HTTP {response.status_code}"
+    except Exception:  # noqa: BLE001  (a body that is not OPA's JSON: the status says enough)
+        return f"HTTP {getattr(response, 'status_code', '?')}"

@@ -11,12 +11,13 @@ import itertools
 import os
 import re
 import time
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from guardrail.policy.base import Decision, Finding, Outcome
 
 __all__ = ["FAIL_CLOSED_RULE", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
-           "MalformedDecision", "findings", "POLICY_BUG_ADVICE"]
+           "MalformedDecision", "findings", "POLICY_BUG_ADVICE", "decide_without_broken", "rule_packages"]
 
 FAIL_CLOSED_RULE = "GUARDRAIL-ENGINE-001"
 
@@ -95,6 +96,69 @@ def fail_closed(input: Any, error: str, *, decision_id: str, engine: str, durati
         {"error": error},
     )
     return Decision(Outcome.DENY, decision_id, (finding,), engine=engine, error=error, duration_ms=duration_ms)
+
+
+def rule_packages(modules: Iterable[Any], decision_module: Path) -> list[str]:
+    """The rules packages a decision module gathers as the shipped one does (`data.guardrail.rules[pkg]`): their
+    names, when `decision_module` (the shipped policies/guardrail.rego) is among `modules`; else none."""
+    modules = list(modules)
+    if not any(m.package == "guardrail" and m.path.resolve() == decision_module.resolve() for m in modules):
+        return []
+    prefix = "guardrail.rules."
+    return sorted({m.package[len(prefix):] for m in modules
+                   if m.package.startswith(prefix) and "." not in m.package[len(prefix):]})
+
+
+def decide_without_broken(input: Any, error: str, packages: Sequence[str],
+                          evaluate: Callable[[str], tuple[Any, Any]],
+                          exempt: Callable[[list[dict[str, Any]]], Iterable[int]], *,
+                          decision_id: str, engine: str, duration_ms: Callable[[], float],
+                          allow_readonly_on_error: bool = True) -> Decision | None:
+    """The decision without the rules packages that cannot decide this input, or None when every one can.
+
+    A rule in error (a conflict, a type error, a finding without an id) makes the whole decision document
+    undefined, and a read-only action would then be allowed with no rule read at all: one bad team rule let
+    `kubectl get secret` through. So each package is evaluated alone (`evaluate(pkg)` -> its deny and warn
+    lists): the findings of those that decide stand, less what `exempt` (indices into them) exempts, and each one
+    that cannot adds a fail-closed finding, a denial of a change and a warning on a read-only action."""
+    denies: list[Finding] = []
+    warns: list[Finding] = []
+    broken: list[tuple[str, str]] = []
+    for pkg in packages:
+        try:
+            deny, warn = evaluate(pkg)
+            d = findings(deny, f"deny of guardrail.rules.{pkg}")
+            w = findings(warn, f"warn of guardrail.rules.{pkg}")
+        except Exception as e:  # noqa: BLE001  (that package is broken for this input; the others still decide)
+            broken.append((pkg, str(e) or type(e).__name__))
+            continue
+        denies += d
+        warns += w
+    if not broken:
+        return None
+    found = denies + warns
+    try:
+        exempted = {n for n in exempt([f.to_dict() for f in found]) if isinstance(n, int) and 0 <= n < len(found)}
+    except Exception:  # noqa: BLE001  (exceptions that cannot be read exempt nothing: more is denied, not less)
+        exempted = set()
+    names = ", ".join(f"guardrail.rules.{p}" for p, _ in broken)
+    why = "; ".join(f"guardrail.rules.{p}: {e}" for p, e in broken)
+    blocks = is_mutating_input(input) or not allow_readonly_on_error
+    failed = Finding(FAIL_CLOSED_RULE, (
+        f"The rules of {names} could not decide this action ({why}), so they count as a denial of this change "
+        f"(fail closed); the rest of the library decided it. {POLICY_BUG_ADVICE}" if blocks else
+        f"The rules of {names} could not decide this read-only action ({why}); the rest of the library decided "
+        "it. The policy itself is in error: whoever owns it must fix it (`guardrail policy test`)."),
+        {"error": why, "packages": [p for p, _ in broken]})
+    kept_denies = tuple(f for n, f in enumerate(denies) if n not in exempted)
+    kept_warns = tuple(f for n, f in enumerate(warns, len(denies)) if n not in exempted)
+    if blocks:
+        kept_denies += (failed,)
+    else:
+        kept_warns += (failed,)
+    outcome = Outcome.DENY if kept_denies else Outcome.WARN if kept_warns else Outcome.ALLOW
+    return Decision(outcome, decision_id, kept_denies, kept_warns, engine=engine, error=error,
+                    duration_ms=duration_ms(), exempted=tuple(found[n] for n in sorted(exempted)))
 
 
 def timed(clock: Callable[[], float]) -> Callable[[], float]:

@@ -49,10 +49,10 @@ from typing import Any, Callable, Mapping, Sequence
 from opa_bindings import OpaEngine, OpaError
 
 from guardrail.errors import PolicyLoadError
-from guardrail.policy.base import Decision, Finding, Outcome
-from guardrail.policy.decisions import (FAIL_CLOSED_RULE, POLICY_BUG_ADVICE, DecisionIds, MalformedDecision,
-                                        fail_closed, findings, from_document, is_mutating_input)
-from guardrail.policy.loader import DECISION_PACKAGE, RULES_PREFIX, PolicyTree, load_error, shipped_policy_dir
+from guardrail.policy.base import Decision
+from guardrail.policy.decisions import (DecisionIds, MalformedDecision, decide_without_broken, fail_closed,
+                                        from_document, rule_packages)
+from guardrail.policy.loader import DECISION_PACKAGE, PolicyTree, load_error, shipped_policy_dir
 
 __all__ = ["EmbeddedOPA", "DECISION_QUERY", "BATCH_QUERY", "CONTEXTS_DATA_KEY", "DERIVED_DATA_KEY", "compile_tree"]
 
@@ -175,11 +175,7 @@ class EmbeddedOPA:
         # of one's own that reads input.context gets them inline.
         self._by_ref = any("input.context_ref" in m.source for m in self.tree.decision_modules)
         # The rules packages the shipped decision module gathers, for deciding without a broken one (_salvage).
-        gathers = any(m.package == DECISION_PACKAGE and m.path.resolve() == (shipped_policy_dir() / "guardrail.rego")
-                      .resolve() for m in self.tree.decision_modules)
-        self._rule_packages = sorted({m.package[len(RULES_PREFIX):] for m in self.tree.decision_modules
-                                      if m.package.startswith(RULES_PREFIX)
-                                      and "." not in m.package[len(RULES_PREFIX):]}) if gathers else []
+        self._rule_packages = rule_packages(self.tree.decision_modules, shipped_policy_dir() / "guardrail.rego")
         # Engines left to finish an evaluation that ran past its deadline (see _retire).
         self._abandoned: list[_Slot] = []
         self._swap_lock = threading.Lock()
@@ -267,64 +263,28 @@ class EmbeddedOPA:
 
     def _salvage(self, slot: "_Slot", input: Mapping[str, Any], error: BaseException, decision_id: str,
                  start: float) -> Decision | None:
-        """The decision without the rules packages that cannot decide this input, or None.
-
-        A rule in error (a conflict, a type error, a finding without an id) makes the whole decision document
-        undefined, and a read-only action would then be allowed with no rule read at all: one bad team rule let
-        `kubectl get secret` through. So each package is evaluated alone: the findings of those that decide stand
-        (exceptions applied), and each one that cannot is a fail-closed finding of its own, a denial for a change
-        and a warning for a read (`allow_readonly_on_error`). None when every package decides (the error is in the
-        decision module or lib, or the tree is not gathered as the shipped decision module gathers it)."""
+        """The decision without the rules packages in error (decisions.decide_without_broken), or None."""
         if not self._rule_packages:
             return None
         try:
             wire = self._wire_input(input, slot)
         except Exception:  # noqa: BLE001
             return None
-        denies: list[Finding] = []
-        warns: list[Finding] = []
-        broken: list[tuple[str, str]] = []
-        for pkg in self._rule_packages:
-            try:
-                rows = self._eval(slot, f"d := [f | some f in data.guardrail.rules.{pkg}.deny]; "
-                                        f"w := [f | some f in data.guardrail.rules.{pkg}.warn]", wire)
-                d = findings(rows[0]["d"], f"deny of guardrail.rules.{pkg}")
-                w = findings(rows[0]["w"], f"warn of guardrail.rules.{pkg}")
-            except Exception as e:  # noqa: BLE001
-                broken.append((pkg, _describe(e)))
-                continue
-            denies += d
-            warns += w
-        if not broken:
-            return None
-        try:
-            raw = [{"id": f.id, "msg": f.msg, "details": dict(f.details)} for f in denies + warns]
+
+        def evaluate(pkg: str) -> tuple[Any, Any]:
+            rows = self._eval(slot, f"d := [f | some f in data.guardrail.rules.{pkg}.deny]; "
+                                    f"w := [f | some f in data.guardrail.rules.{pkg}.warn]", wire)
+            return rows[0]["d"], rows[0]["w"]
+
+        def exempt(found: list[dict[str, Any]]) -> list[int]:
             rows = self._eval(slot, "x := [n | some n, f in input.findings; data.guardrail.exempt(f)]",
-                              {**wire, "findings": raw})
-            exempt = {n for n in rows[0]["x"] if isinstance(n, int)}
-        except Exception:  # noqa: BLE001  (exceptions that cannot be read exempt nothing: more is denied, not less)
-            exempt = set()
-        names = ", ".join(f"guardrail.rules.{p}" for p, _ in broken)
-        why = "; ".join(f"guardrail.rules.{p}: {e}" for p, e in broken)
-        mutating = is_mutating_input(input)
-        failed = Finding(FAIL_CLOSED_RULE, (
-            f"The rules of {names} could not decide this action ({why}), so they count as a denial of "
-            f"this change (fail closed); the rest of the library decided it. {POLICY_BUG_ADVICE}" if mutating or
-            not self.allow_readonly_on_error else
-            f"The rules of {names} could not decide this read-only action ({why}); the rest of the library "
-            "decided it. The policy itself is in error: whoever owns it must fix it (`guardrail policy test`)."),
-            {"error": why, "packages": [p for p, _ in broken]})
-        found = denies + warns
-        kept_denies = tuple(f for n, f in enumerate(denies) if n not in exempt)
-        kept_warns = tuple(f for n, f in enumerate(warns, len(denies)) if n not in exempt)
-        if mutating or not self.allow_readonly_on_error:
-            kept_denies += (failed,)
-        else:
-            kept_warns += (failed,)
-        outcome = Outcome.DENY if kept_denies else Outcome.WARN if kept_warns else Outcome.ALLOW
-        return Decision(outcome, decision_id, kept_denies, kept_warns, engine=self.name, error=_describe(error),
-                        duration_ms=(self._clock() - start) * 1000.0,
-                        exempted=tuple(found[n] for n in sorted(exempt) if n < len(found)))
+                              {**wire, "findings": found})
+            return rows[0]["x"]
+
+        return decide_without_broken(input, _describe(error), self._rule_packages, evaluate, exempt,
+                                     decision_id=decision_id, engine=self.name,
+                                     duration_ms=lambda: (self._clock() - start) * 1000.0,
+                                     allow_readonly_on_error=self.allow_readonly_on_error)
 
     def warm(self, context: Mapping[str, Any]) -> None:
         """Load `context` and prepare the decision queries for it now, before a session's first command.

@@ -8,6 +8,7 @@ undefined answer fails closed (guardrail.policy.decisions). The HTTP itself live
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -15,8 +16,9 @@ from typing import Any, Callable, Mapping
 from guardrail.clients.opa_rest import UNDEFINED, OPARestClient
 from guardrail.errors import PolicyLoadError
 from guardrail.policy.base import Decision
-from guardrail.policy.decisions import DecisionIds, MalformedDecision, fail_closed, from_document
-from guardrail.policy.loader import PolicyTree
+from guardrail.policy.decisions import (DecisionIds, MalformedDecision, decide_without_broken, fail_closed,
+                                        from_document, rule_packages)
+from guardrail.policy.loader import PolicyTree, shipped_policy_dir
 
 __all__ = ["OPAServer", "DECISION_PATH"]
 
@@ -48,9 +50,11 @@ class OPAServer:
         self._clock = clock
         self._ids = DecisionIds("opasrv")
         self.tree: PolicyTree | None = None
+        self._rule_packages: list[str] = []
         if upload:
             self.tree = PolicyTree.load(policy_dir)
             self._upload(self.tree, data)
+            self._rule_packages = rule_packages(self.tree.decision_modules, shipped_policy_dir() / "guardrail.rego")
 
     def _upload(self, tree: PolicyTree, data: Mapping[str, Any] | None) -> None:
         # Modules may call functions of modules not yet uploaded; retry the rejected ones until no progress.
@@ -81,12 +85,47 @@ class OPAServer:
             return from_document(doc, decision_id=decision_id, engine=self.name,
                                  duration_ms=(self._clock() - start) * 1000.0)
         except Exception as e:  # noqa: BLE001  (any failure of the server or its answer fails closed)
+            salvaged = self._salvage(input, e, decision_id, start)
+            if salvaged is not None:
+                return salvaged
             return fail_closed(input, str(e), decision_id=decision_id, engine=self.name,
                                duration_ms=(self._clock() - start) * 1000.0,
                                allow_readonly_on_error=self.allow_readonly_on_error)
+
+    def _salvage(self, input: Mapping[str, Any], error: Exception, decision_id: str,
+                 start: float) -> Decision | None:
+        """As EmbeddedOPA: when the decision is in error because of a rule (not the server being away), each rules
+        package is asked for alone and the broken ones fail closed on their own (decisions.decide_without_broken).
+        Only for a tree this engine uploaded, so it knows the packages."""
+        if not self._rule_packages or not _in_the_rules(error):
+            return None
+
+        def part(path: str) -> Any:
+            doc = self.client.document(path, input)
+            return [] if doc is UNDEFINED else doc
+
+        def evaluate(pkg: str) -> tuple[Any, Any]:
+            return part(f"guardrail/rules/{pkg}/deny"), part(f"guardrail/rules/{pkg}/warn")
+
+        def exempt(found: list[dict[str, Any]]) -> list[int]:
+            # The REST Data API evaluates documents, not calls: the patterns are read and matched here
+            # (fnmatch, as guardrail.rego's glob.match matches ids, which have no `.` to delimit).
+            patterns = [p for p in part("guardrail/exception_patterns") if isinstance(p, str)]
+            return [n for n, f in enumerate(found) if any(fnmatch.fnmatchcase(f["id"], p) for p in patterns)]
+
+        return decide_without_broken(input, str(error), self._rule_packages, evaluate, exempt,
+                                     decision_id=decision_id, engine=self.name,
+                                     duration_ms=lambda: (self._clock() - start) * 1000.0,
+                                     allow_readonly_on_error=self.allow_readonly_on_error)
 
     def healthy(self) -> bool:
         return self.client.healthy()
 
     def close(self) -> None:
         self.client.close()
+
+
+def _in_the_rules(e: Exception) -> bool:
+    """An error the policy's rules made (the server answered with an evaluation error, or a decision that is not
+    one), not a server that is away or slow."""
+    return isinstance(e, MalformedDecision) or "eval_" in str(e) or "conflict" in str(e)

@@ -158,3 +158,46 @@ def test_a_layered_tree_keeps_the_library_on_a_server_even_where_its_paths_match
         for inp, rule in ((flush, "SRE-DATA-001"), (scale, "TEAM-001")):
             r, l = remote.decide(inp), local.decide(inp)
             assert r.error is None and rule in r.rule_ids and (r.outcome, r.rule_ids) == (l.outcome, l.rule_ids)
+
+
+BROKEN_TEAM = """package guardrail.rules.team
+
+import data.guardrail.lib
+
+deny contains {"id": "TEAM-001", "msg": "no labels", "details": {"r": 1 / count(input.action.keys)}} if {
+	input.action.tool == "kubectl"
+}
+"""
+
+
+def test_a_team_rule_in_error_fails_closed_alone_on_the_server_as_in_process(tmp_path):
+    """A rule that errors on some inputs (here a division by zero when an action has no keys) must not silence
+    the library on the server either: the server's error is read (it was an anonymous HTTPError, and a read was
+    then allowed), each rules package is asked for alone, and the broken one fails closed on its own."""
+    (tmp_path / "team.rego").write_text(BROKEN_TEAM)
+    (tmp_path / "data.yaml").write_text("exceptions: [SRE-WORKLOAD-004]\n")
+    secret = {"action": {"tool": "kubectl", "verb": "get", "mutating": False, "keys": [],
+                         "target": {"kind": "secret", "name": "db"}, "details": {"output": "yaml"}}}
+    label = {"action": {"tool": "kubectl", "verb": "label", "mutating": True, "keys": [{"key": "k8s.label.a"}],
+                        "target": {"kind": "pod", "name": "x"}}}
+    scale = {"action": {"tool": "kubectl", "verb": "scale", "mutating": True, "keys": [],
+                        "target": {"kind": "deployment", "name": "svc-channel", "namespace": "slack"},
+                        "details": {"replicas": 3}}}
+    with StandInOPAServer() as server, EmbeddedOPA(tmp_path) as local:
+        remote = OPAServer(server.url, tmp_path, timeout_s=5)
+        try:
+            for inp in (secret, label, scale):
+                inp = {**inp, "context": CTX, "command": ""}
+                here, there = local.decide(inp), remote.decide(inp)
+                assert (there.outcome, there.rule_ids) == (here.outcome, here.rule_ids), inp
+                assert [f.id for f in there.exempted] == [f.id for f in here.exempted]
+            d = remote.decide({**secret, "context": CTX, "command": ""})
+            assert d.outcome is Outcome.DENY and "SRE-SECRET-001" in d.rule_ids  # the library still decided
+            assert [f.id for f in d.warns] == [FAIL_CLOSED_RULE] and "eval_builtin_error" in d.error
+            d = remote.decide({**label, "context": CTX, "command": ""})
+            assert d.rule_ids == ["TEAM-001"]  # the rule decides where it can
+            d = remote.decide({**scale, "context": CTX, "command": ""})
+            assert [f.id for f in d.exempted] == ["SRE-WORKLOAD-004"]  # exceptions apply to what still decided
+            assert d.rule_ids == [FAIL_CLOSED_RULE]
+        finally:
+            remote.close()
