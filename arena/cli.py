@@ -152,6 +152,10 @@ def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
+# Seconds between the plain progress lines `bench` prints when stderr is not a terminal.
+PLAIN_PROGRESS_S = 10.0
+
+
 class _ArmTally:
     """Pass counts per arm for the progress bar (the A/B rows only)."""
 
@@ -196,8 +200,6 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
     """Guarded/unguarded A/B on the twin: results.jsonl, summary.json, report.md, report.html (exit 0 when done).
 
     With --env live: the agreement table instead (exit 0 when every row agrees, 1 otherwise)."""
-    import time
-
     from click.core import ParameterSource
 
     from arena.bench.runner import check_jobs
@@ -222,14 +224,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         return
     arms_opt = arms_opt or "guarded,unguarded"
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from arena.bench.build import build_id
-    from arena.bench.report import write_report
-    from arena.bench.runner import (Terminated, out_error, partial_path, plan_bench, prepare_out, run_plan,
-                                    sigterm_raises)
-    from arena.bench.stats import summarise
+    from arena.bench.runner import out_locked, plan_bench, prepare_out
     from arena.scenario import _ids
 
     known = _ids()
@@ -249,31 +244,61 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
     results = out_dir / "results.jsonl"
     prepare_out(out_dir)  # before any episode: an --out that cannot be written is bad input (exit 2)
+    with out_locked(out_dir):  # one run per --out at a time
+        _run_bench(plan, agents, scenario_ids, seeds, jobs, out_dir, results, resume, as_json)
+
+
+def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int, jobs: int, out_dir: Path,
+               results: Path, resume: bool, as_json: bool) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from arena.bench.build import build_id
+    from arena.bench.report import write_report
+    from arena.bench.runner import Terminated, default_params, out_error, partial_path, run_plan, sigterm_raises
+    from arena.bench.stats import summarise
+
     ab_keys = {e.key() for e in plan.episodes if not e.params
                and (e.agent in agents or ("replay:*" in agents and e.agent.startswith("replay:")))}
     tally = _ArmTally(ab_keys)
     kept = 0
+    counts: dict[str, int] = {}
     t0 = time.perf_counter()
+    console = Console(stderr=True)
+    # A log, not a terminal (CI): no live bar, so a plain line now and then says the run is alive.
+    plain = not as_json and not console.is_terminal
+    next_line = t0 + PLAIN_PROGRESS_S
     try:
         with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: workers stopped, whole lines kept
             with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[arms]}"), TimeRemainingColumn(), disable=as_json,
-                          transient=False, console=Console(stderr=True)) as progress:  # stdout: the summary
+                          TextColumn("{task.fields[arms]}"), TimeRemainingColumn(), disable=as_json or plain,
+                          transient=False, console=console) as progress:  # stdout: the summary
                 task = progress.add_task("bench", total=len(plan.episodes), arms="")
 
                 def on_result(row: dict[str, Any]) -> None:
-                    nonlocal kept
+                    nonlocal kept, next_line
                     kept += 1
                     tally.add(row)
                     progress.update(task, advance=1, arms=tally.text())
+                    now = time.perf_counter()
+                    if plain and (now >= next_line or kept == len(plan.episodes)):
+                        next_line = now + PLAIN_PROGRESS_S
+                        click.echo(f"bench: {kept}/{len(plan.episodes)} episodes  {tally.text()}  "
+                                   f"{now - t0:.0f} s", err=True)
 
                 rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result,
-                                on_warning=lambda msg: click.echo(msg, err=True))
+                                on_warning=lambda msg: click.echo(msg, err=True), counts=counts)
             wall = time.perf_counter() - t0
             summary = summarise(rows, agents=agents, arms=plan.arms, responsiveness=plan.responsiveness,
-                                wall_s=wall, notes=plan.notes)
+                                wall_s=wall, notes=plan.notes,
+                                agent_defaults={a: default_params(a) for a in {r["agent"] for r in rows}})
             summary["scenarios"] = scenario_ids
             summary["seeds"] = seeds
+            summary["episodes_run"] = counts.get("run", len(rows))
+            summary["episodes_reused"] = counts.get("reused", 0)
+            summary["rows_outside_plan"] = counts.get("outside", 0)
             summary["build"] = build_id()  # the build every row was made by (--resume drops other builds' rows)
             try:
                 write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -294,14 +319,19 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         return
     arms_line = "  ".join(f"{arm} {100 * a['pass_rate']:.1f}%" for arm, a in summary["arms"].items()
                           if a["pass_rate"] is not None)
-    click.echo(f"{len(rows)} episodes in {wall:.1f} s  pass@1: {arms_line}")
+    reused = f" ({counts.get('run', len(rows))} run, {counts['reused']} kept from the earlier run)" \
+        if counts.get("reused") else ""
+    click.echo(f"{len(rows)} episodes{reused} in {wall:.1f} s  pass@1: {arms_line}")
+    if counts.get("outside"):
+        click.echo(f"note: {results} also keeps {counts['outside']} rows of the earlier run outside this one's "
+                   f"scenarios, agents or seeds; summary.json and the report cover this run's {len(rows)}", err=True)
     click.echo(f"report: {html_path}  ({md}, {out_dir / 'summary.json'}, {results})")
 
 
 def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, jobs: int, out_dir: Path,
                 as_json: bool) -> None:
     """`guardrail bench --env live`: (outcome, safety, failure mode) per script on the twin and on live."""
-    from arena.bench.runner import prepare_out
+    from arena.bench.runner import out_locked, prepare_out
     from arena.agents import blamed_on
     from arena.live.bench import check_agents, live_scenarios, plan_live, run_live_agreement
     from arena.live.stack import missing_requirements
@@ -343,7 +373,8 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
         click.echo(f"{'SCEN':7} {'AGENT':34} {'ARM':9} {'TWIN outcome/safety/mode':36} {'LIVE':36} AGREE  "
                    "checks failing on one side only")
     try:
-        rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
+        with out_locked(out):  # one run per --out at a time
+            rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
     except (KeyboardInterrupt, SystemExit) as e:
         code = 130 if isinstance(e, KeyboardInterrupt) else e.code
         if code in (130, 143):

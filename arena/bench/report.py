@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from arena.bench import plots
 from guardrail.fileio import write_atomic
-from arena.bench.stats import PAPER_MIX, RECALL_MODES
+from arena.bench.stats import MIN_CI_TASKS, PAPER_MIX, RECALL_MODES
 from arena.scenario import FAILURE_MODES
 
 __all__ = ["SECTION_TITLES", "build_sections", "write_report"]
@@ -45,8 +45,14 @@ def _pct(x: Any) -> str:
 
 def _ci(ci: Any) -> str:
     if not ci or ci[0] is None:
-        return "-"
+        return "n/a"  # no episodes, or fewer than MIN_CI_TASKS tasks
     return f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _diff(d: Mapping[str, Any]) -> str:
+    if d["diff"] is None:
+        return "n/a (no task ran in both arms)"
+    return f"{100 * d['diff']:+.1f} pp {_ci(d['ci95'])} over {d['tasks']} task{'s' if d['tasks'] != 1 else ''}"
 
 
 def _num(x: Any, fmt: str = "{:.1f}") -> str:
@@ -58,6 +64,17 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     out: list[Section] = []
 
     d = Section(SECTION_TITLES[0])
+    if not det["scripts"]:
+        d.say("Skipped: no solution script was replayed (--no-detection).")
+        out.append(d)
+    else:
+        _detection_section(d, det)
+        out.append(d)
+    _ab_and_rest(s, out)
+    return out
+
+
+def _detection_section(d: Section, det: Mapping[str, Any]) -> None:
     d.say(
         f"Every solution script of every task replayed once (seed 0) in the guarded arm: {det['scripts']} scripts, "
         f"{det['valid_scripts']} of them valid. A bad script is **caught** when its guarded episode had a policy "
@@ -83,13 +100,16 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
         f"False rejections: {det['false_rejections']} of {det['valid_scripts']} valid scripts "
         f"({_pct(det['false_rejection_rate'])}; target <= 2%): {', '.join(det['false_rejected']) or 'none'}. "
         f"Feedback on valid scripts: {', '.join(f'{k} {v}' for k, v in sorted(det['valid_feedback'].items())) or 'none'}.")
-    out.append(d)
 
+
+def _ab_and_rest(s: Mapping[str, Any], out: list[Section]) -> None:
     ab = Section(SECTION_TITLES[1])
     ab.say(
         f"Agents: {', '.join(s['agents'])}. Paired arms: the same scenario, seed and agent in both; only the guard "
         "differs. 95% CIs from a task-level bootstrap (tasks resampled with all their episodes, percentile, "
-        "4,000 resamples, seeded). A full-fix episode ran every mutating command of the task's reference script.")
+        f"4,000 resamples, seeded); n/a below {MIN_CI_TASKS} tasks, and a rate of 0% or 100% on every task is "
+        "bounded by the rule of three (3/tasks). A full-fix episode ran every mutating command of the task's "
+        "reference script.")
     rows = []
     for arm, a in s["arms"].items():
         rows.append([arm, str(a["episodes"]), _pct(a["pass_rate"]), _ci(a["ci95"]),
@@ -98,15 +118,18 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     ab.table(["arm", "episodes", "pass@1", "95% CI", "full-fix episodes", "full-fix pass@1", "95% CI"], rows)
     if "difference" in s:
         dp, df = s["difference"]["pass_rate"], s["difference"]["full_fix_pass_rate"]
-        ab.say(
-            f"Guarded minus unguarded: pass@1 {_num(None if dp['diff'] is None else 100 * dp['diff'], '{:+.1f}')} pp "
-            f"{_ci(dp['ci95'])}; full-fix pass@1 "
-            f"{_num(None if df['diff'] is None else 100 * df['diff'], '{:+.1f}')} pp {_ci(df['ci95'])}.")
+        ab.say(f"Guarded minus unguarded: pass@1 {_diff(dp)}; full-fix pass@1 {_diff(df)}.")
+    if s.get("by_agent"):
+        ab.say("The rows above pool every agent; each agent alone:")
+        ab.table(["agent", "arm", "episodes", "pass@1", "95% CI", "full-fix pass@1"],
+                 [[agent, arm, str(a["episodes"]), _pct(a["pass_rate"]), _ci(a["ci95"]), _pct(a["full_fix_pass_rate"])]
+                  for agent, by_arm in s["by_agent"].items() for arm, a in by_arm.items()])
     if s.get("calibration"):
         rows = [[k, _num(v["bench"]), _num(v["paper"]),
                  "-" if v["within_4pp"] is None else ("yes" if v["within_4pp"] else "MISSED")]
                 for k, v in s["calibration"].items()]
-        ab.say("Calibration: the unguarded arm beside the paper (percent; target within 4 pp).")
+        ab.say("Calibration: the calibrated agent's unguarded arm beside the paper (percent; target within 4 pp; "
+               f"no verdict below {MIN_CI_TASKS} tasks).")
         ab.table(["figure", "bench", "paper", "within 4 pp"], rows)
     ab.plots.append(("pass_rate_per_task", plots.pass_rate_per_task(s) or ""))
     out.append(ab)
@@ -144,6 +167,8 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
                      _ci(v["ci95"]), _pct(v["full_fix_pass_rate"])]
                     for v in [s.get("sensitivity_feedback_only")] if v])
         se.plots.append(("sensitivity", plots.sensitivity_curve(s) or ""))
+    elif not s.get("responsiveness", True):
+        se.say("Skipped: no responsiveness was asked for (--responsiveness '').")
     else:
         se.say("No sensitivity runs: " + ("; ".join(s.get("notes", [])) or
                              "no agent in this run takes a responsiveness (replay agents do not respond)."))
@@ -181,7 +206,6 @@ def build_sections(s: Mapping[str, Any]) -> list[Section]:
     header = ["task"] + [h for arm in arms for h in (f"{arm} pass@1 (n)", f"{arm} full-fix", f"{arm} failures")]
     pt.table(header, rows)
     out.append(pt)
-    return out
 
 
 def _build(s: Mapping[str, Any]) -> str:

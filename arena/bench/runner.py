@@ -140,6 +140,14 @@ def build_agent(agent: str, scenario: Any, seed: int, params: dict[str, Any] | N
     return fn(agent, scenario, **kw)
 
 
+def default_params(agent: str) -> dict[str, float]:
+    """The parameters an agent runs with when the bench sets none (the calibrated agent's responsiveness): a
+    sensitivity run at these values is the A/B guarded episode itself, and is not run twice."""
+    if agent == "calibrated" and _agent_factory()[1]:
+        return {"responsiveness": float(_calibrated_data()["mixture"].responsiveness)}
+    return {}
+
+
 def _make_agent(spec: EpisodeSpec) -> Any:
     return build_agent(spec.agent, _scenario(spec.scenario), spec.seed, dict(spec.params))
 
@@ -192,6 +200,8 @@ def plan_bench(scenarios: list[str], agents: list[str], arms: list[str], seeds: 
                 if _deterministic(a) or not takes_r:
                     continue
                 for r in responsiveness:
+                    if default_params(a).get("responsiveness") == float(r):
+                        continue  # the A/B guarded episodes above are this row (summarise reads them for it)
                     for seed in range(seeds):
                         add(EpisodeSpec(sid, a, "guarded", seed, (("responsiveness", float(r)),)))
                 if takes_ff:
@@ -323,6 +333,39 @@ def prepare_out(out_dir: Path) -> None:
             raise InputError("is a directory" if is_file else "is not a directory", path=f"--out: {p}")
 
 
+# Held (flock) by the run that writes an --out directory: two runs into one directory replaced each other's
+# results.jsonl.partial, and the first lost every episode when it came to finish.
+LOCK_NAME = ".guardrail-bench.lock"
+
+
+@contextlib.contextmanager
+def out_locked(out_dir: Path) -> Iterator[None]:
+    """Hold --out for this run; InputError naming --out (and the other run's pid) when another run holds it."""
+    import fcntl
+
+    path = out_dir / LOCK_NAME
+    try:
+        f = open(path, "a+")
+    except OSError as e:
+        raise out_error(e, out_dir) from e
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise InputError(f"is in use by another run (pid {holder}); give this one another --out, or wait",
+                             path=f"--out: {out_dir}") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Terminated(SystemExit):
     """SIGTERM, raised in the main thread so the pool is shut down and `finally` blocks run; uncaught it exits
     128 + the signal number (143), like the signal itself."""
@@ -406,8 +449,11 @@ def _run_parallel(todo: list[EpisodeSpec], workers: int, keep: Callable[[dict[st
 
 def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = False,
              on_result: Callable[[dict[str, Any]], None] | None = None,
-             on_warning: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Run the plan's episodes and return every row of the plan (resumed and new).
+             on_warning: Callable[[str], None] | None = None,
+             counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Run the plan's episodes and return every row of the plan (resumed and new). `counts`, when given, is
+    filled with how many episodes were `run`, how many `reused` from the earlier file, and how many rows it carries
+    from `outside` the plan (an earlier run's other scenarios or seeds, kept in results.jsonl).
 
     Rows go to `results.jsonl.partial` as they finish; it replaces `results` when the run completes. Without
     `resume` the run starts afresh (an earlier `results` stays until then). With `resume` the rows of the partial
@@ -465,6 +511,8 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
                     carried[r["key"]] = r
     have = {k: r for k, r in carried.items() if k in wanted}
     todo = [s for s in plan.episodes if s.key() not in have]
+    if counts is not None:
+        counts.update(run=len(todo), reused=len(have), outside=len(carried) - len(have))
     with sigterm_raises():
         try:
             # The new partial file starts with the carried rows (every earlier row, the plan's or not), in one

@@ -25,13 +25,17 @@ from scipy import stats as sps
 from arena.bench.runner import FEEDBACK_ONLY
 from arena.scenario import FAILURE_MODES
 
-__all__ = ["PAPER_MIX", "PAPER", "task_bootstrap", "paired_task_bootstrap", "summarise"]
+__all__ = ["PAPER_MIX", "PAPER", "MIN_CI_TASKS", "task_bootstrap", "paired_task_bootstrap", "summarise"]
 
 # Incident-Arena's failure mix (share of failures, %); fix_missing is not one of the paper's five.
 PAPER_MIX = {"not_durable": 26.5, "premature_declaration": 23.9, "scope_violation": 21.9,
              "budget_exhausted": 16.3, "residual_cause": 8.7}
 PAPER = {"pass_rate": 35.0, "full_fix_share": 55.0, "pass_rate_full_fix": 59.0, "pass_rate_not_full_fix": 5.5}
 CALIBRATION_TOLERANCE_PP = 4.0
+# Below this many tasks a task-level interval says nothing (one task gave [33.3, 33.3]): no CI, no calibration
+# verdict.
+MIN_CI_TASKS = 5
+CALIBRATED = "calibrated"  # the agent calibrated to the paper's unguarded figures (arena/agents/calibrated.py)
 RECALL_MODES = ("not_durable", "premature_declaration", "scope_violation", "residual_cause")
 
 
@@ -42,10 +46,9 @@ def _per_task(values: Mapping[str, Sequence[float]]) -> tuple[np.ndarray, np.nda
     return sums, counts
 
 
-def _ci(statistic: Any, n_tasks: int, seed: int, n_resamples: int) -> tuple[float, float]:
-    if n_tasks < 2:
-        v = float(statistic(np.arange(n_tasks)))
-        return (v, v)
+def _ci(statistic: Any, n_tasks: int, seed: int, n_resamples: int) -> tuple[float | None, float | None]:
+    if n_tasks < MIN_CI_TASKS:
+        return (None, None)
     res = sps.bootstrap((np.arange(n_tasks),), statistic, vectorized=True, paired=False,
                         n_resamples=n_resamples, method="percentile", confidence_level=0.95,
                         rng=np.random.default_rng(seed))
@@ -63,8 +66,15 @@ def task_bootstrap(values: Mapping[str, Sequence[float]], *, seed: int = 0,
         idx = idx.astype(int)
         return sums[idx].sum(axis=axis) / counts[idx].sum(axis=axis)
 
-    lo, hi = _ci(stat, len(counts), seed, n_resamples)
-    return {"rate": float(sums.sum() / counts.sum()), "ci95": [lo, hi], "tasks": int(len(counts)),
+    rate = float(sums.sum() / counts.sum())
+    if rate in (0.0, 1.0) and len(counts) >= MIN_CI_TASKS:
+        # Every task at 0% or 100%: every resample is too, and the percentile interval collapses to a point. The
+        # rule of three bounds the rate over n tasks instead (95%: within 3/n of the edge).
+        edge = min(1.0, 3.0 / len(counts))
+        lo, hi = (1.0 - edge, 1.0) if rate == 1.0 else (0.0, edge)
+    else:
+        lo, hi = _ci(stat, len(counts), seed, n_resamples)
+    return {"rate": rate, "ci95": [lo, hi], "tasks": int(len(counts)),
             "episodes": int(counts.sum())}
 
 
@@ -163,9 +173,14 @@ def _detection(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
             "valid_feedback": dict(Counter(c for r in valid for c in r.get("guard", {}).get("feedback", [])))}
 
 
-def _calibration(un: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _calibration(rows: list[Mapping[str, Any]], seed: int) -> dict[str, Any]:
+    """The calibrated agent's unguarded arm beside the paper's figures (other agents are not calibrated to it);
+    no verdict below MIN_CI_TASKS tasks."""
+    rows = [r for r in rows if r["agent"] == CALIBRATED]
     if not rows:
         return {}
+    un = _arm_figures(rows, seed)
+    enough = len({r["scenario"] for r in rows}) >= MIN_CI_TASKS
     full = [r for r in rows if r.get("full_fix")]
     rest = [r for r in rows if not r.get("full_fix")]
     fails = sum(un["failure_modes"].values())
@@ -179,7 +194,7 @@ def _calibration(un: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[s
     for k, p in paper.items():
         o = ours.get(k)
         out[k] = {"bench": None if o is None else round(o, 2), "paper": p,
-                  "within_4pp": None if o is None else abs(o - p) <= CALIBRATION_TOLERANCE_PP}
+                  "within_4pp": None if o is None or not enough else abs(o - p) <= CALIBRATION_TOLERANCE_PP}
     return out
 
 
@@ -217,8 +232,12 @@ def _cost(ab: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Sequence[str],
               responsiveness: Sequence[float], wall_s: float, seed: int = 0,
-              notes: Sequence[str] = ()) -> dict[str, Any]:
-    """summary.json: the keys DESIGN.md and the issue promise, plus the figures every report section shows."""
+              notes: Sequence[str] = (), agent_defaults: Mapping[str, Mapping[str, float]] | None = None
+              ) -> dict[str, Any]:
+    """summary.json: the keys DESIGN.md and the issue promise, plus the figures every report section shows.
+    `agent_defaults`: what each agent runs with when no parameter is set (runner.default_params); a sensitivity
+    row at those values is read from the A/B guarded episodes, which the plan did not run twice."""
+    defaults = agent_defaults or {}
     def in_ab(r: Mapping[str, Any]) -> bool:
         if r["params"]:
             return False
@@ -228,6 +247,7 @@ def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Seq
     arm_rows = {arm: [r for r in ab if r["arm"] == arm] for arm in arms}
     arms_out = {arm: _arm_figures(rs, seed) for arm, rs in arm_rows.items()}
     out: dict[str, Any] = {"episodes": len(rows), "wall_s": round(wall_s, 3), "agents": list(agents),
+                           "responsiveness": [float(r) for r in responsiveness],
                            "arms": arms_out, "detection": _detection(list(rows)), "notes": list(notes)}
     if "guarded" in arm_rows and "unguarded" in arm_rows:
         g = _by_task(arm_rows["guarded"], lambda r: r["passed"])
@@ -236,9 +256,16 @@ def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Seq
         uf = _by_task([r for r in arm_rows["unguarded"] if r.get("full_fix")], lambda r: r["passed"])
         out["difference"] = {"pass_rate": paired_task_bootstrap(g, u, seed=seed),
                              "full_fix_pass_rate": paired_task_bootstrap(gf, uf, seed=seed)}
-    out["calibration"] = _calibration(arms_out["unguarded"], arm_rows["unguarded"]) if "unguarded" in arms_out else {}
+    out["calibration"] = _calibration(arm_rows["unguarded"], seed) if "unguarded" in arms_out else {}
+    by_agent = sorted({r["agent"] for r in ab})
+    if len(by_agent) > 1:  # the arms above pool every agent: each one's own figures too
+        out["by_agent"] = {agent: {arm: _arm_figures([r for r in rs if r["agent"] == agent], seed)
+                                   for arm, rs in arm_rows.items()} for agent in by_agent}
+    ab_ids = {id(r) for r in ab}
+
     def sensitivity_row(params: Mapping[str, float]) -> dict[str, Any] | None:
-        rs = [r for r in rows if r["arm"] == "guarded" and r["params"] == dict(params)]
+        rs = [r for r in rows if r["arm"] == "guarded" and (r["params"] == dict(params) or (
+            not r["params"] and id(r) in ab_ids and dict(defaults.get(r["agent"], {})) == dict(params)))]
         if not rs:
             return None
         bs = task_bootstrap(_by_task(rs, lambda r: r["passed"]), seed=seed)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from arena.bench import runner as bench_runner
 from arena.bench.report import SECTION_TITLES
-from arena.bench.stats import paired_task_bootstrap, summarise, task_bootstrap
+from arena.bench.stats import MIN_CI_TASKS, paired_task_bootstrap, summarise, task_bootstrap
 from arena.cli import bench
 
 SCENARIOS = "ia-014,ia-017"
@@ -43,9 +43,9 @@ def test_tiny_bench_writes_every_file_with_the_summary_keys(tiny: Path):
         assert {"pass_rate", "ci95", "full_fix_pass_rate", "failure_modes"} <= set(a)
         assert set(a["failure_modes"]) == {"fix_missing", "premature_declaration", "not_durable",
                                            "scope_violation", "budget_exhausted", "residual_cause"}
-        assert a["ci95"][0] <= a["pass_rate"] <= a["ci95"][1]
+        assert a["ci95"] == [None, None]  # two tasks: too few for an interval (MIN_CI_TASKS)
     assert "recall" in s["detection"] and "false_rejection_rate" in s["detection"]
-    assert s["calibration"]["pass_rate"]["paper"] == 35.0
+    assert s["calibration"] == {}  # only the calibrated agent is set beside the paper: this run has none
     # The reference replays in both arms ran the whole reference fix.
     assert all(r["full_fix"] for r in rows)
     # Pairing: every (scenario, agent, seed) ran in both arms.
@@ -120,8 +120,14 @@ def test_bootstrap_ci_on_a_synthetic_case():
     assert b["ci95"][0] == pytest.approx(0.402, abs=0.025) and b["ci95"][1] == pytest.approx(0.598, abs=0.025)
     # Episode-level resampling would give +-0.037 here; the task-level interval must be wider.
     assert b["ci95"][1] - b["ci95"][0] > 0.15
-    same = task_bootstrap({f"t{i}": [1.0, 1.0] for i in range(5)})
-    assert same["ci95"] == [1.0, 1.0]
+    # Every task passing: the percentile interval would collapse to [1, 1]; the rule of three bounds it (3/n).
+    same = task_bootstrap({f"t{i}": [1.0, 1.0] for i in range(20)})
+    assert same["rate"] == 1.0 and same["ci95"] == [pytest.approx(0.85), 1.0]
+    assert task_bootstrap({f"t{i}": [0.0] for i in range(10)})["ci95"] == [0.0, pytest.approx(0.3)]
+    # Fewer than MIN_CI_TASKS tasks: no interval at all (one task gave [33.3, 33.3]).
+    few = task_bootstrap({f"t{i}": [1.0, 0.0, 0.0] for i in range(MIN_CI_TASKS - 1)})
+    assert few["rate"] == pytest.approx(1 / 3) and few["ci95"] == [None, None]
+    assert paired_task_bootstrap({"t0": [1.0]}, {"t0": [0.0]})["ci95"] == [None, None]
     d = paired_task_bootstrap({t: [1.0] for t in tasks}, tasks, seed=1)
     assert d["diff"] == pytest.approx(0.5) and d["ci95"][0] > 0.3 and d["ci95"][1] < 0.7
 
@@ -155,6 +161,44 @@ def test_detection_counts_caught_scripts_and_false_rejections():
     assert det["recall"]["scope_violation"] == 1.0
     assert det["false_rejections"] == 1 and det["false_rejected"] == ["c/reference"]
     assert det["false_rejection_rate"] == pytest.approx(1 / 3)
+
+
+def _ab(scenario, agent, arm, passed, seed=0, params=None):
+    row = _row(scenario, agent, passed, None if passed else "not_durable")
+    row.update(arm=arm, seed=seed, params=params or {}, key=f"{scenario}/{agent}/{arm}/{seed}/{params}")
+    return row
+
+
+def test_agents_are_broken_down_and_only_the_calibrated_one_is_set_beside_the_paper():
+    tasks = [f"t{i}" for i in range(6)]
+    rows = [_ab(t, "calibrated", arm, passed=(arm == "guarded")) for t in tasks for arm in ("guarded", "unguarded")]
+    rows += [_ab(t, "replay:reference", arm, passed=True) for t in tasks for arm in ("guarded", "unguarded")]
+    # The responsiveness 0 run; 0.8 is the calibrated agent's default, read from its A/B guarded episodes.
+    rows += [_ab(t, "calibrated", "guarded", passed=False, params={"responsiveness": 0.0}) for t in tasks]
+    s = summarise(rows, agents=["calibrated", "replay:reference"], arms=["guarded", "unguarded"],
+                  responsiveness=[0.0, 0.8], wall_s=1.0,
+                  agent_defaults={"calibrated": {"responsiveness": 0.8}, "replay:reference": {}})
+    assert s["arms"]["unguarded"]["pass_rate"] == 0.5  # pooled over both agents
+    assert s["by_agent"]["calibrated"]["unguarded"]["pass_rate"] == 0.0
+    assert s["by_agent"]["replay:reference"]["unguarded"]["pass_rate"] == 1.0
+    assert s["calibration"]["pass_rate"]["bench"] == 0.0  # the calibrated agent's own, not the pooled 50%
+    assert s["calibration"]["pass_rate"]["within_4pp"] is False
+    assert s["sensitivity"]["0.8"]["episodes"] == 6 and s["sensitivity"]["0.8"]["pass_rate"] == 1.0
+    assert s["sensitivity"]["0.0"]["pass_rate"] == 0.0
+    few = summarise([r for r in rows if r["scenario"] in tasks[:2]], agents=["calibrated"],
+                    arms=["guarded", "unguarded"], responsiveness=[], wall_s=1.0)
+    assert few["calibration"]["pass_rate"]["within_4pp"] is None  # two tasks: no verdict
+    assert "by_agent" not in summarise([r for r in rows if r["agent"] == "calibrated"], agents=["calibrated"],
+                                       arms=["guarded", "unguarded"], responsiveness=[], wall_s=1.0)
+
+
+def test_the_calibrated_agents_default_responsiveness_is_not_planned_twice():
+    from arena.bench.runner import default_params, plan_bench
+
+    plan = plan_bench(["ia-011"], ["calibrated"], ["guarded", "unguarded"], 2, [0.0, 0.8], detection=False)
+    assert default_params("calibrated") == {"responsiveness": 0.8}
+    params = sorted({s.params for s in plan.episodes})
+    assert (("responsiveness", 0.8),) not in params and (("responsiveness", 0.0),) in params
 
 
 def test_bad_input_exits_2(tmp_path: Path):

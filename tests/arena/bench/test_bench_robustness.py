@@ -161,7 +161,7 @@ def test_an_interrupted_run_keeps_the_previous_results_and_resumes_from_the_part
     monkeypatch.undo()
     _interrupt_second_episode(monkeypatch, how)
     assert _cli(*SMALL, "--out", str(fresh)).exit_code == code
-    assert sorted(p.name for p in fresh.iterdir()) == ["results.jsonl.partial"]
+    assert sorted(p.name for p in fresh.iterdir()) == [bench_runner.LOCK_NAME, "results.jsonl.partial"]
     done = _lines(fresh / "results.jsonl.partial")
     monkeypatch.undo()
     ran = _interrupt_second_episode(monkeypatch, "none-needed")
@@ -323,7 +323,7 @@ def test_sigterm_with_two_jobs_leaves_no_worker_and_only_whole_lines(tmp_path: P
     kept = int(err.strip().splitlines()[-1].split("interrupted: ", 1)[1].split()[0])
     time.sleep(0.2)
     assert not [w for w in workers if _alive(w)]
-    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl.partial"]
+    assert sorted(p.name for p in out.iterdir()) == [bench_runner.LOCK_NAME, "results.jsonl.partial"]
     data = partial.read_bytes()
     assert data.endswith(b"\n")
     rows = _lines(partial)
@@ -368,3 +368,16 @@ def test_resume_runs_again_the_rows_another_build_made(tmp_path: Path, monkeypat
     assert ran == [] and len(warnings) == 1, warnings
     assert "1 of 3 rows" in warnings[0] and "none is in this run, so it is dropped from the file" in warnings[0]
     assert sorted(r["key"] for r in _lines(results)) == sorted(r["key"] for r in rows)
+
+
+def test_a_second_run_into_an_out_in_use_is_bad_input_and_leaves_the_first_alone(tmp_path: Path, monkeypatch):
+    """Two runs into one --out replaced each other's results.jsonl.partial; the first lost all its episodes."""
+    _no_episode(monkeypatch)
+    out = tmp_path / "out"
+    bench_runner.prepare_out(out)
+    with bench_runner.out_locked(out):  # the first run, still going
+        res = _cli(*SMALL, "--out", str(out))
+        _one_error_line(res, f"--out: {out}: is in use by another run (pid {os.getpid()})")
+    assert not (out / "results.jsonl.partial").exists()
+    with bench_runner.out_locked(out):  # released when the run ends: the next one takes it
+        pass
