@@ -352,9 +352,17 @@ class ShellWalker:
         body = next((c for c in r.children if c.type == "heredoc_body"), None)
         quoted = start is not None and any(q in _txt(start) for q in "'\"\\")
         text = _txt(body) if body is not None else ""
+        written = _heredoc_text(r, start)
+        misparsed = written is not None and written != text
+        if misparsed:
+            # tree-sitter-bash loses a body whose first line starts with `\` (it parses the line as words of the
+            # redirect and leaves heredoc_body empty): the body is what lies between the lines, as bash reads it.
+            text = written
         if any(c.type == "<<-" for c in r.children):
             text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
         has_sub = body is not None and not quoted and any(True for _ in substitutions_in(body))
+        if misparsed and not quoted and re.search(r"\$[({A-Za-z_]|`", text):
+            has_sub = True  # expansions in a body the parser did not read: computed as it runs
         if body is not None and not quoted:
             self.substitutions(body)
         return Stdin("heredoc", text=None if has_sub else text, computed=has_sub, producer="<<",
@@ -422,6 +430,20 @@ def _dropped_words(stmt: Node, body: Node, redirects: list[Node]) -> list[Word]:
     first = min(r.start_byte for r in redirects)
     gap = stmt.text[body.end_byte - stmt.start_byte:first - stmt.start_byte].decode("utf-8", "replace").split()
     return [Word.of(w) for w in gap if not re.fullmatch(r"[0-9]*[<>&|]+.*", w)]
+
+
+def _heredoc_text(r: Node, start: Node | None) -> str | None:
+    """A heredoc's body as written: from the line after its start to its end delimiter's line (None when the
+    redirect has no end, e.g. text cut off)."""
+    end = next((c for c in r.children if c.type == "heredoc_end"), None)
+    if start is None or end is None or r.text is None:
+        return None
+    src = r.text
+    nl = src.find(b"\n", start.end_byte - r.start_byte)
+    stop = end.start_byte - r.start_byte
+    if nl < 0 or nl + 1 > stop:
+        return None
+    return src[nl + 1:stop].decode("utf-8", "replace")
 
 
 def _mentions_decoder(text: str) -> bool:

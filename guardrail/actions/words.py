@@ -101,7 +101,14 @@ def _parts(node: Node, env: dict[str, str] | None = None) -> Iterator[tuple[str,
         yield decode_ansi_c(_text(node)[2:-1]), False, False
     elif t in ("string", "translated_string"):
         inner = node if t == "string" else next((c for c in node.children if c.type == "string"), node)
+        end = None
         for c in inner.children:
+            # Text between two children is in no node (tree-sitter-bash leaves a newline inside the quotes out
+            # of every string_content): it is part of the string all the same.
+            if end is not None and c.start_byte > end and inner.text is not None:
+                gap = inner.text[end - inner.start_byte:c.start_byte - inner.start_byte].decode("utf-8", "replace")
+                yield _DQ_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), gap), False, False
+            end = c.end_byte
             if c.type == '"' or c.type == '$"':
                 continue
             if c.type == "string_content":
