@@ -132,3 +132,27 @@ class Invocation:
 def command_name(word: str) -> str:
     """`/usr/bin/redis-cli` -> `redis-cli`; `./restart-svc.sh` -> `restart-svc.sh`."""
     return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word else word
+
+
+# Variables whose value the shell, the dynamic loader or a program runs, or that decide which program runs: set on a
+# command (`PATH=/tmp ls`, `LD_PRELOAD=x.so cmd`, `PS4='$(...)' bash -x`, `LESSOPEN='|cmd %s' less`), they make
+# what runs something other than what the command line says.
+RUNS_CODE_VARS = frozenset({
+    "PATH", "BASH_ENV", "ENV", "PS4", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "IFS",
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+    "KUBECTL_EXTERNAL_DIFF", "KUBE_EDITOR", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "PSQL_PAGER",
+    "PSQL_EDITOR", "MYSQL_PS1", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER",
+    "PYTHONSTARTUP", "PYTHONPATH", "PERL5OPT", "PERL5LIB", "NODE_OPTIONS", "RUBYOPT",
+})
+
+
+# A PATH made of these (and the PATH it had) finds only the system's own programs.
+_SYSTEM_PATH_PARTS = frozenset({"$PATH", "${PATH}", "/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin",
+                                "/usr/local/sbin"})
+
+
+def runs_code(name: str, value: str | None = None) -> bool:
+    """Does setting `name` (to `value`, when known) change which program runs or what it runs?"""
+    if name == "PATH" and value is not None and value and all(p in _SYSTEM_PATH_PARTS for p in value.split(":")):
+        return False  # `export PATH=$PATH:/usr/sbin`
+    return name in RUNS_CODE_VARS

@@ -9,8 +9,10 @@ unknown binary, a syntax error) comes out as `mutating: "unknown"` with an `opaq
 
 from __future__ import annotations
 
+import posixpath
 from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
+from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import Invocation, Stdin, Where
 from guardrail.actions.model import UNKNOWN, Action
@@ -93,6 +95,11 @@ class Normaliser:
                 return result
         classifier = classifier_for(name)
         if classifier is not None:
+            if "/" in head and isinstance(classifier, ReadOnly) and not _system_path(str(head)):
+                # `/tmp/ls flushall`, `./cat`: named like a reader, but a file anyone could have put there (a copy of
+                # redis-cli) is not the system's reader.
+                return [inv.opaque(name, f"{str(head)!r} is not the system's {name} (it is outside the system's "
+                                   "bin directories); run the plain command", command=str(head))]
             return classifier.classify(inv)
         return [inv.opaque(name or "empty", f"unknown command {name!r}: its effect cannot be known before it runs")]
 
@@ -137,3 +144,12 @@ def normalise(raw: str) -> list[Action]:
     except Exception as e:  # the guard must get an answer for every text; unknown is the safe one
         return [Action(tool="shell", verb="unclassified", mutating=UNKNOWN, raw=str(raw)[:1000],
                        opaque_reason=f"normalisation failed ({type(e).__name__}); effect not known")]
+
+
+# Where a system's own programs live: a reader named by a path elsewhere is not taken for the system's.
+SYSTEM_BIN_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+def _system_path(path: str) -> bool:
+    parent = posixpath.dirname(posixpath.normpath(path))
+    return parent in SYSTEM_BIN_DIRS

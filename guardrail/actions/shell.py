@@ -20,7 +20,7 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Node
 
-from guardrail.actions.invocation import Invocation, Stdin, Where
+from guardrail.actions.invocation import Invocation, Stdin, Where, runs_code
 from guardrail.actions.model import Action, KeyChange
 from guardrail.actions.words import DYNAMIC_NODES, Word, decode_ansi_c, substitutions_in, word_of
 
@@ -234,6 +234,8 @@ class ShellWalker:
         value = word_of(value_node, self.env) if value_node is not None else Word.of("")
         self.session.variables[name] = None if value.dynamic else str(value)
         inv = Invocation(argv=[Word.of(verb)], where=self.where, raw=_txt(a))
+        if runs_code(name, _txt(value_node).strip("\"'") if value_node is not None else ""):
+            return [_runs_code_action(inv, name)]
         return [inv.action("shell", "assign", mutating=False, details={"name": name, "value": str(value)})]
 
     def declaration(self, node: Node) -> None:
@@ -384,6 +386,11 @@ class ShellWalker:
                 redirects.append(c)
             elif c.type == "variable_assignment":
                 self.substitutions(c)
+                var, val = c.child_by_field_name("name"), c.child_by_field_name("value")
+                if var is not None and runs_code(_txt(var), _txt(val).strip("\"'") if val is not None else ""):
+                    # `PATH=/tmp ls`: not the ls the line names
+                    self.emit([_runs_code_action(Invocation(argv=[Word.of("assign")], where=self.where,
+                                                            raw=_txt(c)), _txt(var))])
         if name_node is not None:
             self.substitutions(name_node)
         for a in args:
@@ -430,6 +437,11 @@ def _dropped_words(stmt: Node, body: Node, redirects: list[Node]) -> list[Word]:
     first = min(r.start_byte for r in redirects)
     gap = stmt.text[body.end_byte - stmt.start_byte:first - stmt.start_byte].decode("utf-8", "replace").split()
     return [Word.of(w) for w in gap if not re.fullmatch(r"[0-9]*[<>&|]+.*", w)]
+
+
+def _runs_code_action(inv: Invocation, name: str) -> Action:
+    return inv.opaque("environment", f"setting {name} changes which program runs or what it runs (a loader, a "
+                      "pager, a prompt, the search path); run the command without it", variable=name)
 
 
 def _heredoc_text(r: Node, start: Node | None) -> str | None:

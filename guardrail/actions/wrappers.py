@@ -18,7 +18,7 @@ from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.containers import CONTAINER_EXEC
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
-from guardrail.actions.invocation import Invocation, Stdin, command_name
+from guardrail.actions.invocation import Invocation, Stdin, command_name, runs_code
 from guardrail.actions.model import Action, Target
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
@@ -225,7 +225,10 @@ def env(inv: Invocation, n: "Normaliser") -> list[Action] | None:
         tail = " ".join(shlex.quote(str(a)) for a in p.positionals)
         return n.script(f"{split} {tail}".strip(), inv.where.inside("env -S"), inv.stdin)
     rest = list(p.positionals) + (p.after_dashdash or [])
-    while rest and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
+    while rest and (m := re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", rest[0])):
+        if runs_code(m.group(1), str(rest[0])[m.end():]):
+            return [inv.opaque("environment", f"env sets {m.group(1)}, which changes which program runs or what it "
+                               "runs; run the command without it", variable=m.group(1))]
         rest.pop(0)
     if not rest:
         return [inv.action("shell", "env", mutating=False)]
