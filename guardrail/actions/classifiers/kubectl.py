@@ -183,6 +183,15 @@ class Kubectl:
                          mutating=mutating, details=details)
         if handler is not None:
             handler(inv, act, p, rest, resources, ns)
+        computed = [str(w) for w in rest if w.dynamic]
+        if act.mutating is True and verb not in ("exec", "cp", "run", "port-forward", "attach", "debug") and (
+                computed or inv.args_pending):
+            # `kubectl delete $(kubectl get pvc -o name)`, `... -o name | xargs kubectl delete`: which resources it
+            # changes is only known as it runs (every PVC, a protected workload's pods).
+            what = computed[0] if computed else "what xargs reads"
+            act.mutating = UNKNOWN
+            act.opaque_reason = (f"the resources kubectl {verb} changes come from {what} as it runs; list them "
+                                 f"first (kubectl get ...), then {verb} the ones you mean by name")
         return [act]
 
     @staticmethod

@@ -11,7 +11,8 @@ from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
-from guardrail.actions.classifiers.sql import SqlEffect, Statement, common_effect, literal, statements
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, literal,
+                                             statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
@@ -226,6 +227,7 @@ class Mysql:
             sources = [st.text]
         out: list[Action] = []
         for src in inits + sources:
+            src = client_terminators(src, "gG", hash_comments=True, exec_comments=True)
             for st_ in statements(src, hash_comments=True, exec_comments=True):
                 client = _client_command(st_)
                 if client is not None:

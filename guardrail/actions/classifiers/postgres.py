@@ -307,6 +307,13 @@ class Psql:
         for tok, a, _ in scan(sql, pg_strings=True):
             if a < pos or not (tok.kind == "op" and tok.text == "\\"):
                 continue
+            if sql.startswith("\\;", a):
+                # `SELECT 1 \\; DROP TABLE t`: psql sends both statements together; `\\;` only keeps the
+                # buffer from being sent at that point.
+                if sql[pos:a].strip():
+                    out += self._statements(inv, sql[pos:a], target, base)
+                pos = a + 2
+                continue
             eol = sql.find("\n", a)
             eol = len(sql) if eol < 0 else eol
             if sql[pos:a].strip():
@@ -337,9 +344,11 @@ class Psql:
 
     def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any]) -> list[Action]:
         cmd = line.split(None, 1)[0]
+        # \\g and \\gx send the query; with an argument they write its output to a file or pipe it to a command.
+        sends_elsewhere = cmd in ("\\g", "\\gx") and len(line.split(None, 1)) > 1
         if cmd in ("\\!", "\\setenv", "\\i", "\\ir", "\\include", "\\include_relative", "\\o", "\\out", "\\w",
                    "\\write", "\\e", "\\edit", "\\ef", "\\ev", "\\gexec", "\\copy", "\\lo_import", "\\lo_unlink",
-                   "\\password", "\\g") or cmd.startswith("\\!"):
+                   "\\password") or cmd.startswith("\\!") or sends_elsewhere:
             return [inv.action("psql", cmd, target=target, mutating=UNKNOWN,
                                opaque_reason=f"psql meta-command {cmd} runs or writes something not visible",
                                details={**base, "meta": line})]

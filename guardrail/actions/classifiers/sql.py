@@ -100,6 +100,23 @@ _STD_STR = re.compile(r"[NnBbXx]?'(?:[^']|'')*(?:'|\Z)")
 _EXEC_COMMENT = re.compile(r"/\*M?![0-9]{0,6}")
 
 
+def client_terminators(sql: str, letters: str, **dialect: Any) -> str:
+    """`sql` with a client's backslash terminators outside strings and comments (`\\g`, `\\G` for the mysql
+    client, which ends the statement there and reads the rest as the next) written as `;`."""
+    out, pos = [], 0
+    toks = list(scan(sql, **dialect))
+    for i, (tok, a, _) in enumerate(toks[:-1]):
+        nxt, b, e = toks[i + 1]
+        if tok.kind == "op" and tok.text == "\\" and b == a + 1 and nxt.kind == "word" and nxt.text[:1] in letters:
+            out += [sql[pos:a], "; "]
+            pos = a + 2
+            if len(nxt.text) > 1:  # `\\GDROP ...`: the rest of the word is the next statement's
+                out.append(sql[pos:e])
+            pos = e
+    out.append(sql[pos:])
+    return "".join(out)
+
+
 def scan(sql: str, start: int = 0, end: int | None = None, *, hash_comments: bool = False,
          exec_comments: bool = False, pg_strings: bool = False) -> Any:
     """Every token of `sql` as (Tok, start, end), whitespace and comments left out, `;` as a `semi` token.
