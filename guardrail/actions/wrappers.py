@@ -295,9 +295,12 @@ def xargs(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 @wrapper("trap")
 def trap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
-    if not inv.args or str(inv.args[0]) in ("-", "-l", "-p", "--"):
+    args = list(inv.args)
+    if args and str(args[0]) == "--":  # `trap -- 'cmd' EXIT`: the end of options, then the handler
+        args = args[1:]
+    if not args or str(args[0]) in ("-", "-l", "-p") or len(args) == 1:
         return [inv.action("shell", "trap", mutating=False)]
-    handler = inv.args[0]
+    handler = args[0]
     if handler.dynamic:
         return [inv.opaque("computed-script", "trap runs a handler computed at run time")]
     return n.script(str(handler), inv.where.inside("trap"))

@@ -101,3 +101,14 @@ deny contains {
 scope_text(s) := "the whole server" if count(s) == 0
 
 scope_text(s) := concat(", ", sort([sprintf("%s %v", [n, v]) | some n, v in s])) if count(s) > 0
+
+# The machine itself: its clock, its name, its network, its kernel log, its journal. An incident's repair is in the
+# services; changing the host the agent (or a pod) runs on reaches every service on it and is not rolled back.
+deny contains {
+	"id": "SRE-SCOPE-006",
+	"msg": sprintf("`%s` changes the host itself (its clock, name, network or logs), which every service on it shares and no later step restores. Repair the service at fault; read the host's state (ip addr, date, journalctl) instead.", [lib.verb]),
+	"details": {"change": lib.details.host_change},
+} if {
+	object.get(lib.details, "host_change", "") != ""
+	input.action.mutating == true
+}

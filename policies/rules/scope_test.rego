@@ -69,3 +69,11 @@ test_other_key_earlier_allowed if {
 }
 
 test_no_earlier_change_allowed if count(scope.deny) == 0 with input as guc({}, [])
+
+test_a_change_to_the_host_itself_is_denied if {
+	"SRE-SCOPE-006" in {f.id | some f in scope.deny} with input as {"action": {"tool": "ip", "verb": "ip link set", "mutating": true, "details": {"host_change": "ip link set"}}, "context": {}}
+}
+
+test_a_read_of_the_host_is_not if {
+	count({f | some f in scope.deny; f.id == "SRE-SCOPE-006"}) == 0 with input as {"action": {"tool": "ip", "verb": "ip", "mutating": false, "details": {}}, "context": {}}
+}

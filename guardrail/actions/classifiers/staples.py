@@ -28,11 +28,122 @@ class ReadOnly:
     commands = tuple(c for c in catalogue().read_only if c not in _OWNED_ELSEWHERE)
 
     def classify(self, inv: Invocation) -> list[Action]:
-        return [inv.action(inv.name, inv.name, mutating=False)]
+        args = [str(a) for a in inv.args]
+        check = _UNLESS.get(inv.name)
+        found = check(args) if check is not None else None
+        if found is None:
+            return [inv.action(inv.name, inv.name, mutating=False)]
+        kind, what = found
+        if kind == "write":
+            return [inv.action(inv.name, inv.name, mutating=False), file_write(inv, what, by=inv.name)]
+        if kind == "runs":
+            return [inv.opaque(inv.name, f"{inv.name} {what}: it runs a program the guard does not see",
+                               tool=inv.name)]
+        # kind == "changes": the host's own state (its clock, its logs, its network)
+        return [inv.action(inv.name, what, mutating=True, details={"host_change": what})]
+
+
+def _option_value(args: list[str], *names: str) -> str | None:
+    """The value of the first of `names` given (`-o F`, `-oF`, `--output=F`, `--output F`)."""
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if n.startswith("--") and a.startswith(n + "="):
+                return a[len(n) + 1:]
+            if not n.startswith("--") and a.startswith(n) and len(a) > len(n) and len(n) == 2:
+                return a[2:]
+    return None
+
+
+def _positionals(args: list[str]) -> list[str]:
+    return [a for a in args if not a.startswith("-") or a == "-"]
+
+
+def _sort(args: list[str]) -> tuple[str, str] | None:
+    out = _option_value(args, "-o", "--output")
+    return ("write", out) if out else None
+
+
+def _second_positional(args: list[str]) -> tuple[str, str] | None:
+    # `uniq IN OUT`, `xxd IN OUT`: the second file named is written.
+    pos = _positionals(args)
+    return ("write", pos[1]) if len(pos) > 1 and pos[1] != "-" else None
+
+
+def _tree(args: list[str]) -> tuple[str, str] | None:
+    out = _option_value(args, "-o")
+    return ("write", out) if out else None
+
+
+def _yq(args: list[str]) -> tuple[str, str] | None:
+    if any(a in ("-i", "--inplace") or re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", a) for a in args):
+        files = _positionals(args)[1:]
+        return ("write", files[0] if files else "")
+    return None
+
+
+def _rg(args: list[str]) -> tuple[str, str] | None:
+    return ("runs", "--pre") if any(a == "--pre" or a.startswith("--pre=") for a in args) else None
+
+
+_JOURNAL_CHANGES = ("--vacuum-size", "--vacuum-time", "--vacuum-files", "--rotate", "--flush", "--sync",
+                    "--relinquish-var", "--smart-relinquish-var", "--setup-keys")
+
+
+def _journalctl(args: list[str]) -> tuple[str, str] | None:
+    hit = next((a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in _JOURNAL_CHANGES), None)
+    return ("changes", f"journalctl {hit}") if hit else None
+
+
+def _dmesg(args: list[str]) -> tuple[str, str] | None:
+    hit = next((a for a in args if a in ("-C", "--clear", "-c", "--read-clear", "-D", "--console-off", "-E",
+                                         "--console-on", "-n", "--console-level")
+                or re.fullmatch(r"-[a-zA-Z]*[cCDEn][a-zA-Z]*", a)), None)
+    return ("changes", f"dmesg {hit}") if hit else None
+
+
+def _date(args: list[str]) -> tuple[str, str] | None:
+    if any(a in ("-s", "--set") or a.startswith("--set=") or re.fullmatch(r"-[a-zA-Z]*s", a) for a in args):
+        return ("changes", "date --set")
+    if any(not a.startswith(("-", "+")) for a in _positionals(args)):
+        return ("changes", "date MMDDhhmm")  # `date 010112002026` sets the clock
+    return None
+
+
+def _hostname(args: list[str]) -> tuple[str, str] | None:
+    if _positionals(args) or any(a in ("-F", "--file", "-b", "--boot") for a in args):
+        return ("changes", "hostname NAME")
+    return None
+
+
+_IP_CHANGES = {"add", "del", "delete", "change", "replace", "set", "flush", "append", "prepend", "up", "down",
+               "save", "restore", "exec", "attach", "detach", "update"}
+
+
+def _ip(args: list[str]) -> tuple[str, str] | None:
+    words = [a.lower() for a in args if not a.startswith("-")]
+    hit = next((w for w in words[1:3] if w in _IP_CHANGES), None)
+    if hit is None and words[:1] in (["netns"],) and "exec" in words:
+        hit = "exec"
+    if hit == "exec":
+        return ("runs", "netns exec")
+    return ("changes", f"ip {' '.join(words[:2])}") if hit else None
+
+
+def _timedatectl(args: list[str]) -> tuple[str, str] | None:
+    verb = next((a for a in args if not a.startswith("-")), "")
+    return ("changes", f"timedatectl {verb}") if verb.startswith("set-") else None
+
+
+# The staples that are not only readers with some options: what those options write, run or change.
+_UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
+           "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
+           "timedatectl": _timedatectl}
 
 
 # awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
-_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*getline|\|&|\bprint[f]?\b[^;{}]*\|")
+_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*getline|\|&|\bprint[f]?\b[^;{}]*\||@[A-Za-z_]\w*\s*\(")
 _AWK_WRITES = re.compile(r"\bprint[f]?\b[^;{}]*?>>?\s*(\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -47,6 +158,10 @@ class Awk:
                           {"--file": "-f", "--include": "-i", "--exec": "-E"}).parse(inv.args)
         if p.get("-f") is not None or p.get("-E") is not None:
             return [inv.opaque("script-file", "the awk program is in a file that is not visible", tool="awk")]
+        if p.get("-l") is not None or p.get("--load") is not None:
+            # gawk -l filefuncs '...unlink(...)': an extension adds functions that change files.
+            return [inv.opaque("awk extension", "gawk loads an extension whose functions the guard does not "
+                               "know", tool="awk")]
         program = str(p.positionals[0]) if p.positionals else ""
         if p.get("-i") is not None and str(p.get("-i")) == "inplace":
             return [file_write(inv, str(f), verb="edit", by="awk -i inplace") for f in p.positionals[1:]]
