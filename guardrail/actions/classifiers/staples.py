@@ -228,8 +228,10 @@ class Kill:
                 targets = [*targets, pending]
                 dynamic.add(pending)
             details: dict = {"signal": "-" + sig, "targets": targets}
-            reach = [_kill_reach(t, t in dynamic, programs) for t in targets] \
-                if sig not in _NO_RESTART_SIGNALS else []
+            reach = [_kill_reach(t, t in dynamic, programs) for t in targets]
+            # A signal a server handles ends nothing: HUP for any, USR1/USR2 for the servers that handle them
+            # (a pid, or a pid looked up by name, whose program is one of those).
+            reach = [r for r, t in zip(reach, targets) if not _harmless(sig, _looked_up(t))]
             # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
             # only PID 1, -1 and a server's pid looked up by name are known to be.
             ends_main = any(r is not None for r in reach) if inv.where.in_exec else \
@@ -258,7 +260,16 @@ class Kill:
 
 
 # Signals that leave a process running: HUP asks most servers to reload their config, 0 only checks it exists.
-_NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28", "USR1", "USR2"})
+_NO_RESTART_SIGNALS = frozenset({"HUP", "1", "0", "CONT", "18", "WINCH", "28"})
+# USR1/USR2 end a process that does not handle them (redis-server dies of SIGUSR1); these servers handle them
+# (reopen logs, re-exec, internal notices). pgbouncer's USR1 is PAUSE: not harmless either.
+_USR_SIGNALS = frozenset({"USR1", "USR2", "10", "12"})
+_HANDLES_USR = frozenset({"nginx", "postgres", "postmaster", "gunicorn", "uwsgi", "haproxy", "envoy"})
+
+
+def _harmless(sig: str, program: str | None) -> bool:
+    """Does signal `sig` leave `program` (None: not known) running?"""
+    return sig in _NO_RESTART_SIGNALS or (sig in _USR_SIGNALS and program in _HANDLES_USR)
 
 
 # Server programs that are a container's main process (its PID 1, or what PID 1 waits on).
@@ -298,6 +309,15 @@ def _named_targets(name: str, args: list[str]) -> list[str]:
 _PID_LOOKUP = re.compile(r"^(?:\$\(|`)\s*(pgrep|pidof)\s+([^()`;&|]*?)\s*(?:\)|`)$")
 
 
+def _looked_up(target: str) -> str | None:
+    """The program a `$(pgrep NAME)` / `$(pidof NAME)` target names, or None."""
+    m = _PID_LOOKUP.match(target)
+    if m is None:
+        return None
+    words = [w for w in m.group(2).split() if not w.startswith("-")]
+    return words[0].rsplit("/", 1)[-1] if words else None
+
+
 _UNSURE = "?"
 # The target of a `kill` whose pids xargs reads from its input as it runs.
 _XARGS_PIDS = "<pids read by xargs>"
@@ -330,7 +350,9 @@ def _kills_server(name: str, args: list[str], targets: list[str],
     sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
     # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
     named = {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
-    if (sigs | named) & _NO_RESTART_SIGNALS:
+    if any(_harmless(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
+                                                                              programs=programs))), None))
+           for sig in sigs | named):
         return False
     # pkill -P 1: every child of PID 1 (the postmaster's backends and workers; a shell PID 1's server).
     if name == "pkill" and any(a == "-P" and args[i + 1].split(",").count("1") for i, a in enumerate(args[:-1])):

@@ -134,3 +134,17 @@ def test_a_kill_fed_its_pids_by_xargs_is_a_kill_not_a_signal_listing(cmd, restar
     kill = normalise(cmd)[-1]
     assert (kill.verb, kill.mutating) == ("kill", True)
     assert kill.details.get("restart", False) is restart
+
+
+@pytest.mark.parametrize("cmd,restart", [
+    ("kubectl exec redis-0 -- kill -USR1 1", True),  # redis-server dies of SIGUSR1: it does not handle it
+    ("kubectl exec redis-0 -- killall -s USR1 redis-server", True),
+    ("kubectl exec redis-0 -- kill -USR2 $(pidof redis-server)", True),
+    ("kubectl exec pgbouncer-0 -- pkill -SIGUSR1 pgbouncer", True),  # PAUSE, not harmless
+    ("kubectl exec web-0 -- pkill -USR1 nginx", False),  # nginx reopens its logs
+    ("kubectl exec pg-0 -- kill -USR1 $(pgrep postgres)", False),
+    ("kubectl exec redis-0 -- kill -HUP 1", False),
+])
+def test_usr_signals_end_a_server_unless_it_handles_them(cmd, restart):
+    kill = normalise(cmd)[-1]
+    assert kill.details.get("restart", False) is restart
