@@ -52,16 +52,27 @@ ceiling_hits contains [k, lib.all_ceilings[pattern]] if {
 }
 
 protected_hits contains [k, p] if {
-	some k in input.action.keys
+	some k in changed_keys
 	strings.any_prefix_match(concat("", [k.key, "."]), lib.protected_exact_dotted)
 	some p in lib.key_prefixes(k.key)
 	p in lib.protected_exact
 }
 
 protected_hits contains [k, pattern] if {
-	some k in input.action.keys
+	some k in changed_keys
 	some pattern in lib.protected_globs
 	glob.match(pattern, ["."], k.key)
+}
+
+# The keys changed, and a Kubernetes key also by the object it is set on: a context protects one workload's
+# replicas as `k8s.replicas.worker-long`, and `kubectl scale deploy worker-long` sets `k8s.replicas` on it.
+changed_keys contains k if some k in input.action.keys
+
+changed_keys contains object.union(k, {"key": concat(".", [k.key, k.scope.name])}) if {
+	some k in input.action.keys
+	startswith(k.key, "k8s.")
+	is_string(k.scope.name)
+	k.scope.name != ""
 }
 
 deny contains {

@@ -148,3 +148,10 @@ test_unlimited_overflow_is_not_lowering if {
 
 # SQLAlchemy's max_overflow = -1 is no limit at all: above any ceiling.
 test_unlimited_overflow_above_ceiling if "SRE-CAP-001" in ids(capacity.deny) with input as pool_pair(20, -1, 20, 10)
+
+test_a_workloads_protected_replicas_are_protected_by_its_name if {
+	scale := {"action": {"tool": "kubectl", "verb": "scale", "mutating": true, "keys": [{"key": "k8s.replicas", "value": 5, "scope": {"kind": "deployment", "name": "worker-long"}}]}, "context": {"protected_settings": ["k8s.replicas.worker-long"]}}
+	"SRE-CAP-002" in {f.id | some f in capacity.deny} with input as scale
+	other := json.patch(scale, [{"op": "replace", "path": "/action/keys/0/scope/name", "value": "worker-short"}])
+	not "SRE-CAP-002" in {f.id | some f in capacity.deny} with input as other
+}

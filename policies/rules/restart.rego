@@ -33,10 +33,11 @@ is_restart if {
 	lib.verb == "shutdown"
 }
 
-# DEBUG SEGFAULT / RESTART / CRASH-AND-RECOVER crash or restart the server; its pod restarts it.
+# DEBUG SEGFAULT / RESTART / CRASH-AND-RECOVER / OOM / PANIC / ASSERT crash or restart the server; its pod restarts
+# it.
 is_restart if {
 	input.action.tool == "redis-cli"
-	lib.verb in {"debug segfault", "debug restart", "debug crash-and-recover"}
+	lib.verb in {"debug segfault", "debug restart", "debug crash-and-recover", "debug oom", "debug panic", "debug assert"}
 }
 
 component := lib.target_name

@@ -96,3 +96,12 @@ test_redis_debug_segfault_is_a_restart if {
 		"context": ctx,
 	}
 }
+
+test_redis_debug_crashes_are_restarts if {
+	every verb in ["debug oom", "debug panic", "debug assert"] {
+		"SRE-RESTART-001" in {f.id | some f in restart.deny} with input as {
+			"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis"}},
+			"context": {"not_restartable": ["redis"]},
+		}
+	}
+}
