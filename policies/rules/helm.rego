@@ -75,3 +75,33 @@ deny contains {
 	some n in lib.not_restartable
 	lib.bare(n) == lib.bare(c)
 }
+
+# A chart value that removes a component (`mariadb.enabled=false`: the subchart and, with it, its StatefulSet and
+# often its volume) or the persistence of its data (`...persistence.enabled=false`: the data goes to an emptyDir).
+deny contains {
+	"id": "SRE-HELM-004",
+	"msg": sprintf("%s=false removes %s from the release (or its persistent volume), and the data with it. Repair the component in place; never disable it or its persistence during an incident.", [k.key, what]),
+	"details": {"key": k.key},
+} if {
+	input.action.tool == "helm"
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	startswith(k.key, "helm.")
+	k.value in {false, "false"}
+	what := removes(substring(k.key, 5, -1))
+}
+
+removes(path) := sprintf("%s's data", [trim_suffix(path, ".persistence.enabled")]) if {
+	endswith(path, ".persistence.enabled")
+} else := component if {
+	endswith(path, ".enabled")
+	parts := split(trim_suffix(path, ".enabled"), ".")
+	component := parts[count(parts) - 1]
+	removable_component(component)
+}
+
+removable_component(c) if c in object.get(lib.context, "components", [])
+
+# The datastore subcharts charts pull in under these names, whatever the incident calls the component.
+removable_component(c) if c in {"mariadb", "mysql", "postgresql", "postgres", "redis", "redis-queue", "redis-cache",
+	"mongodb", "rabbitmq", "memcached", "elasticsearch", "opensearch", "kafka", "zookeeper", "minio", "etcd"}

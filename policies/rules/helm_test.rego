@@ -85,3 +85,20 @@ test_reset_values_with_the_full_values_file_is_allowed if {
 test_reset_values_with_an_empty_values_file_is_still_a_reset if {
 	"SRE-HELM-001" in ids(helm.deny) with input as upgrade({"chart": "c", "reset_values": true, "values_files": ["/dev/null"]})
 }
+
+helm_keys(keys) := {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "keys": keys,
+	"details": {"reuse_values": true}}, "context": {"components": ["worker-long", "mariadb"]}}
+
+test_disabling_a_component_or_its_persistence_is_denied if {
+	every key in ["helm.mariadb.enabled", "helm.erpnext.redis-queue.enabled", "helm.mariadb.primary.persistence.enabled",
+		"helm.postgresql.enabled"] {
+		"SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": key, "value": false}])
+	}
+}
+
+test_disabling_a_feature_is_not_removing_a_component if {
+	every key in ["helm.worker.autoscaling.enabled", "helm.metrics.enabled", "helm.ingress.enabled"] {
+		not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": key, "value": false}])
+	}
+	not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb.enabled", "value": true}])
+}
