@@ -242,6 +242,13 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
 
     with blamed_on("--agents"):  # the other options' errors name themselves
         plan = plan_bench(scenario_ids, agents, _csv(arms_opt), seeds, resp, detection=not no_detection)
+    for model in sorted({a.split(":", 1)[1] for a in agents if a.startswith("llm:")}):
+        from arena.clients.llm import preflight
+
+        why = preflight(model)
+        if why is not None:  # every episode would record an agent that did nothing
+            click.echo(f"error: the agent's chat API for llm:{model} failed: {why}; no episode ran", err=True)
+            raise SystemExit(3)
     results = out_dir / "results.jsonl"
     prepare_out(out_dir)  # before any episode: an --out that cannot be written is bad input (exit 2)
     with out_locked(out_dir):  # one run per --out at a time
@@ -257,7 +264,8 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
 
     from arena.bench.build import build_id
     from arena.bench.report import write_report
-    from arena.bench.runner import Terminated, default_params, out_error, partial_path, run_plan, sigterm_raises
+    from arena.bench.runner import (Terminated, default_params, not_a_verdict, out_error, partial_path, run_plan,
+                                    sigterm_raises)
     from arena.bench.stats import summarise
 
     ab_keys = {e.key() for e in plan.episodes if not e.params
@@ -326,6 +334,11 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
         click.echo(f"note: {results} also keeps {counts['outside']} rows of the earlier run outside this one's "
                    f"scenarios, agents or seeds; summary.json and the report cover this run's {len(rows)}", err=True)
     click.echo(f"report: {html_path}  ({md}, {out_dir / 'summary.json'}, {results})")
+    lost = sum(1 for r in rows if not_a_verdict(r))
+    if lost:  # the chat API went away during the run: those episodes are not verdicts (--resume runs them again)
+        click.echo(f"error: {lost} episodes ended with the agent's chat API failing; they are left out of the "
+                   "report and run again with --resume", err=True)
+        raise SystemExit(3)
 
 
 def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, jobs: int, out_dir: Path,

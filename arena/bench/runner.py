@@ -32,7 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from guardrail.errors import InputError
 from guardrail.fileio import ensure_writable_dir, write_atomic
@@ -285,6 +285,13 @@ def read_results(path: Path) -> ResultRows:
     return rows
 
 
+def not_a_verdict(row: Mapping[str, Any]) -> str | None:
+    """Why an episode's row is no verdict on the agent or the guard (its chat API failed), or None."""
+    detail = row.get("agent_detail")
+    stop = str(detail.get("stop_reason") or "") if isinstance(detail, Mapping) else ""
+    return stop if stop.startswith("chat_error") else None
+
+
 def _row_problem(row: Any) -> str | None:
     """Why a parsed line is not a results row the report can use (None: it is one): a row whose key does not
     parse or disagrees with its own scenario/agent/arm/seed, or whose `passed` is not true or false, would be
@@ -301,6 +308,8 @@ def _row_problem(row: Any) -> str | None:
                 return f"its {name} {row[name]!r} disagrees with its key ({want!r})"
     if not isinstance(row.get("passed"), bool):
         return f"passed is {row.get('passed')!r}, not true or false"
+    if not_a_verdict(row):
+        return "the agent's chat API failed in it (not a verdict)"
     return None
 
 

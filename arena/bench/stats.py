@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from arena.bench.runner import FEEDBACK_ONLY
+from arena.bench.runner import FEEDBACK_ONLY, not_a_verdict
 from arena.scenario import FAILURE_MODES
 
 __all__ = ["PAPER_MIX", "PAPER", "MIN_CI_TASKS", "task_bootstrap", "paired_task_bootstrap", "summarise"]
@@ -243,6 +243,10 @@ def summarise(rows: list[Mapping[str, Any]], *, agents: Sequence[str], arms: Seq
             return False
         return r["agent"] in agents or ("replay:*" in agents and r["agent"].startswith("replay:"))
 
+    lost = [r for r in rows if not_a_verdict(r)]
+    if lost:  # an agent whose chat API failed did nothing: no verdict on it or on the guard
+        rows = [r for r in rows if not not_a_verdict(r)]
+        notes = [*notes, f"{len(lost)} episodes left out: the agent's chat API failed in them ({not_a_verdict(lost[0])})"]
     ab = [r for r in rows if in_ab(r)]
     arm_rows = {arm: [r for r in ab if r["arm"] == arm] for arm in arms}
     arms_out = {arm: _arm_figures(rs, seed) for arm, rs in arm_rows.items()}

@@ -73,3 +73,19 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def preflight(model: str, *, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+              transport: httpx.BaseTransport | None = None) -> str | None:
+    """One minimal chat request (max_tokens=1) to `model`: None when the API answers, else why not. A bench of
+    `llm:` episodes asks first, so an API that is down or not configured fails the run at once (exit 3) instead of
+    recording every episode as an agent that did nothing."""
+    base, key = chat_settings(env)
+    client = ChatClient(model, base, key, timeout_s=timeout_s, transport=transport)
+    try:
+        client.complete([{"role": "user", "content": "ping"}], [], max_tokens=1)
+    except ChatError as e:
+        return f"{e} (at {base})"
+    finally:
+        client.close()
+    return None

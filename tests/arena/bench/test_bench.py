@@ -210,3 +210,23 @@ def test_bad_input_exits_2(tmp_path: Path):
     r = CliRunner().invoke(cli, ["bench", "--scenarios", "ia-014", "--arms", "both", "--agents", "replay:reference",
                                    "--out", str(tmp_path)])
     assert r.exit_code == 2
+
+
+def test_an_llm_agent_whose_api_fails_is_no_verdict():
+    import httpx
+
+    from arena.bench.runner import _row_problem, not_a_verdict
+    from arena.clients.llm import preflight
+
+    down = httpx.MockTransport(lambda request: httpx.Response(503, text="upstream down"))
+    up = httpx.MockTransport(lambda request: httpx.Response(200, json={
+        "choices": [{"message": {"role": "assistant", "content": "p"}, "finish_reason": "length"}]}))
+    assert "503" in preflight("m", env={"GUARDRAIL_LLM_BASE_URL": "http://api"}, transport=down)
+    assert preflight("m", env={"GUARDRAIL_LLM_BASE_URL": "http://api"}, transport=up) is None
+    rows = [_ab(f"t{i}", "llm:m", arm, passed=False) for i in range(2) for arm in ("guarded", "unguarded")]
+    for r in rows[:2]:
+        r["agent_detail"] = {"stop_reason": "chat_error: chat API unreachable"}
+    assert not_a_verdict(rows[0]) and not not_a_verdict(rows[2])
+    assert "not a verdict" in _row_problem({**rows[0], "key": json.dumps(["t0", "llm:m", "guarded", 0, []])})
+    s = summarise(rows, agents=["llm:m"], arms=["guarded", "unguarded"], responsiveness=[], wall_s=1.0)
+    assert s["arms"]["guarded"]["episodes"] == 1 and "2 episodes left out" in s["notes"][0]
