@@ -147,18 +147,23 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
         if isinstance(act, Command):
             text = _with_stdin(act.text, act.stdin)
             res: CommandResult = guard.execute(text) if guard is not None else env.run(text)
-            transcript.append({"t": round(clock.now(), 6), "run": act.text, "exit_code": res.exit_code})
+            entry: dict[str, Any] = {"t": round(clock.now(), 6), "run": act.text, "exit_code": res.exit_code}
+            if guard is not None and res.exit_code == DENIED_EXIT_CODE:
+                entry["denied"] = (res.stderr or "").strip()[:2000]  # the rule ids and what to do instead
+            transcript.append(entry)
             if guard is None or res.exit_code != DENIED_EXIT_CODE:
                 ran.add(_squash(text))
             obs = Observation(scenario.public.instruction, steps, clock.now(), last=res)
             continue
         assert isinstance(act, Declare)
         grading.mark_declaration()
+        asked_at = clock.now()
         if guard is not None:
             outcome = guard.on_declare()
             if not outcome.accepted:
                 fb = _feedback_pairs(outcome.feedback)
-                transcript.append({"t": round(clock.now(), 6), "declare": "rejected", "feedback": [c for c, _ in fb]})
+                transcript.append({"t": round(clock.now(), 6), "declare": "rejected", "asked_at": round(asked_at, 6),
+                                   "feedback": [c for c, _ in fb], "messages": [m[:1000] for _, m in fb]})
                 obs = Observation(scenario.public.instruction, steps, clock.now(), feedback=fb,
                                   declaration_rejected=True)
                 grading.declaration = None
@@ -169,7 +174,9 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
             grading.declaration = None
             break
         declared_at = clock.now()
-        transcript.append({"t": round(declared_at, 6), "declare": "accepted"})
+        # The guard may hold a declaration until the SLIs converge: asked_at is when the agent declared.
+        transcript.append({"t": round(declared_at, 6), "declare": "accepted", "asked_at": round(asked_at, 6),
+                           "held_s": round(declared_at - asked_at, 6)})
         break
     if declared_at is None:
         # Undeclared: the window elapses, then the soak and the challenge run anyway.

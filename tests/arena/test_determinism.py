@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from arena.agents import resolve_agent
 from arena.episode import run_episode
 from arena.scenario import load_scenario
@@ -55,3 +57,20 @@ def test_identical_across_processes_with_different_hash_seeds(tmp_path):
         doc.pop("wall_s")
         docs.append(doc)
     assert docs[0] == docs[1]
+
+
+def test_the_transcript_says_what_the_guard_denied_and_how_long_it_held_the_declaration():
+    """`run --json` showed a denial only as exit code 126, and an accepted declaration only at its acceptance."""
+    from arena.bench.guarding import bench_guard_factory
+    from arena.episode import run_episode
+    from arena.agents import make_agent
+    from arena.scenario import load_scenario
+
+    sc = load_scenario("ia-011")
+    res = run_episode(sc, make_agent("replay:overbroad-pool", sc, 0), arm="guarded", seed=0,
+                      guard_factory=bench_guard_factory)
+    denied = [e for e in res.transcript if e.get("exit_code") == 126]
+    assert denied and "SRE-CAP-001" in denied[0]["denied"] and "ceiling" in denied[0]["denied"]
+    accepted = [e for e in res.transcript if e.get("declare") == "accepted"]
+    assert accepted and accepted[0]["asked_at"] <= accepted[0]["t"]
+    assert accepted[0]["held_s"] == pytest.approx(accepted[0]["t"] - accepted[0]["asked_at"], abs=1e-5)
