@@ -67,3 +67,89 @@ deny contains {
 	cmd := lower(raw)
 	allows(rules_text(k.value), cmd)
 }
+
+# Locking an account or a database out: every client that logs in as it (the application itself) fails at once,
+# which is an outage, not a repair.
+deny contains {
+	"id": "SRE-ACCESS-002",
+	"msg": sprintf("This locks clients out (%s): every connection of the application fails from then on. Limit what is wrong instead (a statement timeout, a pool size), and never disable a login or a database during an incident.", [why]),
+	"details": {"lockout": why},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some why in lockouts
+}
+
+sql_tools := {"psql", "mysql", "mariadb", "sql"}
+
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key == "postgres.role.login"
+	k.value == false
+}
+
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key in {"postgres.role.connection_limit", "mariadb.max_user_connections_of_user"}
+	k.value == 0
+}
+
+lockouts contains "a login that expires" if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key == "postgres.role.valid_until"
+}
+
+lockouts contains substring(statement, 0, 80) if {
+	input.action.tool in sql_tools
+	statement := object.get(lib.details, "statement", "")
+	regex.match(`(?is)^\s*alter\s+database\s+\S+\s+(with\s+)?(allow_connections\s*(=\s*)?(false|off|0)\b|connection\s+limit\s*(=\s*)?0\b)|^\s*alter\s+user\s+.*\baccount\s+lock\b|^\s*drop\s+user\b`, statement)
+}
+
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key == "mariadb.offline_mode"
+	lower(sprintf("%v", [k.value])) in {"on", "1", "true"}
+}
+
+lockouts contains sprintf("ACL SETUSER %s off", [object.get(lib.details, "user", "")]) if {
+	input.action.tool == "redis-cli"
+	lib.verb == "acl setuser"
+	some r in object.get(lib.details, "rules", [])
+	lower(r) == "off"
+}
+
+lockouts contains "CLIENT PAUSE" if {
+	input.action.tool == "redis-cli"
+	lib.verb == "client pause"
+}
+
+# What makes a datastore run a program or load native code: a setting whose value is a shell command or a library,
+# an untrusted procedural language, a server plugin.
+deny contains {
+	"id": "SRE-ACCESS-003",
+	"msg": sprintf("This makes the database server run a program or load native code (%s), with the server's access to every row and file. Do not; repair the settings and rows at fault instead.", [why]),
+	"details": {"runs": why},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some why in runs_code
+}
+
+code_settings := {"archive_command", "restore_command", "archive_cleanup_command", "recovery_end_command",
+	"shared_preload_libraries", "local_preload_libraries", "session_preload_libraries", "dynamic_library_path",
+	"ssl_passphrase_command", "jit_provider", "plugin_dir", "init_file", "plugin_load", "plugin_load_add"}
+
+runs_code contains k.key if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	parts := split(k.key, ".")
+	parts[count(parts) - 1] in code_settings
+}
+
+runs_code contains substring(statement, 0, 80) if {
+	input.action.tool in sql_tools
+	statement := object.get(lib.details, "statement", "")
+	regex.match(`(?is)^\s*create\s+(or\s+replace\s+)?(trusted\s+)?(procedural\s+)?language\b|^\s*create\s+extension\s+(if\s+not\s+exists\s+)?"?(plpython[23]?u|plperlu|pltclu|plsh|plr|pllua?u|adminpack|file_fdw|dblink|postgres_fdw)\b|^\s*install\s+(plugin|soname)\b`, statement)
+}

@@ -36,3 +36,41 @@ test_without_the_constraint_allowed if {
 test_a_read_is_not_judged if {
 	count(access.deny) == 0 with input as {"action": {"tool": "redis-cli", "verb": "acl getuser", "mutating": false, "keys": [{"key": "redis.acl.default", "value": "on +@all"}]}, "context": ctx}
 }
+
+sql_in(statement, keys) := {"action": {"tool": "psql", "verb": "alter", "mutating": true, "keys": keys,
+	"details": {"statement": statement}}, "context": {}}
+
+test_locking_clients_out_is_denied if {
+	every inp in [
+		sql_in("ALTER ROLE app NOLOGIN", [{"key": "postgres.role.login", "value": false}]),
+		sql_in("ALTER ROLE app CONNECTION LIMIT 0", [{"key": "postgres.role.connection_limit", "value": 0}]),
+		sql_in("ALTER DATABASE app WITH ALLOW_CONNECTIONS false", []),
+		sql_in("ALTER USER 'app'@'%' ACCOUNT LOCK", []),
+		sql_in("DROP USER 'app'@'%'", []),
+		{"action": {"tool": "redis-cli", "verb": "acl setuser", "mutating": true, "details": {"user": "default", "rules": ["off"]}}, "context": {}},
+	] {
+		"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as inp
+	}
+}
+
+test_changing_a_limit_is_not_a_lockout if {
+	every inp in [
+		sql_in("ALTER ROLE app CONNECTION LIMIT 50", [{"key": "postgres.role.connection_limit", "value": 50}]),
+		sql_in("ALTER ROLE app LOGIN", [{"key": "postgres.role.login", "value": true}]),
+		sql_in("ALTER USER 'app'@'%' ACCOUNT UNLOCK", []),
+	] {
+		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as inp
+	}
+}
+
+test_making_the_server_run_code_is_denied if {
+	every inp in [
+		sql_in("ALTER SYSTEM SET archive_command = 'x'", [{"key": "postgres.archive_command", "value": "x"}]),
+		sql_in("CREATE EXTENSION plpython3u", []),
+		sql_in("CREATE LANGUAGE plsh", []),
+		sql_in("INSTALL SONAME 'ha_x'", []),
+	] {
+		"SRE-ACCESS-003" in {f.id | some f in access.deny} with input as inp
+	}
+	not "SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in("CREATE EXTENSION pg_stat_statements", [])
+}
