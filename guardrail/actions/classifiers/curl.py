@@ -69,7 +69,23 @@ def _body(inv: Invocation, parts: list[str]) -> tuple[Any, str | None]:
     try:
         return json.loads(text), body_file
     except ValueError:
-        return text, body_file
+        form = _form(text)
+        return (form if form is not None else text), body_file
+
+
+_FORM = re.compile(r"[A-Za-z_][\w.\-\[\]]*=[^&]*(&[A-Za-z_][\w.\-\[\]]*=[^&]*)*")
+
+
+def _form(text: str) -> dict[str, Any] | None:
+    """A form body (`enabled=false&period_s=60`, what -d and --data-urlencode send without JSON) as the object a
+    server reads from it: booleans and numbers as such, or None when the text is not a form."""
+    if not _FORM.fullmatch(text.strip()):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in parse_qsl(text.strip(), keep_blank_values=True):
+        low = v.strip().lower()
+        out[k] = True if low == "true" else False if low == "false" else int(v) if re.fullmatch(r"-?\d+", v) else v
+    return out
 
 
 # The Kubernetes API's own paths: /api/v1/namespaces/..., /api/v1/nodes, /apis/<group>/<version>/...
@@ -159,11 +175,12 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
     elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
                                                             "/admin/sequencer", "/admin/checkpoint")):
         d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"
-    if mutating is True and d.get("api") and body is None and d.get("body_file") \
-            and d["body_file"] not in STDIN_PATHS:  # stdin reaches the guard (the shell shim reads it first)
+    unseen = d.get("body_file") or d.get("upload_file")
+    if mutating is True and d.get("api") and body is None and unseen \
+            and unseen not in STDIN_PATHS and unseen != "-":  # stdin reaches the guard (the shim reads it first)
         # An admin API whose payload is in a file the guard does not read: the change it makes cannot be known.
         return inv.action(tool, method, target=target, layer=layer, mutating=UNKNOWN, details=d,
-                          opaque_reason=f"the {d['api']} payload comes from the file {d['body_file']}, which the "
+                          opaque_reason=f"the {d['api']} payload comes from the file {unseen}, which the "
                                         "guard does not read; send the JSON inline with -d '...'")
     return inv.action(tool, method, target=target, keys=keys, layer=layer, mutating=mutating,
                       opaque_reason=None if mutating is not UNKNOWN else "the HTTP method is computed at run time",

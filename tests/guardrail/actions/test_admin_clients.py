@@ -89,3 +89,19 @@ def test_a_redirection_alone_writes_its_file(cmd):
 ])
 def test_a_manifest_fetched_as_the_command_runs_is_opaque(cmd, mutating):
     assert normalise(cmd)[-1].mutating == mutating
+
+
+@pytest.mark.parametrize("cmd,keys", [
+    ("curl -XPUT db-maintenance:8081/v1/maintenance -d enabled=false", [("maintenance.enabled", False)]),
+    ("curl -XPUT db-maintenance:8081/v1/maintenance --data-urlencode 'enabled=false'", [("maintenance.enabled", False)]),
+    ("curl -X PUT svc:8000/admin/config -d 'roles.api.db.pool_size=500'", [("app.roles.api.db.pool_size", 500)]),
+])
+def test_a_form_body_to_an_admin_api_is_read_like_json(cmd, keys):
+    """A form body (key=value) was taken as opaque text: `-d enabled=false` disabled maintenance unseen."""
+    [a] = normalise(cmd)
+    assert [(k.key, k.value) for k in a.keys] == keys
+
+
+def test_an_admin_payload_uploaded_from_a_file_is_opaque():
+    [a] = normalise("curl -XPUT db-maintenance:8081/v1/maintenance -T body.json")
+    assert a.mutating == "unknown" and "body.json" in a.opaque_reason
