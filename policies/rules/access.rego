@@ -130,7 +130,7 @@ lockouts contains "CLIENT PAUSE" if {
 # an untrusted procedural language, a server plugin.
 deny contains {
 	"id": "SRE-ACCESS-003",
-	"msg": sprintf("This makes the database server run a program or load native code (%s), with the server's access to every row and file. Do not; repair the settings and rows at fault instead.", [why]),
+	"msg": sprintf("This makes the database server run a program, load native code, write a file or send SQL on, none of which the guard can read (%s), with the server's access to every row and file. Do not; repair the settings and rows at fault instead.", [why]),
 	"details": {"runs": why},
 } if {
 	input.action.mutating in {true, "unknown"}
@@ -152,4 +152,12 @@ runs_code contains substring(statement, 0, 80) if {
 	input.action.tool in sql_tools
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*create\s+(or\s+replace\s+)?(trusted\s+)?(procedural\s+)?language\b|^\s*create\s+extension\s+(if\s+not\s+exists\s+)?"?(plpython[23]?u|plperlu|pltclu|plsh|plr|pllua?u|adminpack|file_fdw|dblink|postgres_fdw)\b|^\s*install\s+(plugin|soname)\b`, statement)
+}
+
+# The server writing a file of its own choosing (COPY ... TO a path, lo_export, pg_file_write: a data file
+# overwritten), or SQL sent on to another server the guard does not read (dblink).
+runs_code contains substring(statement, 0, 80) if {
+	input.action.tool in sql_tools
+	statement := object.get(lib.details, "statement", "")
+	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_write\s*\(|\bdblink(_exec)?\s*\(`, statement)
 }

@@ -74,3 +74,11 @@ test_making_the_server_run_code_is_denied if {
 	}
 	not "SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in("CREATE EXTENSION pg_stat_statements", [])
 }
+
+test_the_server_writing_files_or_sending_sql_on_is_denied if {
+	every stmt in ["COPY (SELECT '') TO '/var/lib/postgresql/data/PG_VERSION'", "SELECT lo_export(1, '/tmp/x')",
+		"SELECT * FROM dblink('host=x', 'DELETE FROM t') AS t(a int)"] {
+		"SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in(stmt, [])
+	}
+	not "SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in("COPY t TO STDOUT", [])
+}

@@ -47,6 +47,10 @@ deny contains {
 
 destroys_data(st) if regex.match(`(?is)\b(drop|truncate)\s+(column|partition|subpartition)\b|\bcreate\s+or\s+replace\s+table\b`, st)
 
+# A table's rows thrown away by its storage: MySQL's BLACKHOLE engine keeps none, DISCARD TABLESPACE removes the
+# data file, a column's type changed USING a constant overwrites every value.
+destroys_data(st) if regex.match(`(?is)\balter\s+table\b.*(\bengine\s*=?\s*['"]?blackhole\b|\bdiscard\s+tablespace\b|\btype\s+[\w ()]+\s+using\s+('[^']*'|\d+|null)\s*(;|$))`, st)
+
 # MySQL's `ALTER TABLE t DROP body`: the COLUMN keyword is optional there. Not a default, a NOT NULL, an index or
 # a constraint dropped, which lose no rows.
 destroys_data(st) if {

@@ -231,3 +231,16 @@ test_rename_of_an_index_or_a_rename_free_alter_does_not_warn if {
 		not "SRE-DATA-014" in found
 	}
 }
+
+test_storage_that_throws_rows_away_is_destroying_data if {
+	every stmt in [
+		"ALTER TABLE tabUser ENGINE=BLACKHOLE",
+		"ALTER TABLE tabUser DISCARD TABLESPACE",
+		"ALTER TABLE order_order ALTER COLUMN total TYPE int USING 0",
+	] {
+		"SRE-DATA-002" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "alter table", "mutating": true, "details": {"statement": stmt}}}
+	}
+	every stmt in ["ALTER TABLE t ENGINE=InnoDB", "ALTER TABLE t ALTER COLUMN c TYPE bigint"] {
+		not "SRE-DATA-002" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "alter table", "mutating": true, "details": {"statement": stmt}}}
+	}
+}

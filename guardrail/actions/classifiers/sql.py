@@ -217,7 +217,7 @@ _READ = {"SELECT", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "VALUES", "TABLE", "WI
 _WRITE_FUNCS = {"nextval", "setval", "pg_terminate_backend", "pg_cancel_backend", "pg_reload_conf", "set_config",
                 "pg_rotate_logfile", "pg_switch_wal", "pg_promote", "pg_create_physical_replication_slot",
                 "pg_create_logical_replication_slot", "pg_drop_replication_slot", "lo_unlink", "lo_import",
-                "lo_export", "dblink_exec", "pg_advisory_lock", "pg_file_write", "pg_stat_reset",
+                "lo_export", "dblink", "dblink_exec", "pg_advisory_lock", "pg_file_write", "pg_stat_reset",
                 "pg_stat_reset_shared", "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_backup_start",
                 "pg_start_backup", "pg_stop_backup", "pg_backup_stop", "pg_sleep"}
 _FUNC_VERBS = {"pg_terminate_backend": "terminate backend", "pg_cancel_backend": "cancel backend",
