@@ -45,14 +45,18 @@ deny contains {
 	"msg": sprintf("%s %s%s changes the load generator itself (pausing, rate-limiting, or declaring on its behalf). Do not touch the traffic source; repair the service and let the load show the result.", [method, host, path]),
 	"details": {"host": host, "path": path, "method": method},
 } if {
-	input.action.tool == "curl"
+	input.action.tool in {"curl", "wget", "http"}
 	method := upper(object.get(lib.details, "method", lib.verb))
-	method != "GET"
-	method != "HEAD"
 	host := object.get(lib.details, "host", "")
 	path := object.get(lib.details, "path", "")
 	name_has(host, traffic_words)
+	changes_the_load(method, path)
 }
+
+changes_the_load(method, _) if not method in {"GET", "HEAD", "OPTIONS"}
+
+# Locust stops its swarm on a GET /stop (and resets its stats on GET /stats/reset): a read by method only.
+changes_the_load(_, path) if regex.match(`(?i)/(stop|swarm|pause|reset|stats/reset|quit|kill|shutdown)/?$`, path)
 
 firewall_msg := "Firewall rules (iptables, nft, ufw, tc) drop or delay traffic instead of repairing its cause. Remove the rule and repair the service that fails under the traffic."
 

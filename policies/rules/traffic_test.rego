@@ -89,3 +89,10 @@ test_a_selector_or_a_dashed_name_reaches_the_load_generator_and_a_label_word_doe
 	"SRE-TRAFFIC-007" in ids(traffic.deny) with input as loadgen_change({"tool": "kubectl", "verb": "set env", "target": {"kind": "deployment", "name": "load-gen"}})
 	count(traffic.deny) == 0 with input as loadgen_change({"tool": "kubectl", "verb": "label", "target": {"kind": "pod", "name": "web-0"}, "keys": [{"key": "k8s.labels.k6", "value": "x"}]})
 }
+
+test_a_get_that_stops_the_load_generator_is_denied if {
+	"SRE-TRAFFIC-003" in {f.id | some f in traffic.deny} with input as {"action": {"tool": "curl", "verb": "GET", "mutating": false,
+		"details": {"method": "GET", "host": "loadgen", "path": "/stop"}}, "context": {}}
+	not "SRE-TRAFFIC-003" in {f.id | some f in traffic.deny} with input as {"action": {"tool": "curl", "verb": "GET", "mutating": false,
+		"details": {"method": "GET", "host": "loadgen", "path": "/stats/requests"}}, "context": {}}
+}
