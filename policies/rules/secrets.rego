@@ -33,6 +33,12 @@ reads_secret_values if {
 	regex.match(`(?i)(\s-o\s*|--output[= ])(yaml|json|jsonpath|go-template|custom-columns)`, t)
 }
 
+# --template alone prints through a Go template (`{{range .items}}{{.data}}{{end}}`): the values.
+reads_secret_values if {
+	some t in lib.texts
+	regex.match(`(?i)\s--template[= ]`, t)
+}
+
 # The API read directly: `kubectl get --raw /api/v1/namespaces/x/secrets[/name]`.
 deny contains {
 	"id": "SRE-SECRET-001",
@@ -147,6 +153,11 @@ pod_env_read if {
 # Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example
 # env file, a password line filtered out) never hides another in the same text.
 credential_read(t) if regex.match(`(?i)/proc/[^/\s]+/environ|\.pgpass|\.my\.cnf|/etc/shadow`, t)
+
+# Files that hold credentials by their name or place: a mounted secret (/etc/secrets/..., /app/secrets/...; not
+# /run/secrets/NAME, which a client is fed from with $(cat ...)), a secrets.yaml, a kubeconfig, an SSH private key,
+# cloud and registry credentials.
+credential_read(t) if regex.match(`(?i)\b(cat|tac|head|tail|less|more|strings|xxd|od|base64|cp|scp|nl|jq|yq)\s+[^|;&]*((/etc|/app|/opt|/srv|/config|/mnt|/home|~)[^\s|;&]*/secrets?/[^\s|;&]|\bsecrets?\.(ya?ml|json|env|txt|properties)\b|\.kube/config\b|\.ssh/id_|\bid_(rsa|ed25519|ecdsa|dsa)\b|\.aws/credentials|\.docker/config\.json|\.netrc\b|\.git-credentials)`, t)
 
 # An env file printed with cat: `.env`, `.env.local`, `.env-prod`; not an example (.env.example, .sample, .template,
 # .dist), nor a longer name (.envrc, .environment).

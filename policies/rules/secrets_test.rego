@@ -148,3 +148,13 @@ test_a_grep_for_pass_or_auth_in_a_redis_config_is_a_secret_read if {
 	"SRE-SECRET-003" in ids(secrets.deny) with input as shell_read("cat /etc/redis/redis.conf | grep -i auth")
 	count(secrets.deny) == 0 with input as shell_read("grep maxmemory /etc/redis/redis.conf")
 }
+
+test_credential_files_by_name_or_place_are_denied if {
+	every raw in ["cat /etc/secrets/db-password", "cat /app/config/secrets.yaml", "cat ~/.kube/config", "cat ~/.ssh/id_rsa",
+		"head -c 100 /home/u/.aws/credentials"] {
+		"SRE-SECRET-003" in {f.id | some f in secrets.deny} with input as {"action": {"tool": "cat", "verb": "cat", "mutating": false, "raw": raw}, "command": raw}
+	}
+	every raw in ["ls /etc/secrets/", "cat /etc/app/app.yaml", "grep -c secrets.yaml.example notes.txt"] {
+		not "SRE-SECRET-003" in {f.id | some f in secrets.deny} with input as {"action": {"tool": "cat", "verb": "cat", "mutating": false, "raw": raw}, "command": raw}
+	}
+}
