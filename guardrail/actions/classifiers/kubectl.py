@@ -223,6 +223,15 @@ class Kubectl:
         a.keys = [KeyChange(key="k8s.replicas", value=value, scope=self._scope(a))]
 
     def _delete(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        files = a.details.get("files", [])
+        if files:
+            # What a manifest names is deleted: read it when it is on stdin (a heredoc), else it cannot be known.
+            if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
+                self._manifests(a, inv.stdin.text, ns)
+            elif a.mutating is True:
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl delete -f {files[0]} deletes what the manifest names, which the guard "
+                                   "does not read; delete the objects by kind and name")
         kinds = a.details.get("resource_kinds", [])
         if "pod" in kinds:
             a.details["restart"] = True
@@ -370,6 +379,9 @@ class Kubectl:
 
     def _manifests(self, a: Action, text: str, ns: str | None) -> None:
         docs = [d for d in load_yaml(text, stream=True) or [] if isinstance(d, dict)]
+        # A `kind: List` holds its objects under items.
+        docs = [i for d in docs for i in ([x for x in d.get("items") or [] if isinstance(x, dict)]
+                                         if str(d.get("kind", "")).endswith("List") else [d])]
         objs = [(kind_of(str(d.get("kind", ""))), _name_of(d)) for d in docs]
         # What the manifest's containers run (a Job's `command: [redis-cli, FLUSHALL]`): the kubectl wrapper
         # judges each as a command run in that pod, and takes this list out of the details.
@@ -382,6 +394,13 @@ class Kubectl:
             a.target = Target(kind=objs[0][0], name=objs[0][1], namespace=ns)
             a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
             a.details["resource_kinds"] = sorted({k for k, _ in objs})
+        # A workload's replicas, as `kubectl scale` sets them (`replicas: 0` in an applied Deployment).
+        for d, (kind, name) in zip(docs, objs):
+            spec = d.get("spec")
+            if isinstance(spec, dict) and "replicas" in spec and a.verb != "delete":
+                scope = {"kind": kind, "name": name, **({"namespace": ns} if ns else {})}
+                a.keys.append(KeyChange(key="k8s.replicas", value=spec["replicas"], scope=scope))
+                a.details.setdefault("replicas", spec["replicas"])
 
     def _cp(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         if len(rest) < 2:
