@@ -133,7 +133,22 @@ deny contains {
 	input.action.tool == "file"
 	lib.verb in {"rm", "delete", "remove", "truncate"}
 	path := object.get(lib.details, "path", lib.target_name)
-	regex.match(data_paths, path)
+	data_path(path)
+}
+
+# The data directories themselves, for a path written as a glob (`rm -rf /var/lib/postgres*`, `{postgresql,x}`).
+data_dirs := ["/var/lib/postgresql", "/var/lib/pgsql", "/var/lib/mysql", "/var/lib/mariadb", "/var/lib/redis",
+	"/var/lib/kafka", "/data", "/bitnami/redis", "/bitnami/mariadb", "/bitnami/postgresql"]
+
+# A path as the kernel resolves it: `//var//lib`, `/var/lib/./postgresql` are /var/lib/postgresql.
+clean_path(p) := regex.replace(regex.replace(p, `/(\./)+`, "/"), `/{2,}`, "/")
+
+data_path(p) if regex.match(data_paths, clean_path(p))
+
+data_path(p) if {
+	regex.match(`[*?\[{]`, p)
+	some d in data_dirs
+	glob.match(clean_path(p), ["/"], d)
 }
 
 # Emptied by a redirection (`> dump.rdb`), overwritten (`cp /dev/null`, `tee`, `dd of=`), edited in place, or all
@@ -150,7 +165,7 @@ deny contains {
 	input.action.tool == "file"
 	lib.verb in {"write", "append", "edit"}
 	path := object.get(lib.details, "path", lib.target_name)
-	regex.match(data_files_written, path)
+	regex.match(data_files_written, clean_path(path))
 	not regex.match(`\.(conf|cnf)$`, path)
 }
 
@@ -162,7 +177,7 @@ deny contains {
 	input.action.tool == "file"
 	lib.verb == "chmod"
 	path := object.get(lib.details, "path", lib.target_name)
-	regex.match(data_paths, path)
+	data_path(path)
 	some t in lib.texts
 	mode := regex.find_n(`\b0?000\b|\ba-rwx\b|\bugo?-rwx\b|\b[ugoa]*=\s`, t, 1)[0]
 }

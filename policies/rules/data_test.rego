@@ -244,3 +244,13 @@ test_storage_that_throws_rows_away_is_destroying_data if {
 		not "SRE-DATA-002" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "alter table", "mutating": true, "details": {"statement": stmt}}}
 	}
 }
+
+test_a_data_directory_however_written_is_a_data_directory if {
+	every path in ["/var/lib/postgres*", "/var/lib/postgresq?", "/var/lib/{postgresql,x}", "//var//lib//postgresql",
+		"/var/lib/./postgresql", "/var/lib/*"] {
+		"SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
+	}
+	every path in ["/var/log/app/*", "/tmp/x*", "/var/lib/postgresql-backup-notes.txt"] {
+		not "SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
+	}
+}
