@@ -282,6 +282,13 @@ class Kubectl:
                         k, eq, v = part.partition("=")
                         if eq:
                             a.keys.append(KeyChange(key=f"k8s.resources.{opt[2:]}.{k}", value=v, scope=scope))
+        if a.mutating is True and sub in _TEMPLATE_SETS and a.target.kind in _WORKLOAD_KINDS:
+            a.details["restart"] = True  # the pod template changes: the controller replaces every pod
+
+    def _rollout_undo(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any,
+                      ns: str | None) -> None:
+        if a.mutating is True:
+            a.details["restart"] = True  # the previous pod template comes back: every pod is replaced
 
     def _patch(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         body = p.get("-p")
@@ -484,6 +491,12 @@ _REMOTE_KUSTOMIZATION = re.compile(r"^(\w[\w+.-]*://|git@|[a-z0-9-]+(\.[a-z0-9-]
 
 def _remote_kustomization(path: str) -> bool:
     return bool(_REMOTE_KUSTOMIZATION.search(path))
+
+
+# `kubectl set` subcommands that change a workload's pod template, and the kinds whose controller then replaces its
+# pods (a restart of the component, as `rollout restart` is).
+_TEMPLATE_SETS = frozenset({"env", "image", "resources", "serviceaccount", "sa"})
+_WORKLOAD_KINDS = frozenset({"deployment", "statefulset", "daemonset", "replicaset"})
 
 
 def _name_of(doc: dict) -> str:
