@@ -52,6 +52,11 @@ class RestartSvc:
             keys = [KeyChange(key=k, value=v, scope={"role": role}) for k, v in flatten(obj, f"app.roles.{role}")]
         else:
             details["stdin"] = why
+            if inv.stdin is not None and inv.stdin.text is None:
+                # `restart-svc.sh auth < body.json`, `jq ... | restart-svc.sh auth`: the config it writes is not seen.
+                return [inv.action("restart-svc.sh", "reconfigure", target=target, layer=Layer.DECLARED,
+                                   mutating=UNKNOWN, details=details,
+                                   opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
         return [inv.action("restart-svc.sh", "reconfigure", target=target, keys=keys, layer=Layer.DECLARED,
                            mutating=True, details=details)]
 
@@ -83,6 +88,11 @@ class ReconfigureInfra:
                 keys += flags
         else:
             details["stdin"] = why
+            if inv.stdin is not None and inv.stdin.text is None:
+                return [inv.action("reconfigure-infra.sh", "reconfigure",
+                                   target=Target(kind="component", name=component, namespace=inv.where.namespace),
+                                   layer=Layer.DECLARED, mutating=UNKNOWN, details=details,
+                                   opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
         for a in args:
             k, eq, v = a.partition("=")
             if eq and not k.startswith("-"):
