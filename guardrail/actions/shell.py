@@ -169,6 +169,9 @@ class ShellWalker:
             self.emit([inv.opaque(_txt(node)[:40], f"command name {_txt(node)[:40]!r} is a glob: it runs whatever "
                                                    "file matches, which cannot be known before it runs")])
             return None
+        if t == "test_command" and _RUNS_LATER.search(_txt(node)):
+            self.emit([_runs_later_action(Invocation(argv=[Word.of("[[")], where=self.where, raw=_txt(node)))])
+            return None
         if t in _WORDISH or t == "test_command":
             self.substitutions(node)
             return None
@@ -240,6 +243,9 @@ class ShellWalker:
 
     def declaration(self, node: Node) -> None:
         # export / declare / local / readonly / unset: shell state only, unless a substitution runs something.
+        if _RUNS_LATER.search(_txt(node)):
+            self.emit([_runs_later_action(Invocation(argv=[Word.of("declare")], where=self.where, raw=_txt(node)))])
+            return
         self.substitutions(node)
         kw = _txt(node.children[0]) if node.children else "declare"
         assigned = [c for c in node.children if c.type == "variable_assignment"]
@@ -412,6 +418,9 @@ class ShellWalker:
             argv[0] = word_of(name_node)
         effective = in_stdin or own_stdin or stdin
         inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
+        if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
+            self.emit([_runs_later_action(inv)])
+            return None
         self.emit(self.n.dispatch(inv))
         out = _output_of(inv)
         for path, append in all_writes:
@@ -437,6 +446,19 @@ def _dropped_words(stmt: Node, body: Node, redirects: list[Node]) -> list[Word]:
     first = min(r.start_byte for r in redirects)
     gap = stmt.text[body.end_byte - stmt.start_byte:first - stmt.start_byte].decode("utf-8", "replace").split()
     return [Word.of(w) for w in gap if not re.fullmatch(r"[0-9]*[<>&|]+.*", w)]
+
+
+# An array subscript holding a command substitution, which bash runs when it evaluates the subscript (`test -v
+# 'a[$(cmd)]'`, `let 'a[$(cmd)]'`, `printf -v 'a[$(cmd)]'`), though the quotes keep the shell from running it
+# where it stands; and ${x@P}, which expands a variable's value as a prompt, substitutions and all.
+_RUNS_LATER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*(\$\(|`)|@P\}")
+_EVALUATES_NAMES = frozenset({"test", "[", "let", "printf", "read", "declare", "typeset", "local", "export",
+                              "readonly", "unset", "mapfile", "readarray", "shift", "return", "exit"})
+
+
+def _runs_later_action(inv: Invocation) -> Action:
+    return inv.opaque("evaluated", "bash evaluates an array subscript or a prompt expansion here, running the command "
+                      "inside it; run the command plainly instead")
 
 
 def _runs_code_action(inv: Invocation, name: str) -> Action:
