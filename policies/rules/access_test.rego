@@ -82,3 +82,9 @@ test_the_server_writing_files_or_sending_sql_on_is_denied if {
 	}
 	not "SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in("COPY t TO STDOUT", [])
 }
+
+test_a_connection_ceiling_taken_to_nothing_is_a_lockout if {
+	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_connections", "value": 1}]}, "context": {}}
+	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]}, "context": {}}
+	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": 200}]}, "context": {}}
+}
