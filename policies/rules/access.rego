@@ -122,12 +122,12 @@ lockouts contains sprintf("ACL SETUSER %s off", [object.get(lib.details, "user",
 }
 
 # A server's connection ceiling taken to (almost) nothing: only a superuser's reserved slot, or none, is left.
+# (MySQL's max_user_connections is not one: 0 there, global or per user, means no limit.)
 lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	parts := split(k.key, ".")
-	parts[count(parts) - 1] in {"max_connections", "max_user_connections", "maxclients", "max_client_conn"}
+	parts[count(parts) - 1] in {"max_connections", "maxclients", "max_client_conn"}
 	to_number(k.value) <= 1
-	not k.key == "mariadb.max_user_connections"  # 0 there means no limit
 }
 
 lockouts contains "CLIENT PAUSE" if {
