@@ -13,6 +13,7 @@ from guardrail.actions.classifiers import (  # noqa: F401  (imported for registr
     kubectl,
     mysql,
     postgres,
+    readers,
     redis,
     staples,
 )
