@@ -76,7 +76,8 @@ def default_guard_factory(env: Any, context: Any) -> Any:
 @click.option("--agent", "agent_spec", required=True,
               help="replay:<solution>, script:PATH, persona:<name>, calibrated or llm:<model>")
 @click.option("--arm", type=click.Choice(["unguarded", "guarded"]), default="unguarded", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True,
+              help="The episode's seed (0 or more; bench runs seeds 0..N-1).")
 @click.option("--env", "env_name", type=click.Choice(["twin", "live"]), default="twin", show_default=True,
               help="twin: the digital twin (virtual time); live: real servers on loopback (arena/live, about a "
                    "minute or two per episode).")

@@ -142,3 +142,13 @@ def test_an_llm_agent_whose_chat_api_is_unreachable_is_exit_3_not_a_failed_run(r
     r = runner.invoke(cli, ["run", "ia-011", "--agent", "llm:test-model", "--json", str(out)])
     assert r.exit_code == 3 and "chat_error" in r.output
     assert json.loads(out.read_text())["agent_detail"]["stop_reason"].startswith("chat_error")
+
+
+def test_run_refuses_a_negative_seed():
+    from click.testing import CliRunner
+
+    from guardrail.cli import _register, cli
+
+    _register()
+    r = CliRunner().invoke(cli, ["run", "ia-011", "--agent", "replay:reference", "--seed", "-5"])
+    assert r.exit_code == 2 and "--seed" in r.output
