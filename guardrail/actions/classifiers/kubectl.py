@@ -15,6 +15,7 @@ from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
 
 __all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv",
@@ -183,6 +184,9 @@ class Kubectl:
                          mutating=mutating, details=details)
         if handler is not None:
             handler(inv, act, p, rest, resources, ns)
+        if act.details.get("dest_path"):
+            # The file the copy writes in the pod, judged as any write of that file (a datastore's data file).
+            return [act, file_write(inv, act.details["dest_path"], by="kubectl cp", pod=act.target.name)]
         computed = [str(w) for w in rest if w.dynamic]
         if act.mutating is True and verb not in ("exec", "cp", "run", "port-forward", "attach", "debug") and (
                 computed or inv.args_pending):
@@ -420,6 +424,7 @@ class Kubectl:
             a.target = Target(kind="pod", name=pod, namespace=ns)
             a.keys = [KeyChange(key=f"file:{path}", value=None)]
             a.layer = Layer.RUNTIME
+            a.details["dest_path"] = path
         else:
             a.target = Target(kind="file", name=dst)
             a.keys = [KeyChange(key=f"file:{dst}", value=None)]

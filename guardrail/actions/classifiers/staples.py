@@ -444,5 +444,16 @@ class ServiceManager:
         target = Target(kind="component", name=unit.removesuffix(".service"), namespace=inv.where.namespace)
         if verb in _UNIT_READS:
             return [inv.action(inv.name, verb, target=target, mutating=False)]
-        details = {"restart": True} if verb in ("restart", "stop", "kill", "try-restart", "reload-or-restart") else {}
+        if inv.name == "systemctl" and verb in _HOST_STATES:
+            # The machine's own state: powered off, rebooted, or every unit but a rescue shell stopped.
+            return [inv.action(inv.name, f"systemctl {verb}", target=target, mutating=True,
+                               details={"host_change": f"systemctl {verb}"})]
+        now = any(str(a) == "--now" for a in inv.args)
+        stops = verb in ("restart", "stop", "kill", "try-restart", "reload-or-restart") or \
+            (now and verb in ("disable", "mask"))  # `disable --now`: stopped, and not started again at boot
+        details = {"restart": True} if stops else {}
         return [inv.action(inv.name, verb, target=target, mutating=True, details=details)]
+
+
+_HOST_STATES = frozenset({"isolate", "poweroff", "reboot", "halt", "kexec", "rescue", "emergency", "suspend",
+                          "hibernate", "hybrid-sleep", "soft-reboot", "default", "exit", "switch-root"})

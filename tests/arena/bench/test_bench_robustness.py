@@ -296,7 +296,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_sigterm_with_two_jobs_leaves_no_worker_and_only_whole_lines(tmp_path: Path):
     out = tmp_path / "b"
-    code = ("from guardrail.cli import main; main(['bench', '--scenarios', 'ia-011', '--seeds', '40', "
+    code = ("from guardrail.cli import main; main(['bench', '--scenarios', 'ia-011', '--seeds', '400', "
             f"'--no-detection', '--responsiveness', '', '--jobs', '2', '--json', '--out', {str(out)!r}])")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
