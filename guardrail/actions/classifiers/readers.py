@@ -8,25 +8,22 @@ it is. Registered by command name; called by `Normaliser.dispatch`.
 
 from __future__ import annotations
 
-import re
-
-from guardrail.actions.classifiers.base import register
+from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import Action
 from guardrail.actions.shell import file_write
+from guardrail.actions.words import Word
 
 __all__ = ["Decompressors", "Tar", "Git", "Openssl", "SchemaDump"]
 
-
-def _flags(args: list[str]) -> set[str]:
-    """Single-letter flags of short options (`-dc` -> {d, c}) and the long options as given."""
-    out: set[str] = set()
-    for a in args:
-        if a.startswith("--"):
-            out.add(a.split("=", 1)[0])
-        elif a.startswith("-") and len(a) > 1:
-            out.update(a[1:])
-    return out
+# The options that take a value, so that a value is not read as flags (`xz -T 0`, `tar -f x.tgz`).
+_COMPRESSOR = OptionSpec.of(["-S", "--suffix", "-T", "--threads", "-M", "--memlimit", "-F", "--format", "-o",
+                             "--output"], {"--output": "-o"})
+_TAR = OptionSpec.of(["-f", "--file", "-C", "--directory", "-T", "--files-from", "-X", "--exclude-from", "-b",
+                      "-I", "--use-compress-program", "--to-command", "--checkpoint-action"],
+                     {"--file": "-f", "--directory": "-C", "--files-from": "-T", "--exclude-from": "-X",
+                      "--use-compress-program": "-I"})
+_DUMP = OptionSpec.of(["-f", "--file", "-r", "--result-file"], {"--file": "-f", "--result-file": "-r"})
 
 
 @register
@@ -37,11 +34,12 @@ class Decompressors:
                 "zstd", "unzstd")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        args = [str(a) for a in inv.args]
         if inv.name.endswith("cat"):
             return [inv.action(inv.name, inv.name, mutating=False)]
-        f = _flags(args)
-        if f & {"c", "l", "t", "--stdout", "--to-stdout", "--list", "--test"}:
+        p = _COMPRESSOR.parse(list(inv.args))
+        if p.get("-o") is not None:  # zstd -o FILE: the output goes to that file
+            return [inv.action(inv.name, inv.name, mutating=False), file_write(inv, str(p.get("-o")), by=inv.name)]
+        if p.has("-c", "-l", "-t", "--stdout", "--to-stdout", "--list", "--test"):
             return [inv.action(inv.name, inv.name, mutating=False)]
         # Without -c the file is replaced by its (de)compressed copy: both files change.
         return [inv.opaque(inv.name, f"{inv.name} without -c replaces files in place; read with {inv.name} -dc FILE "
@@ -55,13 +53,14 @@ class Tar:
     commands = ("tar",)
 
     def classify(self, inv: Invocation) -> list[Action]:
-        args = [str(a) for a in inv.args]
-        first = args[0] if args else ""
-        # `tar tzf x` (old style, no dash), `tar -tzf x`, `tar --list -f x`.
-        mode = set(first) if first and not first.startswith("-") else _flags(args)
-        if ("t" in mode or "--list" in mode) and not ({"x", "c", "r", "u", "A"} & mode) and \
-                not any(a.startswith("--to-command") or a.startswith("--use-compress-program") or
-                        a.startswith("--checkpoint-action") or a == "-I" for a in args):
+        args = list(inv.args)
+        # `tar tzf x` (old style: the first word is the bundled letters, no dash), `tar -tzf x`, `tar --list -f x`.
+        if args and not args[0].startswith("-"):
+            args = [Word.of("-" + args[0]), *args[1:]]
+        p = _TAR.parse(args)
+        if p.has("-t", "--list") and not p.has("-x", "-c", "-r", "-u", "-A", "--extract", "--get", "--create",
+                                               "--append", "--update", "--catenate", "--concatenate", "--delete") \
+                and not p.has("-I", "--to-command", "--checkpoint-action"):
             return [inv.action("tar", "list", mutating=False)]
         return [inv.opaque("tar", "tar extracts or writes files the guard cannot enumerate before it runs; list the "
                            "archive with tar tf", tool="tar")]
@@ -124,17 +123,11 @@ class SchemaDump:
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [str(a) for a in inv.args]
-        out = None
-        for n, a in enumerate(args):
-            if a in ("-f", "--file", "-r", "--result-file") and n + 1 < len(args):
-                out = args[n + 1]
-            elif re.match(r"^(--file|--result-file)=", a):
-                out = a.split("=", 1)[1]
-            elif re.match(r"^-[fr]\S", a):
-                out = a[2:]
+        p = _DUMP.parse(list(inv.args))
+        out = p.get("-f") or p.get("-r")
         acts = [inv.action(inv.name, "dump", mutating=False,
                            details={"schema_only": any(a in ("--schema-only", "-s", "--no-data", "-d")
                                                        for a in args)})]
         if out is not None and out != "-":
-            acts.append(file_write(inv, out, by=inv.name))
+            acts.append(file_write(inv, str(out), by=inv.name))
         return acts

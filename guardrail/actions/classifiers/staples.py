@@ -28,7 +28,7 @@ class ReadOnly:
     commands = tuple(c for c in catalogue().read_only if c not in _OWNED_ELSEWHERE)
 
     def classify(self, inv: Invocation) -> list[Action]:
-        args = [str(a) for a in inv.args]
+        args = list(inv.args)
         check = _UNLESS.get(inv.name)
         found = check(args) if check is not None else None
         if found is None:
@@ -43,17 +43,7 @@ class ReadOnly:
         return [inv.action(inv.name, what, mutating=True, details={"host_change": what})]
 
 
-def _option_value(args: list[str], *names: str) -> str | None:
-    """The value of the first of `names` given (`-o F`, `-oF`, `--output=F`, `--output F`)."""
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                return args[i + 1]
-            if n.startswith("--") and a.startswith(n + "="):
-                return a[len(n) + 1:]
-            if not n.startswith("--") and a.startswith(n) and len(a) > len(n) and len(n) == 2:
-                return a[2:]
-    return None
+_OUTPUT = OptionSpec.of(["-o", "--output"], {"--output": "-o"})
 
 
 def _positionals(args: list[str]) -> list[str]:
@@ -61,8 +51,8 @@ def _positionals(args: list[str]) -> list[str]:
 
 
 def _sort(args: list[str]) -> tuple[str, str] | None:
-    out = _option_value(args, "-o", "--output")
-    return ("write", out) if out else None
+    out = _OUTPUT.parse(args).get("-o")
+    return ("write", str(out)) if out else None
 
 
 def _second_positional(args: list[str]) -> tuple[str, str] | None:
@@ -72,8 +62,8 @@ def _second_positional(args: list[str]) -> tuple[str, str] | None:
 
 
 def _tree(args: list[str]) -> tuple[str, str] | None:
-    out = _option_value(args, "-o")
-    return ("write", out) if out else None
+    out = _OUTPUT.parse(args).get("-o")
+    return ("write", str(out)) if out else None
 
 
 def _yq(args: list[str]) -> tuple[str, str] | None:
