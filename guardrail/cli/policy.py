@@ -39,15 +39,30 @@ def policy() -> None:
 @policy.command("test")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 @click.option("-v", "--verbose", is_flag=True, help="Also print each test's duration.")
-def test_cmd(directory: Path | None, verbose: bool) -> None:
+@click.option("-r", "--run", "run", metavar="REGEX", default=None,
+              help="Only the tests whose full name (data.<package>.<test_name>) this regular expression matches.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON document.")
+def test_cmd(directory: Path | None, verbose: bool, run: str | None, as_json: bool) -> None:
     """Run every test_ rule of the *_test.rego files, like `opa test`. Exits 1 when any test fails, 2 when
-    there is none. A DIRECTORY of your own rules (no `package guardrail`) is tested on the library
-    (GUARDRAIL_POLICY_DIR when set, else the shipped policies): its tests can import data.guardrail.lib, and only its own tests run."""
-    report = run_rego_tests(directory)
+    there is none (or none --run selects). A DIRECTORY of your own rules (no `package guardrail`) is tested on
+    the library (GUARDRAIL_POLICY_DIR when set, else the shipped policies): its tests can import
+    data.guardrail.lib, and only its own tests run."""
+    try:
+        pattern = None if run is None else re.compile(run)
+    except re.error as e:
+        raise click.BadParameter(f"{run!r} is not a regular expression: {e}", param_hint="--run") from None
+    report = run_rego_tests(directory, run=pattern)
     if not report.results:
         # Like `opa test` run on a tree with no tests: nothing was tested, which is not a pass. Tests are the
         # test_ rules of *_test.rego files (guardrail/policy/loader.py); rules in other files are not run.
-        raise InputError("no test_ rules found in *_test.rego files", path=str(directory or policy_dir()))
+        what = "no test_ rules found in *_test.rego files"
+        raise InputError(what if pattern is None else f"{what} match --run {run!r}",
+                         path=str(directory or policy_dir()))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+        if report.failed:
+            raise SystemExit(1)
+        return
     for r in report.results:
         line = f"{r.status} {r.where}: data.{r.package}.{r.name}"
         if r.message:

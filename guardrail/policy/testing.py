@@ -59,19 +59,34 @@ class RegoTestReport:
     def summary(self) -> str:
         return f"{self.passed} passed, {self.failed} failed"
 
+    def to_json(self) -> dict:
+        """The report as `guardrail policy test --json` prints it."""
+        return {"passed": self.passed, "failed": self.failed,
+                "tests": [{"package": r.package, "name": r.name, "path": r.path, "line": r.line,
+                           "status": r.status, "message": r.message, "duration_ms": round(r.duration_ms, 3)}
+                          for r in self.results]}
 
-def run_rego_tests(root: str | Path | None = None, *,
+
+def run_rego_tests(root: str | Path | None = None, *, run: re.Pattern[str] | None = None,
                    clock: Callable[[], float] = time.perf_counter) -> RegoTestReport:
-    """Load the tree (PolicyLoadError on a bad module) and evaluate every test rule.
+    """Load the tree (PolicyLoadError on a bad module) and evaluate every test rule, or with `run` only those
+    whose full name `data.<package>.<test_name>` it matches (searched, as `opa test --run` does).
 
     Each test package is evaluated as one document (one prepared query per package, not per test: preparing a
-    query is the expensive part); a package whose evaluation errors is re-run test by test to find the culprit.
+    query is the expensive part); a package whose evaluation errors, or of which `run` selects only some tests,
+    is run test by test (so a broken test `run` leaves out cannot fail the ones it selects).
     """
     tree = PolicyTree.load(root)
     engine = compile_tree(tree, tests=True)
     results = []
     try:
         for m in tree.test_modules:
+            chosen = [n for n in m.tests if run is None or run.search(f"data.{m.package}.{n}")]
+            if not chosen:
+                continue
+            if len(chosen) < len(m.tests):
+                results.extend(_one_by_one(engine, m, clock, chosen))
+                continue
             start = clock()
             try:
                 rows = engine.eval_query(f"x := data.{m.package}")
@@ -94,9 +109,9 @@ def run_rego_tests(root: str | Path | None = None, *,
     return RegoTestReport(tuple(results))
 
 
-def _one_by_one(engine, m, clock) -> list[RegoTestResult]:
+def _one_by_one(engine, m, clock, names=None) -> list[RegoTestResult]:
     out = []
-    for name in m.tests:
+    for name in m.tests if names is None else names:
         start = clock()
         try:
             rows = engine.eval_query(f"x := data.{m.package}.{name}")

@@ -43,6 +43,38 @@ def test_policy_test_fails_on_a_failing_test(tmp_path):
     assert r.output.strip().splitlines()[-1] == "1 passed, 1 failed"
 
 
+def _two_tests(tmp_path):
+    (tmp_path / "x.rego").write_text("package x\n\nallow if input.ok\n")
+    (tmp_path / "x_test.rego").write_text(
+        "package x_test\n\nimport data.x\n\ntest_ok if x.allow with input as {\"ok\": true}\n\n"
+        "test_wrong if x.allow with input as {\"ok\": false}\n")
+
+
+def test_policy_test_run_selects_tests_by_full_name(tmp_path):
+    _two_tests(tmp_path)
+    r = run("policy", "test", str(tmp_path), "--run", "x_test.test_ok$")
+    assert r.exit_code == 0, r.output  # the failing test is not selected, so it does not run
+    assert r.output.strip().splitlines() == ["PASS x_test.rego: data.x_test.test_ok", "1 passed, 0 failed"]
+    r = run("policy", "test", str(tmp_path), "-r", "wrong")
+    assert r.exit_code == 1 and r.output.strip().splitlines()[-1] == "0 passed, 1 failed"
+    r = CliRunner().invoke(cli, ["policy", "test", str(tmp_path), "--run", "nothing_like_this"])
+    assert r.exit_code == 2 and "match --run 'nothing_like_this'" in r.output
+    r = CliRunner().invoke(cli, ["policy", "test", str(tmp_path), "--run", "("])
+    assert r.exit_code == 2 and r.output.startswith("error: Invalid value for --run: '(' is not a regular expression")
+
+
+def test_policy_test_json(tmp_path):
+    _two_tests(tmp_path)
+    r = run("policy", "test", str(tmp_path), "--json")
+    assert r.exit_code == 1
+    doc = json.loads(r.output)
+    assert (doc["passed"], doc["failed"]) == (1, 1)
+    by_name = {t["name"]: t for t in doc["tests"]}
+    assert by_name["test_ok"]["status"] == "PASS" and by_name["test_ok"]["package"] == "x_test"
+    assert by_name["test_wrong"] == {**by_name["test_wrong"], "status": "FAIL", "message": "undefined",
+                                     "path": "x_test.rego", "line": 7}
+
+
 def test_a_rego_file_that_is_not_utf8_names_its_line(tmp_path):
     (tmp_path / "x.rego").write_bytes(b"package x\n\n# caf\xe9\nallow if input.ok\n")
     r = run("policy", "test", str(tmp_path))
