@@ -15,6 +15,7 @@ when set, else the shipped one; a GUARDRAIL_POLICY_DIR of one's own rules is its
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -39,6 +40,14 @@ RULES_PREFIX = "guardrail.rules."
 # A top-level head of a deny or warn rule (opa fmt puts every head at column 0).
 _FINDING_HEAD = re.compile(r"^(deny|warn)\b(.*)$")
 _INPUT_CONTEXT = re.compile(r"\binput\s*(\.\s*context\b|\[\s*\"context\"\s*\])")
+# What a rule's text refers to, once its comments and string literals are blanked out (check_references).
+_INPUT_REF = re.compile(r"\binput\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?)?")
+_STRINGS = re.compile(r'"(?:[^"\\\n]|\\.)*"|`[^`\n]*`')
+_LIB_IMPORT = re.compile(r"^import\s+data\.guardrail\.lib(?:\s+as\s+(\w+))?\s*$", re.M)
+# A top-level rule or function head: `name := ...`, `name if`, `name(x) := ...`, `name contains`, `default name`.
+_RULE_HEAD = re.compile(r"^(?:default\s+)?([A-Za-z_]\w*)\s*(?:\(|:=|=|\bif\b|\bcontains\b|\[|\{)", re.M)
+# The input document the guard sends (guardrail/policy/embedded.py; `context` is checked on its own).
+_INPUT_FIELDS = ("action", "command", "observed", "context_ref")
 
 
 @dataclass(frozen=True)
@@ -223,6 +232,64 @@ def check_layer(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) ->
                     "input.context is absent when the guard decides (it passes the incident context by "
                     "reference): read it as lib.context (`import data.guardrail.lib`), as the library's rules do",
                     path=str(m.path), line=n)
+    check_references(own, library)
+
+
+def check_references(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) -> None:
+    """A misspelt field of the input (`input.action.tols`) or a lib rule that does not exist (`lib.tagret_kind`)
+    is undefined in Rego, not an error: the rule body stops there and the rule never fires. OPA checks input
+    only against a schema, which the guard does not pass, so such references in a team's own (non-test) rules
+    under guardrail.* are load errors naming file:line, with the nearest right name. Packages outside guardrail
+    are not the guard's (`policy eval --policy` evaluates any tree on any input) and are left alone; a module
+    that does not parse either is left to the engine, whose parse error names the line that matters."""
+    from guardrail.actions.model import Action, Target
+
+    lib_rules = {h for m in (*library, *own) if m.package == "guardrail.lib" for h in _RULE_HEAD.findall(m.source)}
+    known = {"the guard's input": _INPUT_FIELDS, "input.action": tuple(Action.model_fields),
+             "input.action.target": tuple(Target.model_fields), "data.guardrail.lib": tuple(sorted(lib_rules))}
+    for m in own:
+        if m.is_test or m.package == "guardrail.lib" or not m.package.startswith("guardrail."):
+            continue
+        problem = _unknown_reference(m, known)
+        if problem is not None and _parses(m):
+            owner, name, n = problem
+            near = difflib.get_close_matches(name, known[owner], n=1)
+            hint = f"did you mean {near[0]}?" if near else f"it has {', '.join(sorted(known[owner]))}"
+            raise PolicyLoadError(f"{owner} has no {name}, so a rule reading it never fires ({hint})",
+                                  path=str(m.path), line=n)
+
+
+def _unknown_reference(m: RegoModule, known: Mapping[str, tuple[str, ...]]) -> tuple[str, str, int] | None:
+    """The first (owner, name, line) of m that names an input field or lib rule `known` does not have."""
+    aliases = sorted({a or "lib" for a in _LIB_IMPORT.findall(m.source)})
+    lib_ref = re.compile(rf"(?<![\w.])(?:{'|'.join(map(re.escape, aliases))})\.([A-Za-z_]\w*)") if aliases else None
+    for n, ln in enumerate(m.source.splitlines(), 1):
+        code = _STRINGS.sub('""', ln).split("#", 1)[0]
+        for top, field, sub in _INPUT_REF.findall(code):
+            if top == "context":
+                continue  # check_layer's own message
+            if top not in known["the guard's input"]:
+                return "the guard's input", top, n
+            if top == "action" and field and field not in known["input.action"]:
+                return "input.action", field, n
+            if top == "action" and field == "target" and sub and sub not in known["input.action.target"]:
+                return "input.action.target", sub, n
+        if lib_ref is not None and known["data.guardrail.lib"]:
+            name = next((x for x in lib_ref.findall(code) if x not in known["data.guardrail.lib"]), None)
+            if name is not None:
+                return "data.guardrail.lib", name, n
+    return None
+
+
+def _parses(m: RegoModule) -> bool:
+    from opa_bindings import OpaEngine, OpaError
+
+    with OpaEngine() as engine:
+        try:
+            engine.add_policy(m.id, m.source)
+        except OpaError as e:
+            return "parse" not in f"{e.code} {e.message}"
+    return True
 
 
 def _merge_data(into: dict[str, Any], doc: Mapping[str, Any], *, where: Path, other: Path,

@@ -373,6 +373,18 @@ def test_a_tree_of_data_alone_adds_its_exceptions_to_the_library(tmp_path):
     ("package guardrail.rules.team\n\n# input.context in a comment is fine\ndeny contains {\"id\": \"T\", "
      "\"msg\": \"m\", \"details\": {}} if {\n\tinput.context.extra.freeze == true\n}\n", 5,
      "read it as lib.context"),
+    # a misspelt input field or lib rule is undefined, not an error: the rule would never fire.
+    ("package guardrail.rules.team\n\nimport data.guardrail.lib\n\ndeny contains {\"id\": \"T\", \"msg\": "
+     "\"input.action.tols in a message is fine\", \"details\": {}} if {\n\tinput.action.tols == \"redis-cli\"\n}\n",
+     6, "input.action has no tols, so a rule reading it never fires (did you mean tool?)"),
+    ("package guardrail.rules.team\n\nimport data.guardrail.lib as g\n\nwarn contains {\"id\": \"T\", \"msg\": "
+     "\"m\", \"details\": {}} if {\n\tinput.action.tool == \"kubectl\"\n\tg.tagret_kind == \"secret\"\n}\n", 7,
+     "data.guardrail.lib has no tagret_kind, so a rule reading it never fires (did you mean target_kind?)"),
+    ("package guardrail.rules.team\n\ndeny contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if {\n"
+     "\tinput.action.target.nmae == \"db\"\n}\n", 4, "input.action.target has no nmae (did you mean name?)"
+     .replace(" (did", ", so a rule reading it never fires (did")),
+    ("package guardrail.rules.team\n\ndeny contains {\"id\": \"T\", \"msg\": \"m\", \"details\": {}} if {\n"
+     "\tcontains(input.comand, \"flushall\")\n}\n", 4, "the guard's input has no comand"),
 ])
 def test_a_team_rule_that_would_never_be_enforced_is_a_load_error_naming_its_line(tmp_path, source, line, says):
     (tmp_path / "team.rego").write_text(source)
@@ -383,6 +395,19 @@ def test_a_team_rule_that_would_never_be_enforced_is_a_load_error_naming_its_lin
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 2, r.output
         assert f"team.rego:{line}:" in r.output and says in r.output, r.output
+
+
+def test_right_references_and_packages_outside_the_guard_load(tmp_path):
+    """Every input field and lib rule the library itself reads is known; a package outside guardrail (any tree
+    `policy eval --policy` evaluates) may read any input."""
+    (tmp_path / "team.rego").write_text(
+        "package guardrail.rules.team\n\nimport data.guardrail.lib\n\nwarn contains {\"id\": \"T\", \"msg\": "
+        "\"m\", \"details\": {}} if {\n\tinput.action.tool == \"redis-cli\"\n\tinput.action.target.name != \"\"\n"
+        "\tlib.target_kind == \"component\"\n\tinput.action.details.anything\n\tcount(input.observed) > 0\n"
+        "\tinput.command != \"\"\n}\n")
+    (tmp_path / "other.rego").write_text("package shop\n\nallow if input.user == \"alice\"\n")
+    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "GET", "k"])
+    assert r.exit_code == 0, r.output
 
 
 def test_a_broken_team_rule_does_not_switch_off_the_library(tmp_path):
