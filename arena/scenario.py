@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from arena.twin.engine import TwinSpec
 from guardrail.context import IncidentContext
@@ -146,7 +146,7 @@ class Step(_M):
     run: str | None = Field(default=None, min_length=1)
     stdin: str | None = None
     sleep: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    declare: bool | None = None
+    declare: StrictBool | None = None  # `declare: "yes"` is a typo to report, not a true
 
     @model_validator(mode="after")
     def _one(self) -> "Step":
@@ -164,7 +164,7 @@ class SolutionScript(_M):
     """A solution script (DESIGN.md's `script:` format)."""
 
     description: str = ""
-    script: list[Step]
+    script: list[Step] = Field(min_length=1)  # an empty script would run nothing and end as budget_exhausted
 
 
 class AgentBlocksSpec(_M):

@@ -54,6 +54,14 @@ def test_bad_yaml_and_a_matrix_without_script(copy011: Path):
     bad.write_text("script: [\n")
     with pytest.raises(ScenarioError, match="bad YAML"):
         load_script(bad)
+    # A typo that pydantic's lax mode would read as true, and a script that runs nothing, are bad input too.
+    bad.write_text("script:\n  - run: ls\n  - declare: \"yes\"\n")
+    with pytest.raises(ScenarioError) as e:
+        load_script(bad)
+    assert e.value.line == 3 and "script.1.declare" in str(e.value)
+    bad.write_text("script: []\n")
+    with pytest.raises(ScenarioError, match="at least 1 item"):
+        load_script(bad)
 
 
 def test_public_part_has_no_grader_data():
