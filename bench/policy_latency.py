@@ -11,7 +11,9 @@ EmbeddedOPA keeps a memo of decision documents keyed on the exact input (see gua
 bench cycles through the corpus, so after the first pass every input repeats: rows marked "memo" show what the
 memo gives on a session that repeats commands, with its hit rate; the headline figures (embedded_p99_ms,
 guard_before_p99_ms) are the memo-off ones, every decision evaluated. The fsync row times one journal-sized
-append + fsync alone: it is the floor under (b) on this disk.
+append + fsync alone: it is the floor under (b) on this disk. The "bindings floor" row is the same engine with a
+one-rule policy (`x := 1`) queried with the same inputs as EmbeddedOPA sends them (the action, the command and a
+context reference): the cost of a call into the engine before any rule of the library runs, the floor under (a).
 
 The bench runs as the guard's long-lived commands do: re-executed once with the guard's Go GC settings
 (GOGC=1000, GOMEMLIMIT=512MiB; guardrail/policy/goruntime.py). `--go-defaults` measures with Go's defaults.
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from opa_bindings import OpaEngine
 
 from guardrail.actions import normalise
 from guardrail.context import IncidentContext, load_context
@@ -87,6 +90,19 @@ def time_calls(fn, inputs, n: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
+def bindings_floor():
+    """A decide-shaped call into the same engine with a one-rule policy: the input as EmbeddedOPA sends it (the
+    context by reference), the query prepared once, the result read back."""
+    engine = OpaEngine()
+    engine.add_policy("floor.rego", "package floor\n\nx := 1\n")
+
+    def call(inp):
+        wire = {"action": inp["action"], "command": inp["command"], "context_ref": "0" * 24}  # a 12-byte digest, as EmbeddedOPA._context_ref
+        return engine.eval_query("decision := data.floor.x", input=wire)
+
+    return call
+
+
 def time_fsync(path: Path, n: int) -> tuple[list[float], list[float]]:
     """One 500-byte append and fsync at a time, as the journal does for a command record."""
     line = b"x" * 499 + b"\n"
@@ -127,6 +143,7 @@ def main() -> None:
             guard_nosync = summarise("Guard.before without fsync, memo off", time_calls(guard.before, cmds, args.n))
             journal.close()
             fsync_floor = summarise("journal append + fsync alone (the disk)", time_fsync(Path(tmp) / "f", args.n))
+    floor = summarise("bindings floor: `x := 1`, same inputs", time_calls(bindings_floor(), inputs, args.n))
     with EmbeddedOPA() as engine:
         embedded_memo = summarise("embedded OPA decide(), memo on", time_calls(engine.decide, inputs, args.n))
         memo_stats = engine.cache_stats()
@@ -146,7 +163,7 @@ def main() -> None:
     finally:
         server.stop()
 
-    rows = [embedded, embedded_real, embedded_memo, guard_before, guard_nosync, guard_memo, fsync_floor, rest]
+    rows = [embedded, embedded_real, embedded_memo, floor, guard_before, guard_nosync, guard_memo, fsync_floor, rest]
     load = os.getloadavg()
     go = goruntime.describe()
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -189,6 +206,8 @@ def main() -> None:
         "guard_before_nofsync_p50_ms": guard_nosync["p50_ms"], "guard_before_nofsync_p99_ms": guard_nosync["p99_ms"],
         "guard_before_nofsync_cpu_p99_ms": guard_nosync["cpu_p99_ms"],
         "fsync_p50_ms": fsync_floor["p50_ms"], "fsync_p99_ms": fsync_floor["p99_ms"],
+        "bindings_floor_p50_ms": floor["p50_ms"], "bindings_floor_p99_ms": floor["p99_ms"],
+        "bindings_floor_cpu_p50_ms": floor["cpu_p50_ms"], "bindings_floor_cpu_p99_ms": floor["cpu_p99_ms"],
         "rows": rows,
         "embedded_vs_rest_p99_speedup": speedup, "targets": targets, "n": args.n,
         "corpus_commands": len(cmds), "inputs": len(inputs),

@@ -24,7 +24,7 @@ def _run(script: str, *args: str, out: Path) -> dict:
 def test_policy_latency_reports_memo_off_headlines_and_the_hit_rate(tmp_path):
     doc = _run("policy_latency.py", "--n", "60", out=tmp_path / "pl.json")
     for key in ("embedded_p99_ms", "guard_before_p99_ms", "rest_p99_ms", "embedded_memo_p99_ms",
-                "guard_before_nofsync_p99_ms", "fsync_p99_ms"):
+                "guard_before_nofsync_p99_ms", "fsync_p99_ms", "bindings_floor_p99_ms"):
         assert doc[key] > 0, key
     assert 0.0 <= doc["embedded_memo_hit_rate"] < 1.0  # the first pass over the corpus always misses
     assert doc["load_average"] and set(doc["targets"]) == {
