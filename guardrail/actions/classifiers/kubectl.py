@@ -237,6 +237,10 @@ class Kubectl:
                 a.mutating = UNKNOWN
                 a.opaque_reason = (f"kubectl delete -f {files[0]} deletes what the manifest names, which the guard "
                                    "does not read; delete the objects by kind and name")
+        elif a.details.get("kustomize") and a.mutating is True:
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"kubectl delete -k {a.details['kustomize'][0]} deletes what the kustomization "
+                               "builds, which the guard does not read; delete the objects by kind and name")
         kinds = a.details.get("resource_kinds", [])
         if "pod" in kinds:
             a.details["restart"] = True
@@ -388,8 +392,22 @@ class Kubectl:
             a.target = Target(kind="manifest", name=files[0], namespace=ns)
         elif a.details.get("kustomize") and a.target.kind == "":
             a.target = Target(kind="kustomization", name=a.details["kustomize"][0], namespace=ns)
+        if a.mutating is True and a.verb == "apply" and p.has("--prune"):
+            # Every object the selector matches that the manifest lacks is deleted: a set only the cluster knows.
+            a.mutating = UNKNOWN
+            a.opaque_reason = ("kubectl apply --prune deletes every matching object the manifest does not list, "
+                               "which the guard cannot see; apply without --prune, and delete what you mean by name")
 
-    _replace = _apply
+    def _replace(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        self._apply(inv, a, p, rest, res, ns)
+        if a.mutating is True and p.has("--force") and str(p.get("--force", "true")).lower() != "false":
+            # --force deletes each object and creates it again: a workload's pods all go at once.
+            if a.target.kind in ("manifest", "kustomization"):
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl replace --force deletes and re-creates what {a.target.name} names, "
+                                   "which the guard does not read; apply the change without --force")
+            elif {"pod", *_WORKLOAD_KINDS} & set(a.details.get("resource_kinds", [])):
+                a.details["restart"] = True
 
     def _create(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         if a.details.get("files"):
