@@ -197,3 +197,14 @@ deny contains {
 	role := lower(r)
 	role in broad_roles
 }
+
+# A Role (or ClusterRole, also PRIV-007) that allows every verb on every resource: admin by another name.
+deny contains {
+	"id": "SRE-PRIV-010",
+	"msg": sprintf("Role %s allows every verb on every resource, far more than any fault removed. Grant only the verbs and resources the one missing permission needs.", [lib.target_name]),
+	"details": {"name": lib.target_name},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	lib.details.wildcard_role == true
+}

@@ -131,3 +131,13 @@ test_rolebinding_dry_run_allowed if {
 	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": false,
 		"target": {"kind": "rolebinding", "name": "x"}, "details": {"clusterrole": ["admin"], "dry_run": "client"}}}
 }
+
+test_wildcard_role_denied if {
+	"SRE-PRIV-010" in ids(privilege.deny) with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
+		"target": {"kind": "role", "name": "super"}, "details": {"wildcard_role": true}}}
+}
+
+test_narrow_role_allowed if {
+	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
+		"target": {"kind": "role", "name": "pod-reader"}, "details": {}}}
+}

@@ -427,6 +427,10 @@ class Kubectl:
         for opt in ("--clusterrole", "--role", "--serviceaccount", "--user", "--group"):
             if p.get(opt) is not None:
                 a.details[opt[2:]] = [str(v) for v in p.all(opt)]
+        if kind in ("role", "clusterrole"):
+            rule = {f: [x for w in p.all(f"--{f[:-1]}") for x in str(w).split(",")] for f in ("verbs", "resources")}
+            if _wildcard_rule(rule):
+                a.details["wildcard_role"] = True
         if kind == "resourcequota":
             # `--hard=pods=0,cpu=2`: the limits, keyed as a patch of spec.hard would be.
             scope = self._scope(a)
@@ -463,6 +467,8 @@ class Kubectl:
             if kind in ("rolebinding", "clusterrolebinding") and isinstance(ref, dict) and a.verb != "delete":
                 field = "clusterrole" if str(ref.get("kind", "")).lower() == "clusterrole" else "role"
                 a.details.setdefault(field, []).append(str(ref.get("name", "")))
+            if kind in ("role", "clusterrole") and any(_wildcard_rule(r) for r in d.get("rules") or []):
+                a.details["wildcard_role"] = True
             if kind == "resourcequota" and isinstance(spec, dict) and isinstance(spec.get("hard"), dict):
                 a.keys += [KeyChange(key=f"k8s.spec.hard.{k}", value=v, scope=scope) for k, v in spec["hard"].items()]
             if isinstance(spec, dict) and "replicas" in spec and a.verb != "delete":
@@ -578,6 +584,12 @@ _WORKLOAD_KINDS = frozenset({"deployment", "statefulset", "daemonset", "replicas
 # The kinds in kubectl's `all` category (`kubectl delete all`).
 _ALL_KINDS = ("pod", "service", "deployment", "replicaset", "statefulset", "daemonset", "job", "cronjob", "hpa",
               "replicationcontroller")
+
+
+def _wildcard_rule(rule: Any) -> bool:
+    """An RBAC rule that allows every verb on every resource (`verbs: ["*"], resources: ["*"]`)."""
+    return isinstance(rule, dict) and all(isinstance(rule.get(f), list) and "*" in rule[f]
+                                          for f in ("verbs", "resources"))
 
 
 def _name_of(doc: dict) -> str:
