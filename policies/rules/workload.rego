@@ -48,8 +48,6 @@ workload_kinds := {
 # Every kind a delete names: its target, and the others it lists (`pod/x deploy/y`, `all` = pods, services and
 # the workload controllers).
 deleted_workload_kinds contains kind if {
-	input.action.tool == "kubectl"
-	lib.verb == "delete"
 	some kind in lib.kinds
 	kind in workload_kinds
 }
@@ -63,6 +61,8 @@ deny contains {
 	"msg": sprintf("Deleting %s %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [deleted_what, lib.target_name]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
+	input.action.tool == "kubectl"
+	lib.verb == "delete"
 	count(deleted_workload_kinds) > 0
 }
 
@@ -116,6 +116,7 @@ deny contains {
 	"msg": sprintf("A quota of 0 %s admits no new pod in the namespace, so every pod that stops is not replaced: the workloads scale to zero in effect. Do not limit the namespace; repair the workload that uses too much.", [concat(", ", sort(zero_quotas))]),
 	"details": {"resources": sort(zero_quotas)},
 } if {
+	input.action.tool == "kubectl"
 	input.action.mutating in {true, "unknown"}
 	"resourcequota" in lib.kinds
 	count(zero_quotas) > 0
