@@ -58,7 +58,7 @@ else := sprintf("%s (%s)", [lib.target_kind, concat(", ", sort(deleted_workload_
 
 deny contains {
 	"id": "SRE-WORKLOAD-002",
-	"msg": sprintf("Deleting %s %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [deleted_what, lib.target_name]),
+	"msg": sprintf("Deleting %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [trim_space(sprintf("%s %s", [deleted_what, lib.target_name]))]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
 	input.action.tool == "kubectl"
