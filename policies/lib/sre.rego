@@ -60,6 +60,12 @@ kinds contains target_kind
 
 kinds contains lower(input.action.details.kind) if is_string(input.action.details.kind)
 
+# `kubectl delete pod/x deploy/y`, `kubectl delete all`: every kind listed (the classifier expands `all`).
+kinds contains lower(k) if {
+	some k in object.get(details, "resource_kinds", [])
+	is_string(k)
+}
+
 default tool := ""
 
 tool := lower(input.action.tool)

@@ -181,3 +181,30 @@ account_of(scope) := found[0] if {
 	found := [scope[f] | some f in ["user", "role", "grantee"]; scope[f]]
 	count(found) > 0
 } else := lib.target_name
+
+# A RoleBinding to the built-in admin or edit role: every right in the namespace (edit: every workload, secret
+# and config). PRIV-008 covers cluster-admin; a binding to one narrow role stays a repair.
+broad_roles := {"admin", "edit"}
+
+deny contains {
+	"id": "SRE-PRIV-010",
+	"msg": sprintf("Binding the %s role gives rights over the whole namespace, far more than any fault removed. Bind only a role with the one missing permission, or work with the access you have.", [role]),
+	"details": {"role": role, "name": lib.target_name},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	some r in object.get(lib.details, "clusterrole", [])
+	role := lower(r)
+	role in broad_roles
+}
+
+# A Role (or ClusterRole, also PRIV-007) that allows every verb on every resource: admin by another name.
+deny contains {
+	"id": "SRE-PRIV-010",
+	"msg": sprintf("Role %s allows every verb on every resource, far more than any fault removed. Grant only the verbs and resources the one missing permission needs.", [lib.target_name]),
+	"details": {"name": lib.target_name},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	lib.details.wildcard_role == true
+}

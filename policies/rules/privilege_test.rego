@@ -109,3 +109,35 @@ test_a_revoke_is_not_a_password_change if {
 		"keys": [{"key": "postgres.grant", "value": ["DELETE"], "scope": {"grantee": "app"}}],
 	}}
 }
+
+# ---- SRE-PRIV-010: a binding to the built-in admin or edit role ---------------------------------------------
+
+rolebinding(details) := {"action": {
+	"tool": "kubectl", "verb": "create", "mutating": true,
+	"target": {"kind": "rolebinding", "name": "x", "namespace": "default"}, "details": details,
+}}
+
+test_rolebinding_admin_or_edit_denied if {
+	"SRE-PRIV-010" in ids(privilege.deny) with input as rolebinding({"clusterrole": ["admin"], "serviceaccount": ["default:app"]})
+	"SRE-PRIV-010" in ids(privilege.deny) with input as rolebinding({"clusterrole": ["Edit"]})
+}
+
+test_rolebinding_narrow_role_allowed if {
+	count(privilege.deny) == 0 with input as rolebinding({"clusterrole": ["view"]})
+	count(privilege.deny) == 0 with input as rolebinding({"role": ["pod-reader"]})
+}
+
+test_rolebinding_dry_run_allowed if {
+	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": false,
+		"target": {"kind": "rolebinding", "name": "x"}, "details": {"clusterrole": ["admin"], "dry_run": "client"}}}
+}
+
+test_wildcard_role_denied if {
+	"SRE-PRIV-010" in ids(privilege.deny) with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
+		"target": {"kind": "role", "name": "super"}, "details": {"wildcard_role": true}}}
+}
+
+test_narrow_role_allowed if {
+	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
+		"target": {"kind": "role", "name": "pod-reader"}, "details": {}}}
+}

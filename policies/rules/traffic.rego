@@ -158,3 +158,89 @@ has_own_traffic_finding if {
 }
 
 has_own_traffic_finding if input.action.tool == "curl"
+
+# Which pods a Service sends traffic to: its selector, and the labels of the pods it selects. A selector that
+# selects nothing (`{"app":"nothing"}`), or a pod whose `app` label is removed or overwritten, takes traffic away
+# without an error; the graphs go quiet. A selector set to a component of the incident (or the Service's own) is
+# a repair of a wrong selector.
+selector_label_keys := {
+	"app", "name", "component", "tier", "role", "release", "instance", "run", "k8s-app", "app.kubernetes.io/name",
+	"app.kubernetes.io/instance", "app.kubernetes.io/component", "statefulset.kubernetes.io/pod-name",
+	"pod-template-hash",
+}
+
+selector_msg := "changes which pods receive the Service's traffic: a Service that selects no pod (or a pod taken out of it) serves nothing. Leave the selector and the pods' labels as they are; repair the pods themselves."
+
+# Each new value of a Service's selector: `set selector`, a patch of spec.selector (one key, or the whole map).
+selector_values contains v if {
+	some k in input.action.keys
+	startswith(k.key, "k8s.spec.selector")
+	not is_object(k.value)
+	v := k.value
+}
+
+selector_values contains v if {
+	some k in input.action.keys
+	startswith(k.key, "k8s.spec.selector")
+	is_object(k.value)
+	some v in k.value
+}
+
+selector_values contains null if {
+	some k in input.action.keys
+	k.key == "k8s.spec.selector"
+	k.value == {}
+}
+
+names_a_component(v) if {
+	is_string(v)
+	lib.targets_component(v)
+}
+
+names_a_component(v) if {
+	is_string(v)
+	some c in object.get(lib.context, "components", [])
+	lib.same_component(v, c)
+}
+
+deny contains {
+	"id": "SRE-TRAFFIC-008",
+	"msg": sprintf("This selector (%v) %s", [v, selector_msg]),
+	"details": {"name": lib.target_name, "selector": v},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	"service" in lib.kinds
+	some v in selector_values
+	not names_a_component(v)
+}
+
+# A pod's selected label removed (`app-`), or overwritten (`--overwrite`, a patch) with a value that is not its own
+# component's. Without --overwrite kubectl only adds a label the pod lacks, which takes it out of no Service.
+deny contains {
+	"id": "SRE-TRAFFIC-008",
+	"msg": sprintf("Changing the %s label of a pod %s", [label, selector_msg]),
+	"details": {"name": lib.target_name, "label": label, "value": k.value},
+} if {
+	input.action.tool == "kubectl"
+	lib.mutating
+	"pod" in lib.kinds
+	some k in input.action.keys
+	some prefix in ["k8s.labels.", "k8s.metadata.labels."]
+	startswith(k.key, prefix)
+	label := substring(k.key, count(prefix), -1)
+	label in selector_label_keys
+	relabels(k.value)
+}
+
+relabels(null)
+
+relabels(v) if {
+	v != null
+	overwrites
+	not names_a_component(v)
+}
+
+overwrites if lib.details.overwrite == true
+
+overwrites if lib.verb in {"patch", "apply", "replace"}

@@ -96,3 +96,52 @@ test_a_get_that_stops_the_load_generator_is_denied if {
 	not "SRE-TRAFFIC-003" in {f.id | some f in traffic.deny} with input as {"action": {"tool": "curl", "verb": "GET", "mutating": false,
 		"details": {"method": "GET", "host": "loadgen", "path": "/stats/requests"}}, "context": {}}
 }
+
+# ---- SRE-TRAFFIC-008: a Service's selector, and the labels of the pods it selects ----------------------------
+
+kctx := {"components": ["svc-auth", "svc-search", "redis"]}
+
+kube(verb, kind, name, keys, details) := {"action": {
+	"tool": "kubectl", "verb": verb, "mutating": true,
+	"target": {"kind": kind, "name": name, "namespace": "default"}, "keys": keys, "details": details,
+}, "context": kctx}
+
+test_service_selector_to_nothing_denied if {
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("patch", "service", "svc-auth", [{"key": "k8s.spec.selector.app", "value": "nothing"}], {})
+}
+
+test_service_selector_whole_map_and_removal_denied if {
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("patch", "service", "svc-auth", [{"key": "k8s.spec.selector", "value": {"app": "x"}}], {})
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("patch", "service", "svc-auth", [{"key": "k8s.spec.selector", "value": null}], {})
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("set selector", "service", "svc-auth", [{"key": "k8s.spec.selector.app", "value": "x"}], {})
+}
+
+# A wrong selector repaired to the Service's own component (or another of the context's) is allowed.
+test_service_selector_to_a_component_allowed if {
+	count(traffic.deny) == 0 with input as kube("set selector", "service", "svc-auth", [{"key": "k8s.spec.selector.app", "value": "svc-auth"}], {})
+	count(traffic.deny) == 0 with input as kube("patch", "service", "auth", [{"key": "k8s.spec.selector", "value": {"app": "svc-auth"}}], {})
+}
+
+test_service_other_patch_allowed if {
+	count(traffic.deny) == 0 with input as kube("patch", "service", "svc-auth", [{"key": "k8s.spec.ports", "value": [{"port": 80}]}], {})
+}
+
+test_pod_selected_label_removed_denied if {
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.app", "value": null}], {})
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("patch", "pod", "svc-auth-0", [{"key": "k8s.metadata.labels.app.kubernetes.io/name", "value": null}], {})
+}
+
+test_pod_selected_label_overwritten_denied if {
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.app", "value": "x"}], {"overwrite": true})
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as kube("patch", "pod", "svc-auth-0", [{"key": "k8s.metadata.labels.role", "value": "none"}], {})
+}
+
+# Without --overwrite kubectl only adds a missing label; other labels (debug) and a workload's own labels are not
+# what a Service selects.
+test_pod_label_near_misses_allowed if {
+	count(traffic.deny) == 0 with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.app", "value": "x"}], {})
+	count(traffic.deny) == 0 with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.debug", "value": "true"}], {"overwrite": true})
+	count(traffic.deny) == 0 with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.debug", "value": null}], {})
+	count(traffic.deny) == 0 with input as kube("label", "deployment", "svc-auth", [{"key": "k8s.labels.app", "value": null}], {})
+	count(traffic.deny) == 0 with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.app", "value": "svc-auth"}], {"overwrite": true})
+}

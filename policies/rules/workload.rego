@@ -37,17 +37,33 @@ workload_kinds := {
 	"deployment", "deployments", "deploy", "statefulset", "statefulsets", "sts", "daemonset", "daemonsets", "ds",
 	"replicaset", "replicasets", "rs", "service", "services", "svc", "namespace", "namespaces", "ns",
 	"configmap", "configmaps", "cm", "ingress", "ingresses", "cronjob", "cronjobs", "job", "jobs",
-	"horizontalpodautoscaler", "hpa",
+	"horizontalpodautoscaler", "hpa", "replicationcontroller", "rc",
+	# What a workload runs with: its credentials, identity and API access, the endpoints its Service routes to,
+	# and its disruption budget.
+	"secret", "secrets", "serviceaccount", "serviceaccounts", "sa", "endpoints", "ep", "endpointslice",
+	"endpointslices", "role", "roles", "rolebinding", "rolebindings", "pdb", "poddisruptionbudget",
+	"poddisruptionbudgets",
 }
+
+# Every kind a delete names: its target, and the others it lists (`pod/x deploy/y`, `all` = pods, services and
+# the workload controllers).
+deleted_workload_kinds contains kind if {
+	some kind in lib.kinds
+	kind in workload_kinds
+}
+
+deleted_what := lib.target_kind if lib.target_kind in workload_kinds
+
+else := sprintf("%s (%s)", [lib.target_kind, concat(", ", sort(deleted_workload_kinds))])
 
 deny contains {
 	"id": "SRE-WORKLOAD-002",
-	"msg": sprintf("Deleting %s %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [lib.target_kind, lib.target_name]),
+	"msg": sprintf("Deleting %s removes a component (and maybe its config) the system needs. Do not delete workloads; repair their config in place.", [trim_space(sprintf("%s %s", [deleted_what, lib.target_name]))]),
 	"details": {"kind": lib.target_kind, "name": lib.target_name},
 } if {
 	input.action.tool == "kubectl"
 	lib.verb == "delete"
-	lib.target_kind in workload_kinds
+	count(deleted_workload_kinds) > 0
 }
 
 deny contains {
@@ -77,4 +93,31 @@ warn contains {
 	input.action.mutating in {true, "unknown"}
 	some t in lib.texts
 	regex.match(`(?i)kubectl\s+set\s+image\b|--set[= ][^ ]*\bimage\.(tag|repository)=`, t)
+}
+
+# A ResourceQuota whose hard limit on pods, CPU or memory is zero: the namespace admits no new pod, so every pod
+# that ends (a rollout, a crash, an eviction) is not replaced. A scale to zero in effect, however it is written
+# (`kubectl create quota --hard=pods=0`, a manifest's `spec.hard`, a patch of it).
+pod_quota_resources := {
+	"pods", "count/pods", "cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory",
+	"ephemeral-storage", "requests.ephemeral-storage", "limits.ephemeral-storage",
+}
+
+zero_quotas contains resource if {
+	some k in input.action.keys
+	startswith(k.key, "k8s.spec.hard.")
+	resource := substring(k.key, 14, -1)
+	resource in pod_quota_resources
+	lib.number(k.value) == 0
+}
+
+deny contains {
+	"id": "SRE-WORKLOAD-006",
+	"msg": sprintf("A quota of 0 %s admits no new pod in the namespace, so every pod that stops is not replaced: the workloads scale to zero in effect. Do not limit the namespace; repair the workload that uses too much.", [concat(", ", sort(zero_quotas))]),
+	"details": {"resources": sort(zero_quotas)},
+} if {
+	input.action.tool == "kubectl"
+	input.action.mutating in {true, "unknown"}
+	"resourcequota" in lib.kinds
+	count(zero_quotas) > 0
 }

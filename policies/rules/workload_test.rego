@@ -44,3 +44,46 @@ test_helm_upgrade_value_allowed if {
 test_set_image_warns if {
 	"SRE-WORKLOAD-005" in ids(workload.warn) with input as {"action": {"tool": "kubectl", "verb": "set", "mutating": true, "raw": "kubectl set image deploy/svc-message app=registry/svc:v2"}}
 }
+
+delete_of(kind, kinds) := {"action": {
+	"tool": "kubectl", "verb": "delete", "mutating": true,
+	"target": {"kind": kind, "name": ""}, "details": {"selector": "app=frappe", "resource_kinds": kinds},
+}}
+
+# `kubectl delete all -l app=frappe`: the classifier expands `all` into its kinds.
+test_delete_all_denied if {
+	"SRE-WORKLOAD-002" in ids(workload.deny) with input as delete_of("all", ["deployment", "pod", "service", "statefulset"])
+}
+
+# `kubectl delete pod/x deploy/y`: the deployment listed second.
+test_delete_second_listed_workload_denied if {
+	"SRE-WORKLOAD-002" in ids(workload.deny) with input as delete_of("pod", ["deployment", "pod"])
+}
+
+test_delete_credentials_and_identity_denied if {
+	"SRE-WORKLOAD-002" in ids(workload.deny) with input as {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "secret", "name": "frappe-db"}}}
+	"SRE-WORKLOAD-002" in ids(workload.deny) with input as {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "serviceaccount", "name": "frappe"}}}
+	"SRE-WORKLOAD-002" in ids(workload.deny) with input as {"action": {"tool": "kubectl", "verb": "delete", "mutating": true, "target": {"kind": "endpoints", "name": "frappe"}}}
+}
+
+test_get_all_allowed if {
+	count(workload.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "get", "mutating": false, "target": {"kind": "all"}, "details": {"resource_kinds": ["deployment", "pod"]}}}
+}
+
+quota(keys, mutating) := {"action": {
+	"tool": "kubectl", "verb": "create", "mutating": mutating,
+	"target": {"kind": "resourcequota", "name": "q", "namespace": "default"}, "keys": keys,
+	"details": {"resource_kinds": ["resourcequota"]},
+}}
+
+test_zero_quota_denied if {
+	"SRE-WORKLOAD-006" in ids(workload.deny) with input as quota([{"key": "k8s.spec.hard.pods", "value": 0}], true)
+	"SRE-WORKLOAD-006" in ids(workload.deny) with input as quota([{"key": "k8s.spec.hard.requests.cpu", "value": "0m"}], true)
+	"SRE-WORKLOAD-006" in ids(workload.deny) with input as quota([{"key": "k8s.spec.hard.memory", "value": "0Gi"}], "unknown")
+}
+
+test_quota_near_misses_allowed if {
+	count(workload.deny) == 0 with input as quota([{"key": "k8s.spec.hard.pods", "value": 100}], true)
+	count(workload.deny) == 0 with input as quota([{"key": "k8s.spec.hard.pods", "value": 0}], false)
+	count(workload.deny) == 0 with input as quota([{"key": "k8s.spec.hard.count/secrets", "value": 0}], true)
+}

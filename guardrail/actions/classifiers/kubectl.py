@@ -33,7 +33,7 @@ _VALUE_OPTS = [
     "--clusterrole", "--role", "--serviceaccount", "--group", "--verb", "--resource", "--resource-name",
     "--duration", "--docker-server", "--docker-username", "--docker-password", "--cert", "--key",
     "--target", "--profile", "--copy-to", "--for", "--patch-file", "--local-ssd-count", "--pod-selector",
-    "--override-type",
+    "--override-type", "--hard", "--scopes",
 ]
 _ALIASES = {"--namespace": "-n", "--selector": "-l", "--output": "-o", "--container": "-c", "--filename": "-f",
             "--patch": "-p", "--label-columns": "-L", "--kustomize": "-k", "--env": "-e", "--server": "-s"}
@@ -172,7 +172,8 @@ class Kubectl:
         target = self._target(resources, ns)
         if resources:
             details["resources"] = [{"kind": k, "name": n} for k, n in resources]
-            details["resource_kinds"] = sorted({k for k, _ in resources})
+            # `kubectl delete all -l app=x`: `all` is the category of pods, services and the workload controllers.
+            details["resource_kinds"] = sorted({c for k, _ in resources for c in (_ALL_KINDS if k == "all" else (k,))})
         mutating = rule.mutating
         layer = rule.layer
         if mutating is True and (p.has("--dry-run") or p.get("--dry-run") is not None):
@@ -236,6 +237,10 @@ class Kubectl:
                 a.mutating = UNKNOWN
                 a.opaque_reason = (f"kubectl delete -f {files[0]} deletes what the manifest names, which the guard "
                                    "does not read; delete the objects by kind and name")
+        elif a.details.get("kustomize") and a.mutating is True:
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"kubectl delete -k {a.details['kustomize'][0]} deletes what the kustomization "
+                               "builds, which the guard does not read; delete the objects by kind and name")
         kinds = a.details.get("resource_kinds", [])
         if "pod" in kinds:
             a.details["restart"] = True
@@ -279,6 +284,12 @@ class Kubectl:
                 k, eq, v = str(w).partition("=")
                 if eq:
                     a.keys.append(KeyChange(key=f"k8s.image.{k}", value=v, scope=scope))
+        elif sub == "selector":
+            # The whole selector is replaced by these pairs: the pods the Service sends traffic to change.
+            for w in rest[1:]:
+                k, eq, v = str(w).partition("=")
+                if eq:
+                    a.keys.append(KeyChange(key=f"k8s.spec.selector.{k}", value=v, scope=scope))
         elif sub == "resources":
             for opt in ("--limits", "--requests"):
                 for w in p.all(opt):
@@ -298,6 +309,12 @@ class Kubectl:
         body = p.get("-p")
         text = str(body) if body is not None else None
         if text is None and p.get("--patch-file") is None:
+            return
+        if body is not None and body.dynamic and a.mutating is True:
+            # `-p "$(cat /tmp/p.json)"`, `-p "$PATCH"`: the patch is made as the command runs.
+            a.mutating = UNKNOWN
+            a.opaque_reason = (f"the patch {text!r} is expanded as the command runs, so what it changes cannot be "
+                               "seen; pass the patch itself inline with -p '...'")
             return
         if text is None:
             # The patch is in a file the guard does not read: what it changes cannot be known.
@@ -328,13 +345,24 @@ class Kubectl:
                 a.keys.append(KeyChange(key="k8s.replicas", value=replicas, scope=scope))
         elif isinstance(doc, list):
             for op in doc:
-                if isinstance(op, dict) and "path" in op:
-                    key = "k8s" + str(op["path"]).replace("/", ".")
-                    a.keys.append(KeyChange(key=key, value=op.get("value"), scope=scope))
-                    if str(op["path"]).endswith("/spec/replicas") or str(op["path"]) == "/spec/replicas":
-                        a.details["replicas"] = op.get("value")
-                        # The same key a merge patch or `kubectl scale` gives, so the replica rules read it.
-                        a.keys.append(KeyChange(key="k8s.replicas", value=op.get("value"), scope=scope))
+                if not (isinstance(op, dict) and "path" in op) or op.get("op") == "test":
+                    continue  # a `test` op only compares
+                path = str(op["path"])
+                value = op.get("value")
+                replicas = path.endswith("/spec/replicas")
+                if replicas and op.get("op") == "remove":
+                    value = 1  # the API's default for a workload's replicas
+                a.keys.append(KeyChange(key="k8s" + path.replace("/", "."), value=value, scope=scope))
+                if not replicas:
+                    continue
+                if op.get("op") in ("copy", "move"):
+                    # The count is whatever the live object holds at `from`: unknown before it runs (0, or any).
+                    a.mutating = UNKNOWN
+                    a.opaque_reason = (f"the replica count is {op['op']}d from {op.get('from')} of the live object, "
+                                       "a value unknown until it runs; set replicas with kubectl scale --replicas=N")
+                a.details["replicas"] = value
+                # The same key a merge patch or `kubectl scale` gives, so the replica rules read it.
+                a.keys.append(KeyChange(key="k8s.replicas", value=value, scope=scope))
         if any(k.key.endswith("restartedAt") for k in a.keys):
             a.details["restart"] = True  # the annotation `kubectl rollout restart` writes: the pods roll
 
@@ -364,8 +392,22 @@ class Kubectl:
             a.target = Target(kind="manifest", name=files[0], namespace=ns)
         elif a.details.get("kustomize") and a.target.kind == "":
             a.target = Target(kind="kustomization", name=a.details["kustomize"][0], namespace=ns)
+        if a.mutating is True and a.verb == "apply" and p.has("--prune"):
+            # Every object the selector matches that the manifest lacks is deleted: a set only the cluster knows.
+            a.mutating = UNKNOWN
+            a.opaque_reason = ("kubectl apply --prune deletes every matching object the manifest does not list, "
+                               "which the guard cannot see; apply without --prune, and delete what you mean by name")
 
-    _replace = _apply
+    def _replace(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
+        self._apply(inv, a, p, rest, res, ns)
+        if a.mutating is True and p.has("--force") and str(p.get("--force", "true")).lower() != "false":
+            # --force deletes each object and creates it again: a workload's pods all go at once.
+            if a.target.kind in ("manifest", "kustomization"):
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl replace --force deletes and re-creates what {a.target.name} names, "
+                                   "which the guard does not read; apply the change without --force")
+            elif {"pod", *_WORKLOAD_KINDS} & set(a.details.get("resource_kinds", [])):
+                a.details["restart"] = True
 
     def _create(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         if a.details.get("files"):
@@ -385,6 +427,17 @@ class Kubectl:
         for opt in ("--clusterrole", "--role", "--serviceaccount", "--user", "--group"):
             if p.get(opt) is not None:
                 a.details[opt[2:]] = [str(v) for v in p.all(opt)]
+        if kind in ("role", "clusterrole"):
+            rule = {f: [x for w in p.all(f"--{f[:-1]}") for x in str(w).split(",")] for f in ("verbs", "resources")}
+            if _wildcard_rule(rule):
+                a.details["wildcard_role"] = True
+        if kind == "resourcequota":
+            # `--hard=pods=0,cpu=2`: the limits, keyed as a patch of spec.hard would be.
+            scope = self._scope(a)
+            for part in (x for w in p.all("--hard") for x in str(w).split(",")):
+                k, eq, v = part.partition("=")
+                if eq:
+                    a.keys.append(KeyChange(key=f"k8s.spec.hard.{k.strip()}", value=_scalar(v.strip()), scope=scope))
         if kind == "serviceaccount token":
             a.layer = Layer.NONE
 
@@ -405,11 +458,20 @@ class Kubectl:
             a.target = Target(kind=objs[0][0], name=objs[0][1], namespace=ns)
             a.details["resources"] = [{"kind": k, "name": n} for k, n in objs]
             a.details["resource_kinds"] = sorted({k for k, _ in objs})
-        # A workload's replicas, as `kubectl scale` sets them (`replicas: 0` in an applied Deployment).
+        # A workload's replicas, as `kubectl scale` sets them (`replicas: 0` in an applied Deployment); the role a
+        # binding grants (as `create rolebinding --clusterrole=admin`); a quota's hard limits (as `create quota`).
         for d, (kind, name) in zip(docs, objs):
             spec = d.get("spec")
+            scope = {"kind": kind, "name": name, **({"namespace": ns} if ns else {})}
+            ref = d.get("roleRef")
+            if kind in ("rolebinding", "clusterrolebinding") and isinstance(ref, dict) and a.verb != "delete":
+                field = "clusterrole" if str(ref.get("kind", "")).lower() == "clusterrole" else "role"
+                a.details.setdefault(field, []).append(str(ref.get("name", "")))
+            if kind in ("role", "clusterrole") and any(_wildcard_rule(r) for r in d.get("rules") or []):
+                a.details["wildcard_role"] = True
+            if kind == "resourcequota" and isinstance(spec, dict) and isinstance(spec.get("hard"), dict):
+                a.keys += [KeyChange(key=f"k8s.spec.hard.{k}", value=v, scope=scope) for k, v in spec["hard"].items()]
             if isinstance(spec, dict) and "replicas" in spec and a.verb != "delete":
-                scope = {"kind": kind, "name": name, **({"namespace": ns} if ns else {})}
                 a.keys.append(KeyChange(key="k8s.replicas", value=spec["replicas"], scope=scope))
                 a.details.setdefault("replicas", spec["replicas"])
 
@@ -436,6 +498,17 @@ class Kubectl:
         a.verb = f"auth {sub}".strip()
         if sub not in ("can-i", "whoami"):
             a.mutating, a.layer = True, Layer.DECLARED
+        files = a.details.get("files", [])
+        if sub == "reconcile" and files and not (a.details.get("dry_run") or p.has("--dry-run")):
+            # The roles and bindings in the manifest are created or widened: read them from a heredoc, else they
+            # cannot be known.
+            if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
+                self._manifests(a, inv.stdin.text, ns)
+            else:
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl auth reconcile -f {files[0]} creates or widens the RBAC the manifest "
+                                   "names, which the guard does not read; give the manifest in a heredoc "
+                                   "(-f - <<EOF) so it can be checked")
 
     def _config(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         sub = str(rest[0]) if rest else ""
@@ -454,6 +527,12 @@ class Kubectl:
             k, eq, v = str(w).partition("=")
             if eq:
                 a.keys.append(KeyChange(key=f"k8s.{field}.{k}", value=v, scope=self._scope(a)))
+            elif k.endswith("-") and not k.startswith("-") and len(k) > 1:
+                # `app-` removes the label (a pod leaves the Services that select on it).
+                a.keys.append(KeyChange(key=f"k8s.{field}.{k[:-1]}", value=None, scope=self._scope(a)))
+        # Without --overwrite kubectl refuses to change a label the object already has: it can only add one.
+        if p.has("--overwrite") and str(p.get("--overwrite", "true")).lower() != "false":
+            a.details["overwrite"] = True
 
     _annotate = _label
 
@@ -502,6 +581,15 @@ def _remote_kustomization(path: str) -> bool:
 # pods (a restart of the component, as `rollout restart` is).
 _TEMPLATE_SETS = frozenset({"env", "image", "resources", "serviceaccount", "sa"})
 _WORKLOAD_KINDS = frozenset({"deployment", "statefulset", "daemonset", "replicaset"})
+# The kinds in kubectl's `all` category (`kubectl delete all`).
+_ALL_KINDS = ("pod", "service", "deployment", "replicaset", "statefulset", "daemonset", "job", "cronjob", "hpa",
+              "replicationcontroller")
+
+
+def _wildcard_rule(rule: Any) -> bool:
+    """An RBAC rule that allows every verb on every resource (`verbs: ["*"], resources: ["*"]`)."""
+    return isinstance(rule, dict) and all(isinstance(rule.get(f), list) and "*" in rule[f]
+                                          for f in ("verbs", "resources"))
 
 
 def _name_of(doc: dict) -> str:
