@@ -20,7 +20,7 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Node
 
-from guardrail.actions.invocation import Invocation, Stdin, Where, runs_code
+from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
 from guardrail.actions.model import Action, KeyChange
 from guardrail.actions.words import DYNAMIC_NODES, Word, decode_ansi_c, substitutions_in, word_of
 
@@ -67,8 +67,19 @@ class Session:
 
 def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str | None = None,
                by: str = "", **details: Any) -> Action:
-    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools."""
+    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools.
+
+    A file of the host's own (a program in a bin directory, /proc, /sys, /etc/hosts ...) carries `host_change`: a
+    change to the machine every service on it shares. A path through a process's root (`/proc/1/root/var/lib/x`)
+    is the file under it."""
+    resolved = clean_path(path)
+    if path.startswith("/proc/") and not resolved.startswith("/proc"):
+        details = {**details, "written_as": path}
+        path = resolved
     d: dict[str, Any] = {"path": path, **details}
+    host = host_part(resolved)
+    if host:
+        d["host_change"] = f"{verb} {resolved} ({host})"
     if by:
         d["by"] = by
     if content is not None:

@@ -341,6 +341,14 @@ def unalias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     args = inv.args
     out: list[Action] = [inv.action("find", "find", mutating=False)]
+    # The starting points: the words before the first test, option or action (`.` when none is given). What an
+    # -exec runs or -delete removes is any file under them.
+    starts = []
+    for w in args:
+        if str(w).startswith(("-", "(", ")", "!")):
+            break
+        starts.append(str(w))
+    found = [p.rstrip("/") + "/**" for p in starts or ["."]]
     i = 0
     while i < len(args):
         a = str(args[i])
@@ -349,12 +357,18 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
             while j < len(args) and str(args[j]) not in (";", "+"):
                 j += 1
             if j > i + 1:
-                out += n.dispatch(_inner(inv, list(args[i + 1:j]), f"find {a}", pending=True))
+                command = list(args[i + 1:j])
+                if a in ("-exec", "-ok") and any("{}" in str(w) for w in command):
+                    # `-exec shred {} +` on the files found: the command as run on each starting point's files.
+                    for f in found:
+                        argv = [Word.of(str(w).replace("{}", f), dynamic=w.dynamic) for w in command]
+                        out += n.dispatch(_inner(inv, argv, f"find {a}", pending=True))
+                else:
+                    out += n.dispatch(_inner(inv, command, f"find {a}", pending=True))
             i = j + 1
             continue
         if a == "-delete":
-            paths = [str(x) for x in args if not str(x).startswith(("-", "(", ")", "!"))][:1] or ["."]
-            out.append(file_write(inv, f"{paths[0]}/**", verb="delete", by="find -delete"))
+            out += [file_write(inv, f, verb="delete", by="find -delete") for f in found]
         elif a in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(args):
             out.append(file_write(inv, str(args[i + 1]), by=f"find {a}"))
         i += 1
