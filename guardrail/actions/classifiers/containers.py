@@ -57,6 +57,10 @@ class ContainerRuntime:
         if verb in ("container", "pod") and len(words) > 1:
             verb, words = words[1], words[1:]
         name = words[1] if len(words) > 1 else ""
+        if verb in ("run", "create") and inv.args and str(inv.args[0]) == verb and inv.name != "crictl":
+            # The container made: its --name, else the image (the words before it are option values).
+            run = CONTAINER_RUN.parse(inv.args[1:])
+            name = str(run.get("--name") or (run.positionals[0] if run.positionals else ""))
         target = Target(kind="container", name=name)
         if verb in _READ or verb.startswith("ls"):
             return [inv.action(inv.name, verb, target=target, mutating=False)]
