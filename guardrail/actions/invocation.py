@@ -176,13 +176,16 @@ _HOST_FILES = (
     (re.compile(r"^/(proc|sys)(/|$)"), "the kernel's state"),
     (re.compile(r"^/etc/(hosts|resolv\.conf|nsswitch\.conf|host\.conf|gai\.conf)$"), "how names resolve"),
     (re.compile(r"^/etc/ld\.so\.(preload|conf)(\.d(/|$)|$)"), "the libraries every program loads"),
+    (re.compile(r"^/var/lib/(etcd|kubelet|docker|containerd|containers)(/|$)"),
+     "the node's cluster state or container runtime"),
 )
 
 
 def host_part(path: str) -> str:
     """What of the host a file write at `path` changes ("" when nothing of the host's own): a system program
     (a file in, or the whole of, a bin directory), the kernel's state (/proc, /sys), name resolution (/etc/hosts,
-    /etc/resolv.conf), the loader's preloads (/etc/ld.so.preload)."""
+    /etc/resolv.conf), the loader's preloads (/etc/ld.so.preload), etcd's, the kubelet's and the container
+    runtime's state (/var/lib/etcd, /var/lib/kubelet, /var/lib/docker ...)."""
     if not path.startswith("/"):
         return ""
     if path in SYSTEM_BIN_DIRS or posixpath.dirname(path) in SYSTEM_BIN_DIRS:

@@ -477,6 +477,8 @@ def _in_new_pod(inv: Invocation, n: "Normaliser", g: Any, label: str, pod: str, 
 @wrapper("docker", "podman", "crictl", "nerdctl")
 def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     args = list(inv.args)
+    if args[:1] == ["container"] and inv.name != "crictl":  # `docker container run|exec ...`: the same commands
+        args = args[1:]
     if args and args[0] in ("run", "create") and inv.name != "crictl":
         return _container_run(inv, n, args[1:])
     if args and args[0] in ("run", "runp", "create") and inv.name == "crictl":

@@ -108,7 +108,7 @@ scope_text(s) := concat(", ", sort([sprintf("%s %v", [n, v]) | some n, v in s]))
 # and is not rolled back. The classifiers say what changes in `details.host_change`.
 deny contains {
 	"id": "SRE-SCOPE-006",
-	"msg": sprintf("`%s` changes the host itself (its programs, kernel, name resolution, network, clock, name or logs), which every service on it shares and no later step restores. Repair the service at fault; run programs where they are installed, and read the host's state (ip addr, date, journalctl, cat /etc/hosts) instead.", [lib.details.host_change]),
+	"msg": sprintf("`%s` changes the host itself (its programs, kernel, name resolution, node and runtime state, network, clock, name or logs), which every service on it shares and no later step restores. Repair the service at fault; run programs where they are installed, and read the host's state (ip addr, date, journalctl, cat /etc/hosts) instead.", [lib.details.host_change]),
 	"details": {"change": lib.details.host_change},
 } if {
 	object.get(lib.details, "host_change", "") != ""

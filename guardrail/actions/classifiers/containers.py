@@ -57,9 +57,11 @@ class ContainerRuntime:
         if verb in ("container", "pod") and len(words) > 1:
             verb, words = words[1], words[1:]
         name = words[1] if len(words) > 1 else ""
-        if verb in ("run", "create") and inv.args and str(inv.args[0]) == verb and inv.name != "crictl":
+        lead = [str(a) for a in inv.args[:2]]
+        skip = 1 if lead[:1] == [verb] else 2 if lead == ["container", verb] else 0
+        if verb in ("run", "create") and skip and inv.name != "crictl":
             # The container made: its --name, else the image (the words before it are option values).
-            run = CONTAINER_RUN.parse(inv.args[1:])
+            run = CONTAINER_RUN.parse(inv.args[skip:])
             name = str(run.get("--name") or (run.positionals[0] if run.positionals else ""))
         target = Target(kind="container", name=name)
         if verb in _READ or verb.startswith("ls"):
