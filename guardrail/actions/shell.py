@@ -167,9 +167,13 @@ class ShellWalker:
             return None
         if t in ("for_statement", "select_statement"):
             var = node.child_by_field_name("variable")
-            if var is not None:  # its values are only known as the loop runs
+            if var is not None:  # its values are only known as the loop runs; numbers when they count
                 self.session.variables[_txt(var)] = None
-                self.session.integers.discard(_txt(var))
+                values = node.children_by_field_name("value")
+                if t == "for_statement" and values and all(_COUNTS.fullmatch(_txt(v)) for v in values):
+                    self.session.integers.add(_txt(var))
+                else:
+                    self.session.integers.discard(_txt(var))
         if (t == "compound_statement" and node.children and node.children[0].type == "((") \
                 or t == "c_style_for_statement":
             opened = next((c for c in node.children if c.type == "(("), None)
@@ -553,6 +557,8 @@ _ARITH_TEST = re.compile(r"\s-(eq|ne|lt|le|gt|ge)\s")
 _BASH_INTEGERS = frozenset({"RANDOM", "SRANDOM", "SECONDS", "LINENO", "BASHPID", "PPID", "UID", "EUID",
                             "EPOCHSECONDS", "HISTCMD"})
 _UNSET = object()
+# Loop values that are numbers whatever runs: `$(seq 1 5)`, `{1..10}`, `{0..20..5}`.
+_COUNTS = re.compile(r"\$\(\s*seq(\s+-?[0-9]+)+\s*\)|\{-?[0-9]+\.\.-?[0-9]+(\.\.-?[0-9]+)?\}|-?[0-9]+")
 _SETS_NAMES = frozenset({"read", "mapfile", "readarray", "printf", "getopts"})
 
 
