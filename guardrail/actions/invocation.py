@@ -8,6 +8,7 @@ path into a `Target` the same way for every tool.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
 from guardrail.actions.words import Word
 
-__all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS", "STDIN_PATHS"]
+__all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS", "STDIN_PATHS", "SYSTEM_BIN_DIRS",
+           "clean_path", "host_part"]
 
 LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"})
 # File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
@@ -141,14 +143,54 @@ RUNS_CODE_VARS = frozenset({
     "PATH", "BASH_ENV", "ENV", "PS4", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "IFS",
     "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
     "KUBECTL_EXTERNAL_DIFF", "KUBE_EDITOR", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "PSQL_PAGER",
-    "PSQL_EDITOR", "MYSQL_PS1", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER",
+    "PSQL_EDITOR", "MYSQL_PS1", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "RSYNC_RSH",
+    "RSYNC_CONNECT_PROG",
     "PYTHONSTARTUP", "PYTHONPATH", "PERL5OPT", "PERL5LIB", "NODE_OPTIONS", "RUBYOPT",
 })
 
 
+# Where a system's own programs live: a reader named by a path elsewhere is not taken for the system's, and a file
+# written there replaces a program every later command names.
+SYSTEM_BIN_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin")
 # A PATH made of these (and the PATH it had) finds only the system's own programs.
-_SYSTEM_PATH_PARTS = frozenset({"$PATH", "${PATH}", "/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin",
-                                "/usr/local/sbin"})
+_SYSTEM_PATH_PARTS = frozenset({"$PATH", "${PATH}", *SYSTEM_BIN_DIRS})
+
+
+def clean_path(path: str) -> str:
+    """A path as the kernel reads it, lexically: `//usr/./bin/` is /usr/bin; a process's view of its root
+    (`/proc/1/root/var/lib/mysql`, `/proc/self/root/...`) is the path under it. Relative paths stay relative."""
+    if not path or "/" not in path:
+        return path
+    p = posixpath.normpath(path)
+    if p.startswith("//"):
+        p = "/" + p.lstrip("/")
+    m = _PROC_ROOT.match(p)
+    return (m.group(1) or "/") if m else p
+
+
+_PROC_ROOT = re.compile(r"^/proc/(?:\d+|self|thread-self)/root(/.*)?$")
+# Files whose change is one to the whole machine (or the whole container): the kernel's settings and triggers,
+# how names resolve, which libraries every program loads. A process's stdin/stdout/stderr under /proc is not.
+_HOST_FILES = (
+    (re.compile(r"^/proc/(?:\d+|self|thread-self)/fd/[012]$"), ""),
+    (re.compile(r"^/(proc|sys)(/|$)"), "the kernel's state"),
+    (re.compile(r"^/etc/(hosts|resolv\.conf|nsswitch\.conf|host\.conf|gai\.conf)$"), "how names resolve"),
+    (re.compile(r"^/etc/ld\.so\.(preload|conf)(\.d(/|$)|$)"), "the libraries every program loads"),
+    (re.compile(r"^/var/lib/(etcd|kubelet|docker|containerd|containers)(/|$)"),
+     "the node's cluster state or container runtime"),
+)
+
+
+def host_part(path: str) -> str:
+    """What of the host a file write at `path` changes ("" when nothing of the host's own): a system program
+    (a file in, or the whole of, a bin directory), the kernel's state (/proc, /sys), name resolution (/etc/hosts,
+    /etc/resolv.conf), the loader's preloads (/etc/ld.so.preload), etcd's, the kubelet's and the container
+    runtime's state (/var/lib/etcd, /var/lib/kubelet, /var/lib/docker ...)."""
+    if not path.startswith("/"):
+        return ""
+    if path in SYSTEM_BIN_DIRS or posixpath.dirname(path) in SYSTEM_BIN_DIRS:
+        return "the system's programs"
+    return next((what for rx, what in _HOST_FILES if rx.match(path)), "")
 
 
 def runs_code(name: str, value: str | None = None) -> bool:

@@ -14,7 +14,7 @@ from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
-from guardrail.actions.invocation import Invocation, Stdin, Where
+from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.shell import Session, ShellWalker, parse
 
@@ -146,10 +146,5 @@ def normalise(raw: str) -> list[Action]:
                        opaque_reason=f"normalisation failed ({type(e).__name__}); effect not known")]
 
 
-# Where a system's own programs live: a reader named by a path elsewhere is not taken for the system's.
-SYSTEM_BIN_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin")
-
-
 def _system_path(path: str) -> bool:
-    parent = posixpath.dirname(posixpath.normpath(path))
-    return parent in SYSTEM_BIN_DIRS
+    return posixpath.dirname(clean_path(path)) in SYSTEM_BIN_DIRS

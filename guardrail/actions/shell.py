@@ -20,9 +20,10 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Node
 
-from guardrail.actions.invocation import Invocation, Stdin, Where, runs_code
+from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
 from guardrail.actions.model import Action, KeyChange
-from guardrail.actions.words import DYNAMIC_NODES, Word, decode_ansi_c, substitutions_in, word_of
+from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, substitutions_in,
+                                     word_of)
 
 if TYPE_CHECKING:
     from guardrail.actions.normalise import Normaliser
@@ -61,14 +62,27 @@ class Session:
     aliases: dict[str, str] = field(default_factory=dict)
     functions: dict[str, Node] = field(default_factory=dict)
     variables: dict[str, str | None] = field(default_factory=dict)
+    # Variables this text set to the result of an arithmetic expansion (or assigned inside one): integers.
+    integers: set[str] = field(default_factory=set)
     syntax_errors: list[str] = field(default_factory=list)
     dispatched: int = 0  # simple commands classified so far (bounded by normalise.MAX_COMMANDS)
 
 
 def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str | None = None,
                by: str = "", **details: Any) -> Action:
-    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools."""
+    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools.
+
+    A file of the host's own (a program in a bin directory, /proc, /sys, /etc/hosts ...) carries `host_change`: a
+    change to the machine every service on it shares. A path through a process's root (`/proc/1/root/var/lib/x`)
+    is the file under it."""
+    resolved = clean_path(path)
+    if path.startswith("/proc/") and not resolved.startswith("/proc"):
+        details = {**details, "written_as": path}
+        path = resolved
     d: dict[str, Any] = {"path": path, **details}
+    host = host_part(resolved)
+    if host:
+        d["host_change"] = f"{verb} {resolved} ({host})"
     if by:
         d["by"] = by
     if content is not None:
@@ -151,6 +165,22 @@ class ShellWalker:
             return None
         if t == "for_statement" and self.unroll(node, stdin):
             return None
+        if t in ("for_statement", "select_statement"):
+            var = node.child_by_field_name("variable")
+            if var is not None:  # its values are only known as the loop runs; numbers when they count
+                self.session.variables[_txt(var)] = None
+                values = node.children_by_field_name("value")
+                if t == "for_statement" and values and all(_COUNTS.fullmatch(_txt(v)) for v in values):
+                    self.session.integers.add(_txt(var))
+                else:
+                    self.session.integers.discard(_txt(var))
+        if (t == "compound_statement" and node.children and node.children[0].type == "((") \
+                or t == "c_style_for_statement":
+            opened = next((c for c in node.children if c.type == "(("), None)
+            closed = next((c for c in node.children if c.type == "))"), None)
+            if opened is not None and closed is not None and node.text is not None:
+                self.arithmetic(node, node.text[opened.end_byte - node.start_byte:
+                                                closed.start_byte - node.start_byte].decode("utf-8", "replace"))
         if t in ("variable_assignment", "variable_assignments"):
             self.assignments(node)
             return None
@@ -173,6 +203,8 @@ class ShellWalker:
             self.emit([_runs_later_action(Invocation(argv=[Word.of("[[")], where=self.where, raw=_txt(node)))])
             return None
         if t in _WORDISH or t == "test_command":
+            if t == "test_command" and _ARITH_TEST.search(_txt(node)):
+                self.arithmetic(node, _txt(node), strict=False)
             self.substitutions(node)
             return None
         out = None
@@ -217,11 +249,56 @@ class ShellWalker:
         return out
 
     def substitutions(self, node: Node) -> None:
-        """Run every `$(...)`, backtick and `<(...)` inside a node: the shell runs them before the command."""
-        for sub in substitutions_in(node):
-            for c in sub.children:
-                if c.is_named:
-                    self.run(c, None)
+        """Run every `$(...)`, backtick and `<(...)` inside a node: the shell runs them before the command. An
+        arithmetic expansion in it is checked for what its evaluation may run (`arithmetic`)."""
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.type in SUBSTITUTIONS:
+                for c in n.children:
+                    if c.is_named:
+                        self.run(c, None)
+                continue
+            if n.type == "arithmetic_expansion":
+                text = _txt(n)
+                self.arithmetic(n, text[3:-2] if text.startswith("$((") else text[2:-1])
+            stack.extend(reversed(n.children))
+
+    def arithmetic(self, node: Node, text: str, *, strict: bool = True) -> None:
+        """Bash evaluates a variable named in arithmetic (`$((x))`, `((x))`, `let`, `for ((...))`) as an expression
+        itself, and an array subscript in that value runs its `$(...)`: `x='a[$(cmd)]'; echo $((x))` runs cmd. So
+        is the output of a `$(...)` in it. Opaque unless every variable it names is known to hold a plain number
+        (`strict`); for `[[ A -eq B ]]`, only when a value set in this text is known to run something."""
+        name = self._arith_risk(text, strict)
+        if name is not None:
+            inv = Invocation(argv=[Word.of("$((")], where=self.where, raw=text)
+            self.emit([inv.opaque("evaluated", f"bash evaluates {name} as an arithmetic expression here, and an "
+                                  "array subscript in a value (a[$(cmd)]) runs its command; use literal numbers, or "
+                                  "variables set to numbers in the same command", expression=text[:200])])
+
+    def _arith_risk(self, text: str, strict: bool, depth: int = 0) -> str | None:
+        if (strict or depth) and ("$(" in text or "`" in text or "<(" in text):
+            return "a command's output" if depth == 0 else "a value holding a command"
+        if strict and _ARITH_POSITIONAL.search(text):
+            return "a positional parameter"
+        text = _ARITH_NUMBER.sub(" ", _ARITH_SPECIALS.sub(" ", text))
+        assigned: set[str] = set()
+        for m in _ARITH_NAME.finditer(text):
+            name = m.group(1)
+            if m.group(2):  # `i=0`: assigned here, an integer from now on
+                assigned.add(name)
+                self.session.integers.add(name)
+                continue
+            if name in assigned or name in _BASH_INTEGERS or name in self.session.integers:
+                continue
+            value = self.env.get(name, self.session.variables.get(name, _UNSET))
+            if value is _UNSET or value is None:
+                if strict:
+                    return f"the value of {name} (not known before it runs)"
+                continue
+            if depth < 8 and self._arith_risk(str(value), strict, depth + 1) is not None:
+                return f"the value of {name}"
+        return None
 
     def assignments(self, node: Node) -> None:
         self.substitutions(node)
@@ -236,6 +313,10 @@ class ShellWalker:
         name = _txt(name_node) if name_node is not None else _txt(a)
         value = word_of(value_node, self.env) if value_node is not None else Word.of("")
         self.session.variables[name] = None if value.dynamic else str(value)
+        if value_node is not None and value_node.type == "arithmetic_expansion":
+            self.session.integers.add(name)
+        else:
+            self.session.integers.discard(name)
         inv = Invocation(argv=[Word.of(verb)], where=self.where, raw=_txt(a))
         if runs_code(name, _txt(value_node).strip("\"'") if value_node is not None else ""):
             return [_runs_code_action(inv, name)]
@@ -421,6 +502,14 @@ class ShellWalker:
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
             self.emit([_runs_later_action(inv)])
             return None
+        if str(argv[0]) == "let":
+            self.arithmetic(node, " , ".join(str(a) for a in argv[1:]))
+        elif str(argv[0]) in _SETS_NAMES:
+            # `read n`, `mapfile a`, `printf -v n`, `getopts o n`: set from input as it runs, not known here.
+            for a in argv[1:]:
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a):
+                    self.session.variables[str(a)] = None
+                    self.session.integers.discard(str(a))
         self.emit(self.n.dispatch(inv))
         out = _output_of(inv)
         for path, append in all_writes:
@@ -454,6 +543,23 @@ def _dropped_words(stmt: Node, body: Node, redirects: list[Node]) -> list[Word]:
 _RUNS_LATER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*(\$\(|`)|@P\}")
 _EVALUATES_NAMES = frozenset({"test", "[", "let", "printf", "read", "declare", "typeset", "local", "export",
                               "readonly", "unset", "mapfile", "readarray", "shift", "return", "exit"})
+
+
+# Arithmetic: numbers (`16#ff`, `0x1f`, `10`), what is safe to name (a length `${#v}`, `$#`, `$?`, `$$`, `$!`), a
+# positional parameter, a name (and whether it is assigned there: `i=0`, not `i==0`).
+_ARITH_NUMBER = re.compile(r"\b(?:[0-9]+#[0-9A-Za-z@_]+|0[xX][0-9a-fA-F]+|[0-9]+)\b")
+_ARITH_SPECIALS = re.compile(r"\$\{#[A-Za-z_][A-Za-z0-9_]*\}|\$\{?[#?$!-]\}?")
+_ARITH_POSITIONAL = re.compile(r"\$\{?[0-9@*]")
+_ARITH_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\s*=(?!=))?")
+# `[[ A -eq B ]]` evaluates A and B as arithmetic.
+_ARITH_TEST = re.compile(r"\s-(eq|ne|lt|le|gt|ge)\s")
+# Variables bash itself keeps as integers.
+_BASH_INTEGERS = frozenset({"RANDOM", "SRANDOM", "SECONDS", "LINENO", "BASHPID", "PPID", "UID", "EUID",
+                            "EPOCHSECONDS", "HISTCMD"})
+_UNSET = object()
+# Loop values that are numbers whatever runs: `$(seq 1 5)`, `{1..10}`, `{0..20..5}`.
+_COUNTS = re.compile(r"\$\(\s*seq(\s+-?[0-9]+)+\s*\)|\{-?[0-9]+\.\.-?[0-9]+(\.\.-?[0-9]+)?\}|-?[0-9]+")
+_SETS_NAMES = frozenset({"read", "mapfile", "readarray", "printf", "getopts"})
 
 
 def _runs_later_action(inv: Invocation) -> Action:

@@ -12,7 +12,7 @@ from typing import Iterator
 
 from tree_sitter import Node
 
-__all__ = ["Word", "word_of", "substitutions_in", "decode_ansi_c", "DYNAMIC_NODES"]
+__all__ = ["Word", "word_of", "substitutions_in", "decode_ansi_c", "DYNAMIC_NODES", "SUBSTITUTIONS"]
 
 # Node types whose value is only known when the command runs.
 DYNAMIC_NODES = frozenset({

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
-from guardrail.actions.classifiers.containers import CONTAINER_EXEC
+from guardrail.actions.classifiers.containers import CONTAINER_EXEC, CONTAINER_RUN
+from guardrail.actions.classifiers.files import SSH_OPTIONS, ssh_hidden
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
-from guardrail.actions.invocation import Invocation, Stdin, command_name, runs_code
+from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, command_name, runs_code
 from guardrail.actions.model import Action, Target
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
@@ -308,15 +309,18 @@ def trap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 @wrapper("ssh")
 def ssh(inv: Invocation, n: "Normaliser") -> list[Action] | None:
-    spec = OptionSpec.of(["-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-b", "-c", "-E", "-e", "-I", "-m",
-                          "-O", "-Q", "-S", "-W", "-w", "-B"], stop_at_positional=True)
-    p = spec.parse(inv.args)
+    p = SSH_OPTIONS.parse(inv.args)
+    hidden = ssh_hidden(p)
+    if hidden:
+        return [inv.opaque("ssh", f"ssh {hidden}; use ssh with plain options, or run the command directly")]
+    log = p.get("-E")  # -E LOGFILE: ssh appends its log there
+    pre = [file_write(inv, str(log), verb="append", by="ssh -E")] if log is not None else []
     if not p.positionals:
-        return _interactive(inv)
+        return pre + _interactive(inv)
     host, cmd = p.positionals[0], p.positionals[1:]
     if not cmd:
-        return _interactive(inv)
-    return n.script(" ".join(str(c) for c in cmd), inv.where.inside(f"ssh {host}"), inv.stdin)
+        return pre + _interactive(inv)
+    return pre + n.script(" ".join(str(c) for c in cmd), inv.where.inside(f"ssh {host}"), inv.stdin)
 
 
 @wrapper("alias")
@@ -341,6 +345,14 @@ def unalias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     args = inv.args
     out: list[Action] = [inv.action("find", "find", mutating=False)]
+    # The starting points: the words before the first test, option or action (`.` when none is given). What an
+    # -exec runs or -delete removes is any file under them.
+    starts = []
+    for w in args:
+        if str(w).startswith(("-", "(", ")", "!")):
+            break
+        starts.append(str(w))
+    found = [p.rstrip("/") + "/**" for p in starts or ["."]]
     i = 0
     while i < len(args):
         a = str(args[i])
@@ -349,12 +361,18 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
             while j < len(args) and str(args[j]) not in (";", "+"):
                 j += 1
             if j > i + 1:
-                out += n.dispatch(_inner(inv, list(args[i + 1:j]), f"find {a}", pending=True))
+                command = list(args[i + 1:j])
+                if a in ("-exec", "-ok") and any("{}" in str(w) for w in command):
+                    # `-exec shred {} +` on the files found: the command as run on each starting point's files.
+                    for f in found:
+                        argv = [Word.of(str(w).replace("{}", f), dynamic=w.dynamic) for w in command]
+                        out += n.dispatch(_inner(inv, argv, f"find {a}", pending=True))
+                else:
+                    out += n.dispatch(_inner(inv, command, f"find {a}", pending=True))
             i = j + 1
             continue
         if a == "-delete":
-            paths = [str(x) for x in args if not str(x).startswith(("-", "(", ")", "!"))][:1] or ["."]
-            out.append(file_write(inv, f"{paths[0]}/**", verb="delete", by="find -delete"))
+            out += [file_write(inv, f, verb="delete", by="find -delete") for f in found]
         elif a in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(args):
             out.append(file_write(inv, str(args[i + 1]), by=f"find {a}"))
         i += 1
@@ -379,6 +397,15 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
         own_actions = classifier.classify(inv) if classifier is not None else []
         pod = words[len(verb)] if len(words) > len(verb) else ""
         return own_actions + _in_new_pod(inv, n, g, "kubectl " + " ".join(verb), pod, g.after_dashdash, inv.stdin)
+    if verb and not g.has("-h", "--help") and (verb == ["debug"] or g.get("--image") is not None):
+        # A new pod, job or deployment (or a debug container) with no command: it runs the image's own entrypoint,
+        # or an interactive shell, neither of which the guard sees.
+        classifier = classifier_for("kubectl")
+        own_actions = classifier.classify(inv) if classifier is not None else []
+        what = "kubectl " + " ".join(verb)
+        return own_actions + [inv.opaque("image-command", f"{what} without a command runs the image's own "
+                                         "entrypoint (or an interactive shell), which the guard cannot see; give the "
+                                         f"command after -- ({what} NAME --image=IMAGE -- CMD ...)", tool="kubectl")]
     if words[:1] in (["apply"], ["create"], ["replace"]) and inv.stdin is not None:
         return _manifest_commands(inv, n, g)
     if not g.positionals or g.positionals[0] != "exec":
@@ -450,6 +477,13 @@ def _in_new_pod(inv: Invocation, n: "Normaliser", g: Any, label: str, pod: str, 
 @wrapper("docker", "podman", "crictl", "nerdctl")
 def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     args = list(inv.args)
+    if args[:1] == ["container"] and inv.name != "crictl":  # `docker container run|exec ...`: the same commands
+        args = args[1:]
+    if args and args[0] in ("run", "create") and inv.name != "crictl":
+        return _container_run(inv, n, args[1:])
+    if args and args[0] in ("run", "runp", "create") and inv.name == "crictl":
+        return [inv.opaque("crictl", f"crictl {args[0]} runs what its config files hold, which the guard does not "
+                           "read; run the command in the container with crictl exec instead")]
     if not args or args[0] != "exec":
         return None
     p = CONTAINER_EXEC.parse(args[1:])
@@ -465,3 +499,65 @@ def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
                            raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in inner))
     return [own] + n.dispatch(inner_inv)
 
+
+
+def _container_run(inv: Invocation, n: "Normaliser", args: list[Word]) -> list[Action]:
+    """`docker run [OPTIONS] IMAGE [CMD...]` (podman, nerdctl; and `create`, which runs it when started): the
+    container's command judged as a command run in a container, as `kubectl run ... -- CMD` is. Host directories
+    mounted into it (`-v /var/lib/postgresql:/x`, `--mount type=bind,...`) are those directories: a file the
+    command writes under the mount point is the host's file. With no command the image's own entrypoint runs,
+    which the guard cannot see."""
+    classifier = classifier_for(inv.name)
+    own = classifier.classify(inv) if classifier is not None else []
+    p = CONTAINER_RUN.parse(args)
+    if not p.positionals:
+        return own
+    image, command = p.positionals[0], list(p.positionals[1:])
+    entrypoint = p.get("--entrypoint")
+    if entrypoint is not None and str(entrypoint):
+        command = [entrypoint if isinstance(entrypoint, Word) else Word.of(entrypoint)] + command
+    if not command:
+        return own + [inv.opaque("image-command", f"{inv.name} run {image} without a command runs the image's own "
+                                 "entrypoint, which the guard cannot see; give the command after the image "
+                                 f"({inv.name} run IMAGE CMD ...)", image=str(image))]
+    where = inv.where.inside(f"{inv.name} run", pod=str(p.get("--name") or image))
+    out = list(own)
+    health = p.get("--health-cmd")
+    if health is not None:
+        out += n.script(str(health), where.inside("--health-cmd"))
+    inner = n.dispatch(Invocation(argv=command, where=where, stdin=inv.stdin,
+                                  raw=" ".join(shlex.quote(str(a)) if not a.dynamic else str(a) for a in command)))
+    mounts = _bind_mounts(p)
+    return out + [_on_host(a, mounts) for a in inner] if mounts else out + inner
+
+
+def _bind_mounts(p: Any) -> list[tuple[str, str]]:
+    """(mount point in the container, host directory) of every bind mount, the longest mount point first."""
+    out = []
+    for v in p.all("-v"):
+        parts = str(v).split(":")
+        if len(parts) >= 2 and parts[0].startswith(("/", ".", "~")):
+            out.append((parts[1], parts[0]))
+    for m in p.all("--mount"):
+        fields = dict(f.partition("=")[::2] for f in str(m).split(","))
+        src = fields.get("source") or fields.get("src") or ""
+        dst = fields.get("target") or fields.get("destination") or fields.get("dst") or ""
+        if fields.get("type", "volume") == "bind" and src and dst:
+            out.append((dst, src))
+    return sorted(((clean_path(d).rstrip("/") or "/", s) for d, s in out), key=lambda m: -len(m[0]))
+
+
+def _on_host(a: Action, mounts: list[tuple[str, str]]) -> Action:
+    """A file action inside a container, as the host file it is when its path is under a bind mount."""
+    path = a.details.get("path") if a.tool == "file" else None
+    if not isinstance(path, str):
+        return a
+    inside = clean_path(path)
+    for dst, src in mounts:
+        if inside == dst or inside.startswith(dst.rstrip("/") + "/"):
+            host = src.rstrip("/") + inside[len(dst.rstrip("/")):] if dst != "/" else src.rstrip("/") + inside
+            d = {k: v for k, v in a.details.items() if k not in ("path", "by", "content", "host_change", "pod")}
+            inv = Invocation(argv=[Word.of(a.tool)], where=Where(via=tuple(a.via)), raw=a.raw)
+            return file_write(inv, host or "/", verb=a.verb, content=a.details.get("content"),
+                              by=str(a.details.get("by", "")), in_container=path, **d)
+    return a

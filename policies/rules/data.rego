@@ -178,8 +178,51 @@ deny contains {
 	lib.verb == "chmod"
 	path := object.get(lib.details, "path", lib.target_name)
 	data_path(path)
+	some mode in modes_removing_all
+}
+
+# The mode as the classifier read it (`chmod 0`, `chmod -R 0000`, `a-rwx`, `ugo=`), else as written in the text.
+modes_removing_all contains m if {
+	m := lib.details.mode
+	regex.match(`^(0+|[ugoa]*-rwx|[ugoa]*=)$`, m)
+}
+
+modes_removing_all contains m if {
+	not lib.details.mode
 	some t in lib.texts
-	mode := regex.find_n(`\b0?000\b|\ba-rwx\b|\bugo?-rwx\b|\b[ugoa]*=\s`, t, 1)[0]
+	m := regex.find_n(`\b0?000\b|\ba-rwx\b|\bugo?-rwx\b|\b[ugoa]*=\s`, t, 1)[0]
+}
+
+# The users the datastores' images run their servers as (by name, or the uid of the official and bitnami images).
+data_owners := {"postgres", "mysql", "redis", "mongodb", "kafka", "memcache", "rabbitmq", "pgbouncer", "999", "1001", "70"}
+
+deny contains {
+	"id": "SRE-DATA-006",
+	"msg": sprintf("%s %s on %s hands a datastore's files to someone other than its server, which then can no longer read them (postgres refuses a data directory it does not own). Give them back to the server's own user (postgres, mysql, redis, or its uid) instead.", [lib.verb, owner, path]),
+	"details": {"path": path, "verb": lib.verb, "owner": owner},
+} if {
+	input.action.tool == "file"
+	lib.verb in {"chown", "chgrp"}
+	path := object.get(lib.details, "path", lib.target_name)
+	data_path(path)
+	owner := object.get(lib.details, "mode", "")
+	not owner_of_data(lib.verb, owner)
+}
+
+# chown USER[:GROUP] judges the user (the group when only `:GROUP` is given); chgrp GROUP the group.
+owner_of_data("chgrp", owner) if owner in data_owners
+
+owner_of_data("chown", owner) if {
+	user := regex.split(`[:.]`, owner)[0]
+	user != ""
+	user in data_owners
+}
+
+owner_of_data("chown", owner) if {
+	parts := regex.split(`[:.]`, owner)
+	parts[0] == ""
+	count(parts) > 1
+	parts[1] in data_owners
 }
 
 # The host itself: a recursive delete of the root or a system directory, or a write to a block device.

@@ -254,3 +254,47 @@ test_a_data_directory_however_written_is_a_data_directory if {
 		not "SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
 	}
 }
+
+test_datastore_dir_chmod_0_denied if {
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "chmod", "mutating": true, "raw": "chmod 0 /var/lib/postgresql/data",
+		"details": {"path": "/var/lib/postgresql/data", "mode": "0"},
+	}, "command": "kubectl exec postgres-0 -- chmod 0 /var/lib/postgresql/data"}
+}
+
+test_datastore_dir_chmod_0750_in_pod_0_allowed if {
+	# The pod's name ends in -0: only the mode the classifier read decides.
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chmod", "mutating": true, "raw": "chmod 0750 /var/lib/postgresql/data",
+		"details": {"path": "/var/lib/postgresql/data", "mode": "0750"},
+	}, "command": "kubectl exec postgres-0 -- chmod 0750 /var/lib/postgresql/data"}
+}
+
+test_datastore_dir_given_away_denied if {
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true, "raw": "chown -R nobody /var/lib/postgresql/data",
+		"details": {"path": "/var/lib/postgresql/data", "mode": "nobody"},
+	}}
+	"SRE-DATA-006" in ids(data.deny) with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/var/lib/mysql", "mode": "root:root"},
+	}}
+}
+
+test_datastore_dir_given_back_to_its_server_allowed if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true,
+		"details": {"path": "/var/lib/postgresql/data", "mode": "postgres:postgres"},
+	}}
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/bitnami/redis", "mode": "1001"},
+	}}
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/var/lib/mysql", "mode": ":mysql"},
+	}}
+}
+
+test_chown_elsewhere_allowed if {
+	count(data.deny) == 0 with input as {"action": {
+		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/tmp/report", "mode": "nobody"},
+	}}
+}

@@ -102,11 +102,13 @@ scope_text(s) := "the whole server" if count(s) == 0
 
 scope_text(s) := concat(", ", sort([sprintf("%s %v", [n, v]) | some n, v in s])) if count(s) > 0
 
-# The machine itself: its clock, its name, its network, its kernel log, its journal. An incident's repair is in the
-# services; changing the host the agent (or a pod) runs on reaches every service on it and is not rolled back.
+# The machine itself: its clock, its name, its network, its kernel log, its journal, its kernel settings, its name
+# resolution, its programs (a file written into a bin directory replaces a program every later command names). An
+# incident's repair is in the services; changing the host the agent (or a pod) runs on reaches every service on it
+# and is not rolled back. The classifiers say what changes in `details.host_change`.
 deny contains {
 	"id": "SRE-SCOPE-006",
-	"msg": sprintf("`%s` changes the host itself (its clock, name, network or logs), which every service on it shares and no later step restores. Repair the service at fault; read the host's state (ip addr, date, journalctl) instead.", [lib.verb]),
+	"msg": sprintf("`%s` changes the host itself (its programs, kernel, name resolution, node and runtime state, network, clock, name or logs), which every service on it shares and no later step restores. Repair the service at fault; run programs where they are installed, and read the host's state (ip addr, date, journalctl, cat /etc/hosts) instead.", [lib.details.host_change]),
 	"details": {"change": lib.details.host_change},
 } if {
 	object.get(lib.details, "host_change", "") != ""

@@ -77,3 +77,13 @@ test_a_change_to_the_host_itself_is_denied if {
 test_a_read_of_the_host_is_not if {
 	count({f | some f in scope.deny; f.id == "SRE-SCOPE-006"}) == 0 with input as {"action": {"tool": "ip", "verb": "ip", "mutating": false, "details": {}}, "context": {}}
 }
+
+test_a_file_of_the_host_written_is_a_host_change if {
+	some f in scope.deny with input as {"action": {"tool": "file", "verb": "write", "mutating": true, "details": {"path": "/usr/local/bin/ls", "host_change": "write /usr/local/bin/ls (the system's programs)"}}, "context": {}}
+	f.id == "SRE-SCOPE-006"
+	contains(f.msg, "/usr/local/bin/ls")
+}
+
+test_a_file_written_elsewhere_is_not_a_host_change if {
+	count({f | some f in scope.deny; f.id == "SRE-SCOPE-006"}) == 0 with input as {"action": {"tool": "file", "verb": "write", "mutating": true, "details": {"path": "/tmp/ls"}}, "context": {}}
+}

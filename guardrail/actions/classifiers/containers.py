@@ -11,11 +11,32 @@ from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Layer, Target
 
-__all__ = ["ContainerRuntime", "CONTAINER_EXEC"]
+__all__ = ["ContainerRuntime", "CONTAINER_EXEC", "CONTAINER_RUN"]
 
 # `docker exec` options that take a value; everything after the container name is the command.
 CONTAINER_EXEC = OptionSpec.of(["-u", "--user", "-w", "--workdir", "-e", "--env", "--env-file", "--detach-keys"],
                                stop_at_positional=True)
+# `docker run` / `create` options that take a value; the first positional is the image, the rest its command.
+CONTAINER_RUN = OptionSpec.of([
+    "-a", "--attach", "--add-host", "--annotation", "--blkio-weight", "--blkio-weight-device", "--cap-add",
+    "--cap-drop", "--cgroup-parent", "--cgroupns", "--cidfile", "--cpu-count", "--cpu-percent", "--cpu-period",
+    "--cpu-quota", "--cpu-rt-period", "--cpu-rt-runtime", "-c", "--cpu-shares", "--cpus", "--cpuset-cpus",
+    "--cpuset-mems", "--detach-keys", "--device", "--device-cgroup-rule", "--device-read-bps", "--device-read-iops",
+    "--device-write-bps", "--device-write-iops", "--dns", "--dns-opt", "--dns-option", "--dns-search",
+    "--domainname", "--entrypoint", "-e", "--env", "--env-file", "--expose", "--gpus", "--group-add",
+    "--health-cmd", "--health-interval", "--health-retries", "--health-start-period", "--health-start-interval",
+    "--health-timeout", "-h", "--hostname", "--ip", "--ip6", "--ipc", "--isolation", "--kernel-memory", "-l",
+    "--label", "--label-file", "--link", "--link-local-ip", "--log-driver", "--log-opt", "--mac-address", "-m",
+    "--memory", "--memory-reservation", "--memory-swap", "--memory-swappiness", "--mount", "--name", "--network",
+    "--net", "--network-alias", "--net-alias", "--oom-score-adj", "--pid", "--pids-limit", "--platform", "-p",
+    "--publish", "--pull", "--restart", "--runtime", "--security-opt", "--shm-size", "--stop-signal",
+    "--stop-timeout", "--storage-opt", "--sysctl", "--tmpfs", "--ulimit", "-u", "--user", "--userns", "--uts", "-v",
+    "--volume", "--volume-driver", "--volumes-from", "-w", "--workdir", "--pod", "--arch", "--os", "--variant",
+    "--secret", "--uidmap", "--gidmap", "--tz", "--umask", "--unsetenv", "--pidfile", "--requires", "--timeout",
+    "--init-path", "--seccomp-policy", "--sdnotify", "--preserve-fds", "--hostuser", "--passwd-entry",
+], {"--volume": "-v", "--env": "-e", "--user": "-u", "--workdir": "-w", "--publish": "-p", "--label": "-l",
+    "--hostname": "-h", "--memory": "-m", "--cpu-shares": "-c", "--attach": "-a", "--net": "--network"},
+    stop_at_positional=True)
 _READ = frozenset({"ps", "logs", "inspect", "images", "image", "stats", "top", "version", "info", "port", "diff",
                    "events", "history", "search", "pods", "stopped", "list", "network", "volume"})
 _LIFECYCLE = frozenset({"restart", "stop", "kill", "rm", "start", "pause", "unpause", "update", "rmi", "create",
@@ -36,6 +57,12 @@ class ContainerRuntime:
         if verb in ("container", "pod") and len(words) > 1:
             verb, words = words[1], words[1:]
         name = words[1] if len(words) > 1 else ""
+        lead = [str(a) for a in inv.args[:2]]
+        skip = 1 if lead[:1] == [verb] else 2 if lead == ["container", verb] else 0
+        if verb in ("run", "create") and skip and inv.name != "crictl":
+            # The container made: its --name, else the image (the words before it are option values).
+            run = CONTAINER_RUN.parse(inv.args[skip:])
+            name = str(run.get("--name") or (run.positionals[0] if run.positionals else ""))
         target = Target(kind="container", name=name)
         if verb in _READ or verb.startswith("ls"):
             return [inv.action(inv.name, verb, target=target, mutating=False)]

@@ -8,11 +8,13 @@ declared elsewhere. Redirections (`>`, `>>`) are turned into the same Actions by
 from __future__ import annotations
 
 import re
+import shlex
 
-from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.shell import NULL_SINKS, file_write
+from guardrail.actions.words import Word
 
 # sed's `e` command, or the `e` flag of `s///`, runs the pattern space as a shell command.
 _S = r"s(?P<d>[^\\\n])(?:\\.|(?!(?P=d)).)*(?P=d)(?:\\.|(?!(?P=d)).)*(?P=d)"
@@ -24,7 +26,7 @@ _CMD_START = r"(?:^|[;\n{}])\s*" + _ADDR
 _SED_EXEC = re.compile(_S + r"[gpIiMm0-9w]*e|" + _CMD_START + r"e(?:\s|;|$|})")
 _SED_WRITE = re.compile(_CMD_START + r"w\s+(?P<cmd>\S+)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
 
-__all__ = ["Sed", "Tee", "CopyMove", "Remove", "Attributes", "Create"]
+__all__ = ["Sed", "Tee", "CopyMove", "Remove", "Attributes", "Create", "SSH_OPTIONS", "ssh_hidden"]
 
 
 @register
@@ -90,6 +92,57 @@ class Tee:
         return [file_write(inv, f, verb="append" if append else "write", content=content, by="tee") for f in paths]
 
 
+# ssh's options that take a value (ssh, and the ssh that scp and `rsync -e ssh` run).
+SSH_OPTIONS = OptionSpec.of(["-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-b", "-c", "-E", "-e", "-I", "-m",
+                             "-O", "-Q", "-S", "-W", "-w", "-B", "-P"], stop_at_positional=True)
+_SCP_OPTIONS = OptionSpec.of(["-c", "-D", "-F", "-i", "-J", "-l", "-o", "-P", "-S", "-X"])
+# ssh configuration keys that run a program on this machine, a command the command line does not show, or load a
+# library into ssh (in -o, or in a config file: which -F names, or ~/.ssh/config that PermitLocalCommand arms).
+_SSH_RUNS = frozenset({"localcommand", "permitlocalcommand", "proxycommand", "knownhostscommand", "remotecommand",
+                       "pkcs11provider", "securitykeyprovider", "include", "match"})
+
+
+def ssh_hidden(p: Parsed) -> str | None:
+    """Why an ssh (or scp, or `rsync -e ssh`) with these options runs something its command line does not show, or
+    None: a config file (-F, but /dev/null), an -o that runs a local or remote command or loads a library, -I."""
+    cfg = p.get("-F")
+    if cfg is not None and str(cfg) not in ("/dev/null", "none"):
+        return f"-F {cfg}: a config file can make ssh run commands (ProxyCommand, LocalCommand) the guard does not see"
+    if p.get("-I") is not None:
+        return "-I loads a PKCS#11 library into ssh"
+    for o in p.all("-o"):
+        key = re.split(r"[=\s]", str(o).strip(), maxsplit=1)[0].lower()
+        if key in _SSH_RUNS or o.dynamic:
+            return f"-o {o}: ssh runs a command for it that the guard does not read"
+    return None
+
+
+def _remote_copy_hidden(inv: Invocation) -> str | None:
+    """What an scp or rsync runs besides copying: scp's -S/-D program, rsync's -e/--rsh shell (other than ssh with
+    plain options) and --rsync-path, and the ssh options of either."""
+    if inv.name == "scp":
+        p = _SCP_OPTIONS.parse(inv.args)
+        for o in ("-S", "-D"):
+            if p.get(o) is not None:
+                return f"scp {o} {p.get(o)} runs that program in place of ssh"
+        return ssh_hidden(p)
+    p = OptionSpec.of(["-e", "--rsh", "--rsync-path"], {"--rsh": "-e"}).parse(inv.args)
+    rsh, path = p.get("-e"), p.get("--rsync-path")
+    if path is not None and (path.dynamic or not all(w == "sudo" or w.rsplit("/", 1)[-1] == "rsync"
+                                                       for w in str(path).split())):
+        return f"rsync --rsync-path={path} runs that command on the other side"
+    if rsh is None:
+        return None
+    try:
+        words = shlex.split(str(rsh))
+    except ValueError:
+        words = []
+    if rsh.dynamic or not words or words[0].rsplit("/", 1)[-1] != "ssh":
+        return f"rsync -e {rsh!r} runs that program as its remote shell"
+    hidden = ssh_hidden(SSH_OPTIONS.parse([Word.of(w) for w in words[1:]]))
+    return f"rsync -e ssh {hidden}" if hidden else None
+
+
 @register
 class CopyMove:
     """cp, mv, install, ln: the destination is written (mv also removes the source)."""
@@ -97,9 +150,15 @@ class CopyMove:
     commands = ("cp", "mv", "install", "ln", "rsync", "scp")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = OptionSpec.of(["-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "--owner", "-g",
-                           "--group", "-e", "--exclude", "--include", "-P", "-i", "-F"],
-                          {"--target-directory": "-t"}).parse(inv.args)
+        if inv.name in ("scp", "rsync"):
+            hidden = _remote_copy_hidden(inv)
+            if hidden:
+                return [inv.opaque(inv.name, f"{hidden}; copy with plain options, or run the command directly",
+                                   tool=inv.name)]
+        spec = _SCP_OPTIONS if inv.name == "scp" else OptionSpec.of(
+            ["-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "--owner", "-g", "--group", "-e",
+             "--exclude", "--include", "-P", "-i", "-F"], {"--target-directory": "-t"})
+        p = spec.parse(inv.args)
         files = [str(f) for f in p.positionals]
         target_dir = p.get("-t")
         if target_dir is not None:

@@ -368,6 +368,11 @@ class Kubectl:
 
     def _edit(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         a.details["interactive"] = True
+        if not p.has("-h", "--help"):
+            # The change is whatever is typed into the editor (or what $KUBE_EDITOR does): not visible.
+            a.mutating = UNKNOWN
+            a.opaque_reason = ("kubectl edit changes the object in an editor, which the guard does not see; make the "
+                               "change with kubectl patch, set, scale or apply, spelled out")
 
     def _apply(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         files = a.details.get("files", [])

@@ -126,10 +126,15 @@ def _timedatectl(args: list[str]) -> tuple[str, str] | None:
     return ("changes", f"timedatectl {verb}") if verb.startswith("set-") else None
 
 
+def _hash(args: list[str]) -> tuple[str, str] | None:
+    # `hash -p /usr/bin/redis-cli ls`: every later `ls` runs redis-cli.
+    return ("runs", "-p") if any(re.fullmatch(r"-[a-zA-Z]*p[a-zA-Z]*", a) for a in args) else None
+
+
 # The staples that are not only readers with some options: what those options write, run or change.
 _UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
            "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
-           "timedatectl": _timedatectl}
+           "timedatectl": _timedatectl, "hash": _hash}
 
 
 # awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
@@ -234,6 +239,19 @@ class Kill:
             ends_main = _kills_server(inv.name, args, targets, programs)
             server = next((n for t in targets
                            if (n := _server_named(t, pattern=inv.name == "pkill", programs=programs))), "")
+            # A postgres child (`pkill -9 -f 'postgres: '`) that dies of a crash signal: the postmaster ends every
+            # backend and runs crash recovery, a restart of the database.
+            if not ends_main and inv.name == "pkill" and _signals(args) & _CRASH_SIGNALS \
+                    and any(_PG_CHILD.match(t) for t in targets):
+                ends_main, server = True, "postgres"
+            # Every process of a user (`pkill -u postgres`, no name): in a pod its server may be one of them; on
+            # the agent's own machine, a datastore's own user runs that datastore.
+            users = _option_values(args, _USER_OPTIONS[inv.name])
+            if not ends_main and users and not targets and not _harmless_all(_signals(args)):
+                owned = next((_USER_SERVERS[u] for u in users if u in _USER_SERVERS), "")
+                if inv.where.in_exec or owned:
+                    ends_main, server = True, owned
+                    details["users"] = users
         if not ends_main:
             return [inv.action("shell", inv.name, mutating=True, details=details)]
         details["restart"] = True
@@ -244,7 +262,7 @@ class Kill:
         if server:
             return [inv.action("shell", inv.name, mutating=True, details=details,
                                target=Target(kind="component", name=server, namespace=inv.where.namespace))]
-        details["selector"] = "PID 1 or every process"
+        details["selector"] = "PID 1, its process group or every process"
         return [inv.action("shell", inv.name, mutating=True, details=details,
                            target=Target(kind="process", name="", namespace=inv.where.namespace))]
 
@@ -319,7 +337,8 @@ def _kill_reach(target: str, dynamic: bool, programs: tuple[str, ...] = SERVER_P
     name (its pid looked up as the kill runs: `$(pgrep postgres)`, `` `pidof mysqld` ``), or _UNSURE (any other pid
     computed as the command runs, `$p`, `` `cat /run/mysqld/mysqld.pid` ``: in a pod it may be the server's)."""
     if not dynamic:
-        return "" if target.lstrip("-").isdigit() and int(target.lstrip("-")) == 1 else None
+        # 1 and -1; and 0, every process of the kill's own process group (in a pod that may be PID 1's).
+        return "" if target.lstrip("-").isdigit() and int(target.lstrip("-")) in (0, 1) else None
     m = _PID_LOOKUP.match(target)
     if m is None:
         return _UNSURE
@@ -334,15 +353,47 @@ def _kill_reach(target: str, dynamic: bool, programs: tuple[str, ...] = SERVER_P
                 None)
 
 
+def _signals(args: list[str]) -> set[str]:
+    """The signals a pkill/killall names (`-9`, `-KILL`, `--signal=KILL`, `--signal KILL`, `-s KILL`), upper-case
+    without SIG, with the option words themselves (harmless: they name no signal)."""
+    sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
+    # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
+    return sigs | {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
+
+
+def _harmless_all(sigs: set[str]) -> bool:
+    return any(_harmless(sig, None) for sig in sigs)
+
+
+def _option_values(args: list[str], options: frozenset[str]) -> list[str]:
+    """The values of these options (`-u postgres`, `-upostgres`, `--uid=postgres`), comma lists split."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a in options and i + 1 < len(args):
+            out += args[i + 1].split(",")
+        elif "=" in a and a.split("=", 1)[0] in options:
+            out += a.split("=", 1)[1].split(",")
+        elif a[:2] in options and len(a) > 2 and not a.startswith("--"):
+            out += a[2:].split(",")
+    return [u for u in out if u]
+
+
+# A postgres child's process title (`postgres: autovacuum launcher`, `postgres: saleor saleor [local] idle`).
+_PG_CHILD = re.compile(r"^(\S*/)?postgres:")
+# Signals of which a child ends abnormally: the postmaster then ends every backend and runs crash recovery.
+_CRASH_SIGNALS = frozenset({"KILL", "9", "QUIT", "3", "SEGV", "11", "ABRT", "6", "BUS", "7", "ILL", "4", "FPE", "8"})
+_USER_OPTIONS = {"pkill": frozenset({"-u", "-U", "--euid", "--uid"}), "killall": frozenset({"-u", "--user"})}
+# The users the datastores' images run their servers as.
+_USER_SERVERS = {"postgres": "postgres", "mysql": "mysqld", "redis": "redis-server", "pgbouncer": "pgbouncer",
+                 "memcache": "memcached", "mongodb": "mongod", "rabbitmq": "rabbitmq-server"}
+
+
 def _kills_server(name: str, args: list[str], targets: list[str],
                   programs: tuple[str, ...] = SERVER_PROGRAMS) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
-    sigs = {a.lstrip("-").upper().removeprefix("SIGNAL=").removeprefix("SIG") for a in args if a.startswith("-")}
-    # `--signal NAME` (pkill) and `-s NAME` (killall) as two words: the word after names the signal.
-    named = {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
     if any(_harmless(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
                                                                               programs=programs))), None))
-           for sig in sigs | named):
+           for sig in _signals(args)):
         return False
     # pkill -P 1: every child of PID 1 (the postmaster's backends and workers; a shell PID 1's server).
     if name == "pkill" and any(a == "-P" and args[i + 1].split(",").count("1") for i, a in enumerate(args[:-1])):

@@ -148,3 +148,28 @@ def test_a_kill_fed_its_pids_by_xargs_is_a_kill_not_a_signal_listing(cmd, restar
 def test_usr_signals_end_a_server_unless_it_handles_them(cmd, restart):
     kill = normalise(cmd)[-1]
     assert kill.details.get("restart", False) is restart
+
+
+@pytest.mark.parametrize("cmd,restart,target", [
+    # Every process of the datastore's own user: its server.
+    ("pkill -u postgres", True, ("component", "postgres")),
+    ("killall -u mysql", True, ("component", "mysqld")),
+    ("pkill --euid=redis", True, ("component", "redis-server")),
+    ("kubectl exec svc-auth-0 -- pkill -u app", True, ("pod", "svc-auth-0")),  # in a pod the server may be one
+    ("pkill -u app", False, None),  # on the agent's own machine: not a datastore's user
+    ("pkill -HUP -u postgres", False, None),  # a reload
+    ("pkill -u postgres -f backup.sh", False, None),  # a pattern narrows it
+    # A postgres child that dies of a crash signal: the postmaster ends every backend and recovers.
+    ("pkill -9 -f 'postgres: '", True, ("component", "postgres")),
+    ("kubectl exec postgres-0 -- pkill -KILL -f 'postgres: autovacuum launcher'", True, ("pod", "postgres-0")),
+    ("kubectl exec postgres-0 -- pkill -f 'postgres: saleor'", False, None),  # TERM ends that backend only
+    # 0: every process of the kill's own process group.
+    ("kill -9 0", True, ("process", "")),
+    ("kubectl exec postgres-0 -- kill -9 0", True, ("pod", "postgres-0")),
+])
+def test_a_kill_by_user_group_or_child_title_reaches_the_server(cmd, restart, target):
+    kill = normalise(cmd)[-1]
+    assert kill.mutating is True
+    assert kill.details.get("restart", False) is restart
+    if target:
+        assert (kill.target.kind, kill.target.name) == target

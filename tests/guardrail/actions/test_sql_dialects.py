@@ -61,7 +61,9 @@ RUNNERS = [
      [("kubectl", "create", True), ("redis-cli", "flushall", True)]),
     ("kubectl create deployment f --image=redis -n default -- redis-cli -h r FLUSHALL",
      [("kubectl", "create", True), ("redis-cli", "flushall", True)]),
-    ("kubectl create job j --image=busybox -n x", [("kubectl", "create", True)]),
+    # With no command it runs the image's own entrypoint, which the guard cannot see.
+    ("kubectl create job j --image=busybox -n x", [("kubectl", "create", True), ("kubectl", "image-command", UNKNOWN)]),
+    ("kubectl create job manual -n x --from=cronjob/backup", [("kubectl", "create", True)]),
 ]
 
 
