@@ -105,6 +105,17 @@ warn contains {
 	recomputes_each_row
 }
 
+# The log that replicas and point-in-time recovery read, thrown away: MariaDB's RESET MASTER or a PURGE of every
+# binary log up to now, a PostgreSQL replication slot dropped. The classifier names what goes in discards_logs.
+deny contains {
+	"id": "SRE-DATA-015",
+	"msg": sprintf("This throws away %s, which replicas, change-data consumers and point-in-time recovery read: they lose their place and must be rebuilt from a fresh copy. Leave the logs and slots alone; if they fill the disk, purge only old binary logs (PURGE BINARY LOGS BEFORE NOW() - INTERVAL 7 DAY) and report an abandoned slot to its owner.", [lib.details.discards_logs]),
+	"details": {"discards": lib.details.discards_logs, "sql_kind": sql_kind},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.details.discards_logs
+}
+
 pvc_kinds := {"pvc", "persistentvolumeclaim", "persistentvolumeclaims", "pv", "persistentvolume", "persistentvolumes"}
 
 deny contains {

@@ -177,6 +177,19 @@ warn contains {
 	account := account_of(object.get(k, "scope", {}))
 }
 
+# Redis' own password (requirepass, the default user's): every client that authenticates with the old one fails
+# on its next connection.
+warn contains {
+	"id": "SRE-PRIV-009",
+	"msg": sprintf("CONFIG SET requirepass gives %s's default user a new password: every client that connects with the old one fails until its secret matches. Change it only when the incident is about it, and update the clients' declared secret in the same repair.", [lib.target_name]),
+	"details": {"verb": lib.verb, "account": "default"},
+} if {
+	input.action.tool == "redis-cli"
+	lib.verb == "config set"
+	some k in input.action.keys
+	k.key == "redis.requirepass"
+}
+
 account_of(scope) := found[0] if {
 	found := [scope[f] | some f in ["user", "role", "grantee"]; scope[f]]
 	count(found) > 0
