@@ -254,3 +254,12 @@ test_a_data_directory_however_written_is_a_data_directory if {
 		not "SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
 	}
 }
+
+logs(details) := {"action": {"tool": "mysql", "verb": "reset master", "mutating": true, "details": object.union({"sql_kind": "server"}, details)}}
+
+test_throwing_away_binlogs_or_slots_is_denied if {
+	"SRE-DATA-015" in ids(data.deny) with input as logs({"discards_logs": "every binary log"})
+	"SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "psql", "verb": "pg_drop_replication_slot", "mutating": true, "details": {"sql_kind": "function", "discards_logs": "a replication slot"}}}
+	# PURGE BINARY LOGS BEFORE NOW() - INTERVAL 7 DAY keeps the recent logs: the classifier names nothing.
+	not "SRE-DATA-015" in ids(data.deny) with input as logs({})
+}

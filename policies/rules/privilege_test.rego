@@ -109,3 +109,10 @@ test_a_revoke_is_not_a_password_change if {
 		"keys": [{"key": "postgres.grant", "value": ["DELETE"], "scope": {"grantee": "app"}}],
 	}}
 }
+
+redis_cfg(key) := {"action": {"tool": "redis-cli", "verb": "config set", "mutating": true, "target": {"kind": "component", "name": "redis"}, "keys": [{"key": key, "value": "x"}]}}
+
+test_a_new_redis_password_warns if {
+	"SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.requirepass")
+	not "SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.maxmemory")
+}
