@@ -300,7 +300,8 @@ def _unwrap(cond: list[Tok]) -> list[Tok]:
 
 
 def _canon(cond: list[Tok]) -> str:
-    """A condition's text, lower case, without table qualifiers: `a.pid <> pg_backend_pid()` -> `pid <> pg_backend_pid ( )`."""
+    """A condition's text, lower case, without table qualifiers: `a.pid <> pg_backend_pid()` ->
+    `pid <> pg_backend_pid ( )`."""
     out: list[str] = []
     i = 0
     while i < len(cond):
