@@ -78,14 +78,24 @@ deny contains {
 
 deny contains {
 	"id": "SRE-DATA-004",
-	"msg": sprintf("%s on %s has no WHERE clause, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table]),
+	"msg": sprintf("%s on %s %s, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table, unscoped]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	sql_kind in {"DELETE", "UPDATE"}
 	object.get(lib.details, "has_where", false) != true
 	not recomputes_each_row
+	unscoped := unscoped_why
 }
+
+# Why the classifier found no WHERE that narrows the statement (has_where false).
+unscoped_why := "is a MERGE whose ON condition (or WHEN NOT MATCHED BY SOURCE) reaches every row" if {
+	lib.details.merge == true
+} else := "is an upsert whose rows come from a query with no WHERE that narrows it" if {
+	lib.details.upsert == true
+} else := "has a WHERE clause that every row passes (a constant truth, col IS NOT NULL, id > 0)" if {
+	lib.details.where_selects_all == true
+} else := "has no WHERE clause"
 
 # UPDATE t SET col = (SELECT ... WHERE inner.x = t.x): every row gets a value derived from its own data (a cursor
 # or counter rebuilt from the rows it counts), not one blanket value. Still every row, so a warning.

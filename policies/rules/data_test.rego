@@ -263,3 +263,13 @@ test_throwing_away_binlogs_or_slots_is_denied if {
 	# PURGE BINARY LOGS BEFORE NOW() - INTERVAL 7 DAY keeps the recent logs: the classifier names nothing.
 	not "SRE-DATA-015" in ids(data.deny) with input as logs({})
 }
+
+test_a_where_that_every_row_passes_is_named_in_the_denial if {
+	inp := {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"sql_kind": "dml", "table": "orders", "has_where": false, "where_selects_all": true}}}
+	some f in data.deny with input as inp
+	f.id == "SRE-DATA-004"
+	contains(f.msg, "every row passes")
+	some g in data.deny with input as sql("DELETE", false)
+	g.id == "SRE-DATA-004"
+	contains(g.msg, "has no WHERE clause")
+}

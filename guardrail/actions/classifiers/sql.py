@@ -456,11 +456,11 @@ def common_effect(st: Statement) -> SqlEffect | None:
         return _dml(k.lower(), table, None)
     if k == "UPDATE":
         j = 2 if st.kw(1) in ("ONLY", "LOW_PRIORITY", "IGNORE") else 1
-        return _dml("update", st.name_at(j)[0], _has_where(st))
+        return _dml("update", st.name_at(j)[0], _has_where(st), st)
     if k == "DELETE":
         i = st.index("FROM")
         table = st.name_at(i + 1 + (1 if st.kw(i + 1) == "ONLY" else 0))[0] if i >= 0 else ""
-        return _dml("delete", table, _has_where(st))
+        return _dml("delete", table, _has_where(st), st)
     if k == "MERGE":
         return _merge(st)
     if k == "TRUNCATE":
@@ -612,10 +612,12 @@ def hold_locks(effects: list[SqlEffect]) -> None:
                 lock.mutating, lock.layer = True, Layer.NONE
 
 
-def _dml(verb: str, table: str, has_where: bool | None) -> SqlEffect:
+def _dml(verb: str, table: str, has_where: bool | None, st: Statement | None = None) -> SqlEffect:
     d: dict[str, Any] = {"sql_kind": "dml", "table": table}
     if has_where is not None:
         d["has_where"] = has_where
+    if has_where is False and st is not None and st.index("WHERE") >= 0:
+        d["where_selects_all"] = True  # a WHERE that every row passes (`WHERE true`, `id > 0`)
     return SqlEffect(verb=verb, mutating=True, layer=Layer.DECLARED, details=d, target_kind="table",
                      target_name=table)
 
