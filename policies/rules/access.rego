@@ -216,3 +216,17 @@ runs_code contains substring(statement, 0, 80) if {
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_write\s*\(|\bdblink(_exec)?\s*\(`, statement)
 }
+
+# An account's rights or login written straight into the server's own account tables (MariaDB's mysql.user,
+# mysql.global_priv ..., PostgreSQL's pg_authid): past GRANT, ALTER USER and every rule that reads them.
+deny contains {
+	"id": "SRE-ACCESS-004",
+	"msg": sprintf("This writes the server's own account table %s directly, which changes who may log in and with what rights behind GRANT and ALTER USER. Use a scoped GRANT, REVOKE or ALTER USER instead, so the change is the one it says.", [table]),
+	"details": {"table": table},
+} if {
+	input.action.tool in sql_tools
+	input.action.mutating in {true, "unknown"}
+	lib.verb in {"update", "insert", "delete", "replace", "merge", "copy from"}
+	table := lower(object.get(lib.details, "table", ""))
+	regex.match(`^(mysql\.(user|global_priv|db|tables_priv|columns_priv|procs_priv|proxies_priv|roles_mapping|default_roles)|(pg_catalog\.)?(pg_authid|pg_auth_members))$`, table)
+}

@@ -122,3 +122,13 @@ test_redis_writing_its_files_elsewhere_is_denied if {
 	"SRE-ACCESS-003" in ids(access.deny) with input as cfg("redis.dbfilename", "authorized_keys")
 	not "SRE-ACCESS-003" in ids(access.deny) with input as cfg("redis.maxmemory", "64mb")
 }
+
+dml(verb, table) := {"action": {"tool": "mysql", "verb": verb, "mutating": true, "details": {"sql_kind": "dml", "table": table, "has_where": true}}, "context": {}}
+
+test_writing_the_account_tables_is_denied if {
+	"SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "mysql.user")
+	"SRE-ACCESS-004" in ids(access.deny) with input as dml("insert", "mysql.global_priv")
+	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "pg_catalog.pg_authid"}}, "context": {}}
+	not "SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "tabUser")
+	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "select", "mutating": false, "details": {"table": "mysql.user"}}, "context": {}}
+}

@@ -126,6 +126,33 @@ deny contains {
 	k.value == true
 }
 
+# Membership in an administrator's role (`GRANT postgres TO app`, MariaDB `GRANT root@localhost TO app`, a cloud
+# superuser role, the roles that read or write server files or run programs) or PROXY on another account (the
+# grantee may log in as it): all of that account's powers at once.
+deny contains {
+	"id": "SRE-PRIV-006",
+	"msg": sprintf("This grant makes %s act with an administrator's powers (%s). Repair the missing privilege with a scoped GRANT on the objects it needs instead.", [object.get(lib.details, "to", "the grantee"), concat(", ", object.get(lib.details, "privileges", []))]),
+	"details": {"privileges": object.get(lib.details, "privileges", [])},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.verb == "grant"
+	admin_grant
+}
+
+admin_roles := {"root", "postgres", "rds_superuser", "cloudsqlsuperuser", "azure_pg_admin", "azure_superuser",
+	"pg_execute_server_program", "pg_read_server_files", "pg_write_server_files", "mariadb.sys", "mysql.sys"}
+
+admin_grant if {
+	lib.details.role_membership == true
+	some p in lib.details.privileges
+	lower(trim(regex.replace(p, `\s*@.*$`, ""), "'\"` ")) in admin_roles
+}
+
+admin_grant if {
+	some p in lib.details.privileges
+	upper(p) == "PROXY"
+}
+
 rbac_kinds := {"clusterrolebinding", "clusterrolebindings", "clusterrole", "clusterroles"}
 
 deny contains {

@@ -116,3 +116,13 @@ test_a_new_redis_password_warns if {
 	"SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.requirepass")
 	not "SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.maxmemory")
 }
+
+admin_grant_in(privs, details) := {"action": {"tool": "mysql", "verb": "grant", "mutating": true, "details": object.union({"sql_kind": "grant", "privileges": privs, "to": "'app'@'%'"}, details)}}
+
+test_an_administrators_role_or_proxy_is_denied if {
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["ROOT @LOCALHOST"], {"role_membership": true})
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["POSTGRES"], {"role_membership": true})
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["PROXY"], {"on": "root"})
+	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["PG_READ_ALL_STATS"], {"role_membership": true})
+	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["SELECT"], {"on": "frappe.*"})
+}

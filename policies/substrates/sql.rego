@@ -33,6 +33,18 @@ deny contains {
 	lib.number(k.value) == 0
 }
 
+# A table made UNLOGGED: its writes skip the WAL, and after a crash PostgreSQL empties it.
+deny contains {
+	"id": "SUB-SQL-001",
+	"msg": sprintf("ALTER TABLE ... SET UNLOGGED turns off crash safety for its rows: after a crash or an unclean restart PostgreSQL empties the table, and replicas never see it (%s). Keep it LOGGED; fix the cause of the write load instead.", [substring(statement, 0, 80)]),
+	"details": {"statement": substring(statement, 0, 80)},
+} if {
+	input.action.tool == "psql"
+	lib.verb == "alter table"
+	statement := object.get(lib.details, "statement", "")
+	regex.match(`(?is)\bset\s+unlogged\b`, statement)
+}
+
 warn contains {
 	"id": "SUB-SQL-002",
 	"msg": sprintf("%s = %v trades durability for speed (recent commits can be lost on a crash). Prefer fixing what makes commits slow.", [k.key, k.value]),

@@ -55,3 +55,10 @@ test_terminate_of_the_holder_found_is_allowed if {
 	c := "psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction'\""
 	not "SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c, {"tables": ["pg_stat_activity"], "has_where": true})
 }
+
+alter(st) := {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"sql_kind": "ddl", "statement": st}}}
+
+test_an_unlogged_table_is_denied if {
+	"SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET UNLOGGED")
+	not "SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET LOGGED")
+}
