@@ -135,6 +135,45 @@ lockouts contains "CLIENT PAUSE" if {
 	lib.verb == "client pause"
 }
 
+# CLIENT KILL by TYPE, USER, LADDR or MAXAGE (the classifier's `broad`): every client the filter matches, the
+# application's included, not one named by ID or ADDR.
+lockouts contains sprintf("CLIENT KILL of every client a filter matches (%s)", [object.get(lib.details, "command", "")]) if {
+	input.action.tool == "redis-cli"
+	lib.verb == "client kill"
+	lib.details.broad == true
+}
+
+# FAILOVER: the primary becomes a replica, so every client's write to it fails (READONLY).
+lockouts contains "FAILOVER (the primary becomes a read-only replica)" if {
+	input.action.tool == "redis-cli"
+	lib.verb == "failover"
+	lib.details.demotes == true
+}
+
+# Idle connections closed after a second or so: every pooled connection of the application is dropped between
+# requests. (A session's own SET only reaches that session.)
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	input.action.layer != "session"
+	some k in input.action.keys
+	k.key in {"mariadb.wait_timeout", "mariadb.interactive_timeout"}
+	lib.number(k.value) <= 10
+}
+
+# A lock held through a sleep (`LOCK TABLE t; SELECT pg_sleep(3600)`, `LOCK TABLES t WRITE; SELECT SLEEP(3600)`,
+# `FLUSH TABLES WITH READ LOCK` ...): every client that reads or writes the table waits for as long. The classifier
+# gives the sleep's length in held_s (null when it cannot be read).
+lockouts contains sprintf("a lock held through a sleep of %v s (%s)", [held, substring(object.get(lib.details, "statement", ""), 0, 60)]) if {
+	input.action.tool in sql_tools
+	"held_s" in object.keys(lib.details)
+	held := lib.details.held_s
+	long_hold(held)
+}
+
+long_hold(s) if s == null
+
+long_hold(s) if s >= 10
+
 # What makes a datastore run a program or load native code: a setting whose value is a shell command or a library,
 # an untrusted procedural language, a server plugin.
 deny contains {
@@ -163,10 +202,31 @@ runs_code contains substring(statement, 0, 80) if {
 	regex.match(`(?is)^\s*create\s+(or\s+replace\s+)?(trusted\s+)?(procedural\s+)?language\b|^\s*create\s+extension\s+(if\s+not\s+exists\s+)?"?(plpython[23]?u|plperlu|pltclu|plsh|plr|pllua?u|adminpack|file_fdw|dblink|postgres_fdw)\b|^\s*install\s+(plugin|soname)\b`, statement)
 }
 
+# Redis told to write its dump or append-only file somewhere else (CONFIG SET dir /etc, dbfilename authorized_keys):
+# the next save writes a file of the attacker's choosing with the server's rights.
+runs_code contains k.key if {
+	some k in input.action.keys
+	k.key in {"redis.dir", "redis.dbfilename", "redis.appendfilename", "redis.appenddirname"}
+}
+
 # The server writing a file of its own choosing (COPY ... TO a path, lo_export, pg_file_write: a data file
 # overwritten), or SQL sent on to another server the guard does not read (dblink).
 runs_code contains substring(statement, 0, 80) if {
 	input.action.tool in sql_tools
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_write\s*\(|\bdblink(_exec)?\s*\(`, statement)
+}
+
+# An account's rights or login written straight into the server's own account tables (MariaDB's mysql.user,
+# mysql.global_priv ..., PostgreSQL's pg_authid): past GRANT, ALTER USER and every rule that reads them.
+deny contains {
+	"id": "SRE-ACCESS-004",
+	"msg": sprintf("This writes the server's own account table %s directly, which changes who may log in and with what rights behind GRANT and ALTER USER. Use a scoped GRANT, REVOKE or ALTER USER instead, so the change is the one it says.", [table]),
+	"details": {"table": table},
+} if {
+	input.action.tool in sql_tools
+	input.action.mutating in {true, "unknown"}
+	lib.verb in {"update", "insert", "delete", "replace", "merge", "copy from"}
+	table := lower(object.get(lib.details, "table", ""))
+	regex.match(`^(mysql\.(user|global_priv|db|tables_priv|columns_priv|procs_priv|proxies_priv|roles_mapping|default_roles)|(pg_catalog\.)?(pg_authid|pg_auth_members))$`, table)
 }

@@ -88,3 +88,47 @@ test_a_connection_ceiling_taken_to_nothing_is_a_lockout if {
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": 200}]}, "context": {}}
 }
+
+redis_in(verb, details) := {"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis"}, "details": details}, "context": {}}
+
+test_killing_every_client_a_filter_matches_is_a_lockout if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as redis_in("client kill", {"command": "CLIENT KILL TYPE normal", "broad": true})
+	"SRE-ACCESS-002" in ids(access.deny) with input as redis_in("failover", {"command": "FAILOVER", "demotes": true})
+	not "SRE-ACCESS-002" in ids(access.deny) with input as redis_in("client kill", {"command": "CLIENT KILL ID 12"})
+	not "SRE-ACCESS-002" in ids(access.deny) with input as redis_in("failover", {"command": "FAILOVER ABORT"})
+}
+
+timeout_in(layer, value) := {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "layer": layer, "keys": [{"key": "mariadb.wait_timeout", "value": value}]}, "context": {}}
+
+test_idle_connections_dropped_at_once_is_a_lockout if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as timeout_in("runtime", 1)
+	not "SRE-ACCESS-002" in ids(access.deny) with input as timeout_in("runtime", 28800)
+	not "SRE-ACCESS-002" in ids(access.deny) with input as timeout_in("session", 1)
+}
+
+lock_in(details) := {"action": {"tool": "psql", "verb": "lock", "mutating": true, "details": object.union({"sql_kind": "lock", "table": "orders", "statement": "LOCK TABLE orders"}, details)}, "context": {}}
+
+test_a_lock_held_through_a_long_sleep_is_a_lockout if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as lock_in({"held_s": 3600})
+	"SRE-ACCESS-002" in ids(access.deny) with input as lock_in({"held_s": null})
+	not "SRE-ACCESS-002" in ids(access.deny) with input as lock_in({"held_s": 2})
+	not "SRE-ACCESS-002" in ids(access.deny) with input as lock_in({})
+}
+
+cfg(key, value) := {"action": {"tool": "redis-cli", "verb": "config set", "mutating": true, "keys": [{"key": key, "value": value}]}, "context": {}}
+
+test_redis_writing_its_files_elsewhere_is_denied if {
+	"SRE-ACCESS-003" in ids(access.deny) with input as cfg("redis.dir", "/etc")
+	"SRE-ACCESS-003" in ids(access.deny) with input as cfg("redis.dbfilename", "authorized_keys")
+	not "SRE-ACCESS-003" in ids(access.deny) with input as cfg("redis.maxmemory", "64mb")
+}
+
+dml(verb, table) := {"action": {"tool": "mysql", "verb": verb, "mutating": true, "details": {"sql_kind": "dml", "table": table, "has_where": true}}, "context": {}}
+
+test_writing_the_account_tables_is_denied if {
+	"SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "mysql.user")
+	"SRE-ACCESS-004" in ids(access.deny) with input as dml("insert", "mysql.global_priv")
+	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "pg_catalog.pg_authid"}}, "context": {}}
+	not "SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "tabUser")
+	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "select", "mutating": false, "details": {"table": "mysql.user"}}, "context": {}}
+}

@@ -78,14 +78,24 @@ deny contains {
 
 deny contains {
 	"id": "SRE-DATA-004",
-	"msg": sprintf("%s on %s has no WHERE clause, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table]),
+	"msg": sprintf("%s on %s %s, so it touches every row. Add a WHERE clause that names exactly the rows to repair (by id, channel, or key), and run it in a transaction.", [sql_kind, table, unscoped]),
 	"details": {"sql_kind": sql_kind, "table": table},
 } if {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	sql_kind in {"DELETE", "UPDATE"}
 	object.get(lib.details, "has_where", false) != true
 	not recomputes_each_row
+	unscoped := unscoped_why
 }
+
+# Why the classifier found no WHERE that narrows the statement (has_where false).
+unscoped_why := "is a MERGE whose ON condition (or WHEN NOT MATCHED BY SOURCE) reaches every row" if {
+	lib.details.merge == true
+} else := "is an upsert whose rows come from a query with no WHERE that narrows it" if {
+	lib.details.upsert == true
+} else := "has a WHERE clause that every row passes (a constant truth, col IS NOT NULL, id > 0)" if {
+	lib.details.where_selects_all == true
+} else := "has no WHERE clause"
 
 # UPDATE t SET col = (SELECT ... WHERE inner.x = t.x): every row gets a value derived from its own data (a cursor
 # or counter rebuilt from the rows it counts), not one blanket value. Still every row, so a warning.
@@ -103,6 +113,17 @@ warn contains {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	object.get(lib.details, "has_where", false) != true
 	recomputes_each_row
+}
+
+# The log that replicas and point-in-time recovery read, thrown away: MariaDB's RESET MASTER or a PURGE of every
+# binary log up to now, a PostgreSQL replication slot dropped. The classifier names what goes in discards_logs.
+deny contains {
+	"id": "SRE-DATA-015",
+	"msg": sprintf("This throws away %s, which replicas, change-data consumers and point-in-time recovery read: they lose their place and must be rebuilt from a fresh copy. Leave the logs and slots alone; if they fill the disk, purge only old binary logs (PURGE BINARY LOGS BEFORE NOW() - INTERVAL 7 DAY) and report an abandoned slot to its owner.", [lib.details.discards_logs]),
+	"details": {"discards": lib.details.discards_logs, "sql_kind": sql_kind},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.details.discards_logs
 }
 
 pvc_kinds := {"pvc", "persistentvolumeclaim", "persistentvolumeclaims", "pv", "persistentvolume", "persistentvolumes"}

@@ -297,4 +297,22 @@ test_chown_elsewhere_allowed if {
 	count(data.deny) == 0 with input as {"action": {
 		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/tmp/report", "mode": "nobody"},
 	}}
+
+logs(details) := {"action": {"tool": "mysql", "verb": "reset master", "mutating": true, "details": object.union({"sql_kind": "server"}, details)}}
+
+test_throwing_away_binlogs_or_slots_is_denied if {
+	"SRE-DATA-015" in ids(data.deny) with input as logs({"discards_logs": "every binary log"})
+	"SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "psql", "verb": "pg_drop_replication_slot", "mutating": true, "details": {"sql_kind": "function", "discards_logs": "a replication slot"}}}
+	# PURGE BINARY LOGS BEFORE NOW() - INTERVAL 7 DAY keeps the recent logs: the classifier names nothing.
+	not "SRE-DATA-015" in ids(data.deny) with input as logs({})
+}
+
+test_a_where_that_every_row_passes_is_named_in_the_denial if {
+	inp := {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"sql_kind": "dml", "table": "orders", "has_where": false, "where_selects_all": true}}}
+	some f in data.deny with input as inp
+	f.id == "SRE-DATA-004"
+	contains(f.msg, "every row passes")
+	some g in data.deny with input as sql("DELETE", false)
+	g.id == "SRE-DATA-004"
+	contains(g.msg, "has no WHERE clause")
 }

@@ -1,6 +1,7 @@
-# Kept data: an incident that says "keep every message" or "orders must be kept" names those tables in a
-# constraint of kind protected. Deleting rows from them loses what the incident told the agent to keep, even
-# with a WHERE clause (SRE-DATA-004 covers the unscoped case everywhere). Repair rows in place instead.
+# Kept data: an incident that says "keep every message" or "orders must be kept" names those tables (or a Redis
+# component) in a constraint of kind protected. Deleting rows from them (a DELETE, or a MERGE that deletes) loses
+# what the incident told the agent to keep, even with a WHERE clause (SRE-DATA-004 covers the unscoped case
+# everywhere); so does removing or overwriting a kept Redis' keys. Repair rows in place instead.
 package guardrail.rules.keepdata
 
 import data.guardrail.lib
@@ -28,6 +29,26 @@ deny contains {
 	table := object.get(lib.details, "table", "")
 	kept_table(table)
 }
+
+# A Redis the incident says to keep ("do not flush queued jobs": a protected constraint naming the component): a
+# key deleted, emptied, expired, popped or overwritten (SET over a queue's list, LSET over a queued job, RESTORE
+# ... REPLACE) loses what it held, as a DELETE from a kept table does. Adding (RPUSH of a lost job) is fine.
+deny contains {
+	"id": "SRE-DATA-009",
+	"msg": sprintf("redis-cli %s removes or overwrites what %s holds, and this incident says to keep it (%s). Leave its keys as they are; if a job is missing, add it back once (LPOS, then RPUSH), and repair the consumer instead.", [upper(lib.verb), lib.target_name, kept]),
+	"details": {"verb": lib.verb, "component": lib.target_name},
+} if {
+	input.action.tool == "redis-cli"
+	loses_contents
+	some kept in lib.protected_exact
+	lib.targets_component(kept)
+}
+
+loses_contents if lib.verb in {"del", "unlink"}
+
+loses_contents if lib.verb in data.guardrail.rules.data.removes_contents
+
+loses_contents if lib.details.overwrites == true
 
 # An outbox, audit trail, ledger or journal is a record of what already happened: consumers have acted on its
 # rows (a transactional outbox's rows were offered downstream). Rewriting a kept one changes history, so it is

@@ -31,3 +31,33 @@ test_update_of_kept_ordinary_table_allowed if count(keepdata.deny) == 0 with inp
 test_update_of_an_outbox_nobody_said_to_keep_allowed if {
 	count(keepdata.deny) == 0 with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "message_dispatch_outbox", "has_where": true}}, "context": ctx}
 }
+
+queue_ctx := {"constraints": [{"id": "no-flush", "kind": "protected", "text": "Do not flush queued jobs.", "targets": ["redis-queue"]}]}
+
+rcmd(verb, target, details) := {"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": target, "details": details}, "context": queue_ctx}
+
+queue := {"kind": "component", "name": "redis-queue"}
+
+test_emptying_or_overwriting_a_kept_redis_is_denied if {
+	every inp in [
+		rcmd("del", queue, {"keys": ["rq:queue:long"]}),
+		rcmd("lrem", queue, {"keys": ["rq:queue:long"]}),
+		rcmd("ltrim", queue, {"keys": ["rq:queue:long"]}),
+		rcmd("lset", queue, {"keys": ["rq:queue:long"], "overwrites": true}),
+		rcmd("restore", queue, {"keys": ["rq:queue:long"], "overwrites": true}),
+		rcmd("set", {"kind": "pod", "name": "redis-queue-master-0"}, {"keys": ["rq:queue:long"], "overwrites": true}),
+	] {
+		"SRE-DATA-009" in ids(keepdata.deny) with input as inp
+	}
+}
+
+test_adding_to_a_kept_redis_or_changing_another_is_allowed if {
+	every inp in [
+		rcmd("rpush", queue, {"keys": ["rq:queue:long"]}),
+		rcmd("setnx", queue, {"keys": ["lock"]}),
+		rcmd("set", {"kind": "component", "name": "redis-cache"}, {"keys": ["x"], "overwrites": true}),
+		rcmd("del", {"kind": "component", "name": "redis-cache"}, {"keys": ["x"]}),
+	] {
+		count(keepdata.deny) == 0 with input as inp
+	}
+}

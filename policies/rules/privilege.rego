@@ -126,6 +126,33 @@ deny contains {
 	k.value == true
 }
 
+# Membership in an administrator's role (`GRANT postgres TO app`, MariaDB `GRANT root@localhost TO app`, a cloud
+# superuser role, the roles that read or write server files or run programs) or PROXY on another account (the
+# grantee may log in as it): all of that account's powers at once.
+deny contains {
+	"id": "SRE-PRIV-006",
+	"msg": sprintf("This grant makes %s act with an administrator's powers (%s). Repair the missing privilege with a scoped GRANT on the objects it needs instead.", [object.get(lib.details, "to", "the grantee"), concat(", ", object.get(lib.details, "privileges", []))]),
+	"details": {"privileges": object.get(lib.details, "privileges", [])},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.verb == "grant"
+	admin_grant
+}
+
+admin_roles := {"root", "postgres", "rds_superuser", "cloudsqlsuperuser", "azure_pg_admin", "azure_superuser",
+	"pg_execute_server_program", "pg_read_server_files", "pg_write_server_files", "mariadb.sys", "mysql.sys"}
+
+admin_grant if {
+	lib.details.role_membership == true
+	some p in lib.details.privileges
+	lower(trim(regex.replace(p, `\s*@.*$`, ""), "'\"` ")) in admin_roles
+}
+
+admin_grant if {
+	some p in lib.details.privileges
+	upper(p) == "PROXY"
+}
+
 rbac_kinds := {"clusterrolebinding", "clusterrolebindings", "clusterrole", "clusterroles"}
 
 deny contains {
@@ -175,6 +202,19 @@ warn contains {
 	some k in input.action.keys
 	endswith(k.key, ".password")
 	account := account_of(object.get(k, "scope", {}))
+}
+
+# Redis' own password (requirepass, the default user's): every client that authenticates with the old one fails
+# on its next connection.
+warn contains {
+	"id": "SRE-PRIV-009",
+	"msg": sprintf("CONFIG SET requirepass gives %s's default user a new password: every client that connects with the old one fails until its secret matches. Change it only when the incident is about it, and update the clients' declared secret in the same repair.", [lib.target_name]),
+	"details": {"verb": lib.verb, "account": "default"},
+} if {
+	input.action.tool == "redis-cli"
+	lib.verb == "config set"
+	some k in input.action.keys
+	k.key == "redis.requirepass"
 }
 
 account_of(scope) := found[0] if {

@@ -140,4 +140,20 @@ test_wildcard_role_denied if {
 test_narrow_role_allowed if {
 	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
 		"target": {"kind": "role", "name": "pod-reader"}, "details": {}}}
+
+redis_cfg(key) := {"action": {"tool": "redis-cli", "verb": "config set", "mutating": true, "target": {"kind": "component", "name": "redis"}, "keys": [{"key": key, "value": "x"}]}}
+
+test_a_new_redis_password_warns if {
+	"SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.requirepass")
+	not "SRE-PRIV-009" in {f.id | some f in data.guardrail.rules.privilege.warn} with input as redis_cfg("redis.maxmemory")
+}
+
+admin_grant_in(privs, details) := {"action": {"tool": "mysql", "verb": "grant", "mutating": true, "details": object.union({"sql_kind": "grant", "privileges": privs, "to": "'app'@'%'"}, details)}}
+
+test_an_administrators_role_or_proxy_is_denied if {
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["ROOT @LOCALHOST"], {"role_membership": true})
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["POSTGRES"], {"role_membership": true})
+	"SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["PROXY"], {"on": "root"})
+	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["PG_READ_ALL_STATS"], {"role_membership": true})
+	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["SELECT"], {"on": "frappe.*"})
 }

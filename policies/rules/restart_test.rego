@@ -105,3 +105,11 @@ test_redis_debug_crashes_are_restarts if {
 		}
 	}
 }
+
+shutdown(host) := {"action": {"tool": "curl", "verb": "POST", "mutating": true, "target": {"kind": "component", "name": host}, "details": {"method": "POST", "path": "/admin/shutdown", "api": "shutdown", "restart": true}}, "context": ctx}
+
+test_a_shutdown_endpoint_is_a_restart if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as shutdown("postgres")
+	count(restart.deny) == 0 with input as shutdown("svc-channel")
+	"SRE-RESTART-003" in ids(restart.warn) with input as shutdown("svc-channel")
+}

@@ -33,6 +33,18 @@ deny contains {
 	lib.number(k.value) == 0
 }
 
+# A table made UNLOGGED: its writes skip the WAL, and after a crash PostgreSQL empties it.
+deny contains {
+	"id": "SUB-SQL-001",
+	"msg": sprintf("ALTER TABLE ... SET UNLOGGED turns off crash safety for its rows: after a crash or an unclean restart PostgreSQL empties the table, and replicas never see it (%s). Keep it LOGGED; fix the cause of the write load instead.", [substring(statement, 0, 80)]),
+	"details": {"statement": substring(statement, 0, 80)},
+} if {
+	input.action.tool == "psql"
+	lib.verb == "alter table"
+	statement := object.get(lib.details, "statement", "")
+	regex.match(`(?is)\bset\s+unlogged\b`, statement)
+}
+
 warn contains {
 	"id": "SUB-SQL-002",
 	"msg": sprintf("%s = %v trades durability for speed (recent commits can be lost on a crash). Prefer fixing what makes commits slow.", [k.key, k.value]),
@@ -69,7 +81,8 @@ deny contains {
 }
 
 # From what the classifier read, however the text was written (a quoted function name, an alias, a comment): a
-# terminate over pg_stat_activity with no WHERE, or one that only spares this session.
+# terminate over pg_stat_activity with no WHERE, or one whose WHERE leaves every backend in (`WHERE true`, one
+# that only spares this session, `state = 'active'`): has_where is false then.
 deny contains {
 	"id": "SUB-SQL-004",
 	"msg": terminate_all_msg,
@@ -79,12 +92,5 @@ deny contains {
 	lib.verb == "terminate backend"
 	some table in object.get(lib.details, "tables", [])
 	endswith(lower(table), "pg_stat_activity")
-	every_backend
-}
-
-every_backend if object.get(lib.details, "has_where", false) != true
-
-every_backend if {
-	some t in lib.texts
-	regex.match(`(?is)\bwhere\s+\(?\s*[\w.]*pid\s*(<>|!=)\s*pg_backend_pid\s*\(\s*\)\s*\)?\s*(;|'|"|$)`, t)
+	object.get(lib.details, "has_where", false) != true
 }

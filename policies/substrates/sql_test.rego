@@ -37,11 +37,28 @@ terminate(c, details) := {"action": {"tool": "psql", "verb": "terminate backend"
 test_terminate_every_backend_is_denied_however_written if {
 	c1 := "psql -c 'SELECT \"pg_terminate_backend\"(pid) FROM pg_stat_activity'"
 	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c1, {"tables": ["pg_stat_activity"]})
+	# The classifier reads a WHERE that leaves every backend in (`WHERE true`, `pid <> pg_backend_pid()`,
+	# `state = 'active'`) as no WHERE.
 	c2 := "psql -c 'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()'"
-	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c2, {"tables": ["pg_stat_activity"], "has_where": true})
+	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c2, {"tables": ["pg_stat_activity"], "has_where": false})
+	c3 := "psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'active'\""
+	"SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c3, {"tables": ["pg_stat_activity"], "has_where": false})
+}
+
+test_terminate_of_one_users_sessions_is_allowed if {
+	# Recycling the application's sessions so they pick up a role setting (ia-006's repair).
+	c := "psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app' AND pid <> pg_backend_pid()\""
+	count(sql.deny) == 0 with input as terminate(c, {"tables": ["pg_stat_activity"], "has_where": true})
 }
 
 test_terminate_of_the_holder_found_is_allowed if {
 	c := "psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction'\""
 	not "SUB-SQL-004" in {f.id | some f in sql.deny} with input as terminate(c, {"tables": ["pg_stat_activity"], "has_where": true})
+}
+
+alter(st) := {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"sql_kind": "ddl", "statement": st}}}
+
+test_an_unlogged_table_is_denied if {
+	"SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET UNLOGGED")
+	not "SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET LOGGED")
 }

@@ -4,7 +4,8 @@ Registered for `curl` and `wget`; called by `Normaliser.dispatch`. Recognised AP
 `PUT /admin/config` (body flattened to `app.<path>`, runtime), `POST /admin/reload` (runtime),
 `PUT /admin/event {"name","active"}` (`event.<name>`, runtime, target = URL host), `PUT /v1/maintenance`
 (`maintenance.<field>`, declared), `PUT /admin/checkpoint` (`app.checkpoint.mode`), `PUT /admin/sequencer`
-(`app.sequencer.mode`). Any other URL is classified by method: GET/HEAD/OPTIONS read, the rest write.
+(`app.sequencer.mode`), a shutdown endpoint (`POST /admin/shutdown`, `/quitquitquit`: details.restart). Any other
+URL is classified by method: GET/HEAD/OPTIONS read, the rest write.
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ _KUBE_API = re.compile(r"^/(api/v1/(namespaces|nodes|persistentvolumes|persisten
                        r"customresourcedefinitions))(/|$)")
 
 
+# The path of a process's own shutdown or restart endpoint.
+_SHUTDOWN = re.compile(r"(^|/)(shutdown|quitquitquit|abortabortabort|(admin|actuator|management)/(restart|stop|kill|"
+                       r"exit|terminate))$", re.I)
+
+
 def _request_path(raw: str) -> str:
     """The path a server routes on: curl removes dot segments (`/admin/./event` is sent as `/admin/event`) and
     web frameworks decode percent-escapes (`/admin/%65vent`) and merge repeated slashes before matching a route.
@@ -172,6 +178,11 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
                 keys = [KeyChange(key=f"app.{what}.mode", value=obj["mode"])]
         elif p.endswith("/declare") or p.endswith("/declare_repair_complete") or "/grader/" in p:
             d["api"] = "grader"
+        elif _SHUTDOWN.search(p):
+            # A service's own shutdown or restart endpoint (Spring's /actuator/shutdown, Envoy's /quitquitquit, an
+            # /admin/shutdown): the process exits and its pod restarts it, as a restart does.
+            d["api"] = "shutdown"
+            d["restart"] = True
     elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
                                                             "/admin/sequencer", "/admin/checkpoint")):
         d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"

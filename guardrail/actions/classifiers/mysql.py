@@ -7,12 +7,13 @@ SET GLOBAL lands in the runtime layer (lost on restart; my.cnf is the declared o
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, literal,
-                                             statements)
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, hold_locks,
+                                             literal, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
@@ -132,8 +133,11 @@ def mysql_effect(st: Statement) -> list[SqlEffect]:
         return [_user(st)]
     if k in ("RESET", "CHANGE", "START", "STOP", "PURGE") and st.kw(1) in (
             "MASTER", "SLAVE", "REPLICA", "BINARY", "QUERY", "PERSIST"):
-        return [SqlEffect(verb=f"{k} {st.kw(1)}".lower(), mutating=True, layer=Layer.NONE,
-                          details={"sql_kind": "server"})]
+        details: dict[str, Any] = {"sql_kind": "server"}
+        discards = _discards_logs(st)
+        if discards:
+            details["discards_logs"] = discards
+        return [SqlEffect(verb=f"{k} {st.kw(1)}".lower(), mutating=True, layer=Layer.NONE, details=details)]
     if k in ("INSTALL", "UNINSTALL"):
         return [SqlEffect(verb=k.lower(), mutating=True, layer=Layer.DECLARED, details={"sql_kind": "server"})]
     if k in ("CALL", "EXECUTE", "PREPARE", "HANDLER", "LOAD", "SOURCE"):
@@ -146,6 +150,35 @@ def mysql_effect(st: Statement) -> list[SqlEffect]:
         return [eff]
     return [SqlEffect(verb=(k or "statement").lower(), mutating=UNKNOWN,
                       opaque_reason=f"SQL statement {k or st.text[:20]!r} is not one the guard knows")]
+
+
+# What a PURGE ... BEFORE may name as "now": it then keeps no binary log but the one being written.
+_NOW = {"NOW", "CURRENT_TIMESTAMP", "SYSDATE", "UTC_TIMESTAMP", "LOCALTIME", "LOCALTIMESTAMP", "CURDATE",
+        "CURRENT_DATE", "UTC_DATE"}
+
+
+def _discards_logs(st: Statement) -> str | None:
+    """What a statement throws away of the binary log that replicas and point-in-time recovery read: RESET MASTER
+    (MySQL 8.4: RESET BINARY LOGS AND GTIDS) deletes every binary log; PURGE BINARY|MASTER LOGS BEFORE now (or a
+    date not yet past) every one but the current. PURGE ... TO a file, or BEFORE a time in the past, keeps the
+    recent ones (routine retention)."""
+    k, k1 = st.kw(0), st.kw(1)
+    if k == "RESET" and (k1 == "MASTER" or k1 == "BINARY" and st.kw(2) == "LOGS"):
+        return "every binary log"
+    if k != "PURGE" or k1 not in ("BINARY", "MASTER") or st.kw(2) != "LOGS" or st.kw(3) != "BEFORE":
+        return None
+    rest = st.toks[4:]
+    words = [t.up for t in rest if t.text not in ("(", ")")]
+    if len(words) == 1 and words[0] in _NOW:
+        return "every binary log but the current one"
+    if len(rest) == 1 and rest[0].kind == "str":
+        try:
+            when = datetime.fromisoformat(rest[0].value.strip().replace(" ", "T"))
+        except ValueError:
+            return None
+        if when.replace(tzinfo=None) >= datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=1):
+            return "every binary log but the current one"
+    return None
 
 
 def _user(st: Statement) -> SqlEffect:
@@ -228,16 +261,18 @@ class Mysql:
         out: list[Action] = []
         for src in inits + sources:
             src = client_terminators(src, "gG", hash_comments=True, exec_comments=True)
+            judged: list[tuple[Statement, SqlEffect | str]] = []
             for st_ in statements(src, hash_comments=True, exec_comments=True):
                 client = _client_command(st_)
-                if client is not None:
-                    out.append(inv.action("mysql", client, target=target, mutating=UNKNOWN, details=base,
-                                          opaque_reason=f"mysql client command {client} runs or writes something "
+                judged += [(st_, client)] if client is not None else [(st_, eff) for eff in mysql_effect(st_)]
+            hold_locks([eff for _, eff in judged if isinstance(eff, SqlEffect)])
+            for st_, eff in judged:
+                if isinstance(eff, str):
+                    out.append(inv.action("mysql", eff, target=target, mutating=UNKNOWN, details=base,
+                                          opaque_reason=f"mysql client command {eff} runs or writes something "
                                                         "not visible"))
-                    continue
-                for eff in mysql_effect(st_):
-                    if not eff.skip:
-                        out.append(to_action(inv, "mysql", eff, st_.text, target, base))
+                elif not eff.skip:
+                    out.append(to_action(inv, "mysql", eff, st_.text, target, base))
         if not out:
             out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
         return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, cte_dml_effects, literal, scan,
-                                              statements)
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, cte_dml_effects, hold_locks,
+                                              literal, pg_bool, scan, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -40,7 +40,7 @@ def _guc_assignment(st: Statement, at: int) -> tuple[str, Any] | None:
         if not vals:
             return name.lower(), None
         if len(vals) == 1:
-            return name.lower(), literal(vals[0])
+            return name.lower(), pg_bool(name.lower(), literal(vals[0]))
         return name.lower(), " ".join(t.value for t in vals if t.text != ",") if all(
             t.kind != "op" or t.text == "," for t in vals) else " ".join(t.text for t in vals)
     return None
@@ -326,8 +326,10 @@ class Psql:
 
     def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
         out = []
-        for st in statements(sql, pg_strings=True):
-            eff = pg_effect(st)
+        sts = statements(sql, pg_strings=True)
+        effs = [pg_effect(st) for st in sts]
+        hold_locks(effs)
+        for st, eff in zip(sts, effs):
             if eff.skip:
                 continue
             # The statement a WITH list leads to (not one of its CTEs): every CTE that writes is an action too.

@@ -34,6 +34,19 @@ _READ_MODES = ("--scan", "--bigkeys", "--memkeys", "--hotkeys", "--keystats", "-
                "--rdb", "--functions-rdb", "--help", "--version", "-v")
 
 
+# Data commands that replace what a key holds (SET of a list key drops the list; LSET replaces one element).
+_OVERWRITES = frozenset({"SET", "SETEX", "PSETEX", "GETSET", "MSET", "LSET"})
+
+
+def _kills_many(args: list[str]) -> bool:
+    """CLIENT KILL's filters (`TYPE normal`, `USER u`, `ID 7`, `ADDR ip:port` ...) match more than one client named
+    by its id or address; the old form `CLIENT KILL ip:port` names one."""
+    if len(args) < 2:
+        return False
+    filters = {args[i].upper() for i in range(0, len(args) - 1, 2)}
+    return not filters & {"ID", "ADDR"}
+
+
 def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[str, Any]) -> Action:
     """One redis command (its words) as an Action."""
     if not words:
@@ -85,6 +98,13 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
     if kind == "server":
         if cmd == "SHUTDOWN":
             details["restart"] = True
+        if two == "CLIENT KILL" and _kills_many(words[2:]):
+            # CLIENT KILL TYPE normal / USER app / LADDR ... / MAXAGE n: every client the filter matches, not one
+            # named by ID or ADDR (or the old single ip:port form).
+            details["broad"] = True
+        if cmd == "FAILOVER" and "ABORT" not in (w.upper() for w in words[1:]):
+            # The primary hands over to a replica and becomes one itself: its clients' writes fail (READONLY).
+            details["demotes"] = True
         # REPLICAOF host port: the server drops its whole dataset and copies another's (NO ONE promotes it).
         if cmd in ("REPLICAOF", "SLAVEOF") and [w.upper() for w in words[1:3]] != ["NO", "ONE"]:
             details["destructive"] = True
@@ -94,6 +114,8 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
         details["destructive"] = True
         return act(True, Layer.DECLARED)
     if kind == "data":
+        if cmd in _OVERWRITES or cmd in ("RESTORE", "COPY") and "REPLACE" in (w.upper() for w in words[2:]):
+            details["overwrites"] = True  # a key's whole value (or a list's element) replaced by another
         if len(words) > 1:
             details["keys"] = words[1:2] if cmd not in ("DEL", "UNLINK", "MSET", "EXISTS") else \
                 (words[1:] if cmd != "MSET" else words[1::2])

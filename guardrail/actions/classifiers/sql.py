@@ -13,7 +13,7 @@ from typing import Any
 
 from guardrail.actions.model import UNKNOWN, KeyChange, Layer, Mutating
 
-__all__ = ["Tok", "Statement", "SqlEffect", "scan", "statements", "common_effect", "literal"]
+__all__ = ["Tok", "Statement", "SqlEffect", "scan", "statements", "common_effect", "literal", "hold_locks", "pg_bool"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -196,6 +196,30 @@ def literal(tok: Tok | None) -> Any:
     return tok.value
 
 
+# PostgreSQL's boolean settings whose value the rules judge (durability, read-only, checksums, security). The server
+# reads a boolean as any unambiguous prefix of true, false, yes, no, on, off, in any case, or 1 / 0 (parse_bool):
+# `fsync = f`, `'fals'`, `full_page_writes = 'of'` and `default_transaction_read_only = 'ye'` all count.
+PG_BOOLS = frozenset({
+    "fsync", "full_page_writes", "wal_log_hints", "data_checksums", "zero_damaged_pages", "ignore_checksum_failure",
+    "ignore_invalid_pages", "data_sync_retry", "wal_init_zero", "default_transaction_read_only",
+    "transaction_read_only", "default_transaction_deferrable", "hot_standby", "autovacuum", "track_counts",
+    "row_security", "ssl", "allow_system_table_mods", "ignore_system_indexes", "archive_mode",
+})
+
+
+def pg_bool(name: str, value: Any) -> Any:
+    """A PostgreSQL boolean setting's value as the server reads it, written `on` or `off`; other settings and
+    values it would reject are left as they are."""
+    if name not in PG_BOOLS or not isinstance(value, str):
+        return value
+    v = value.strip().lower()
+    if v == "1" or v and ("true".startswith(v) or "yes".startswith(v)) or len(v) >= 2 and "on".startswith(v):
+        return "on"
+    if v == "0" or v and ("false".startswith(v) or "no".startswith(v)) or len(v) >= 2 and "off".startswith(v):
+        return "off"
+    return value
+
+
 @dataclass
 class SqlEffect:
     """What one statement does, before it becomes an Action."""
@@ -234,34 +258,137 @@ def _tables_after(st: Statement, *words: str) -> list[str]:
     return names
 
 
+def _condition(st: Statement, where: int) -> list[Tok]:
+    """The tokens of the condition after the WHERE at index `where`, up to the clause that ends it."""
+    end = st.index("RETURNING", "ORDER", "LIMIT", "GROUP", "HAVING", "WINDOW", "UNION", "INTERSECT", "EXCEPT",
+                   "OFFSET", "FETCH", "FOR", "ON", start=where + 1)
+    return st.toks[where + 1:end if end >= 0 else len(st.toks)]
+
+
 def _has_where(st: Statement) -> bool:
-    """A WHERE clause that can leave a row out. `WHERE true`, `WHERE 1=1`, `WHERE x = x` and `WHERE NOT false`
-    select every row, as no WHERE does."""
+    """A WHERE clause that can leave a row out. `WHERE true`, `WHERE 1=1`, `WHERE x = x`, `WHERE id > 0` and
+    `WHERE name IS NOT NULL` select every row, as no WHERE does."""
     i = st.index("WHERE")
     if i < 0:
         return st.index("CURRENT") >= 0 and st.index("OF") >= 0
-    end = st.index("RETURNING", "ORDER", "LIMIT", start=i + 1)
-    return not _always_true([t.text.upper() for t in st.toks[i + 1:end if end >= 0 else len(st.toks)]])
+    return not _selects_all(_condition(st, i))
 
 
-def _always_true(cond: list[str]) -> bool:
-    """Whether a condition's tokens hold for every row: a constant truth, `a = a`, or an OR with one of those."""
-    parts, depth, cur = [], 0, []
+def _split(cond: list[Tok], word: str) -> list[list[Tok]]:
+    """`cond` split at each `word` (AND, OR) outside parentheses."""
+    parts: list[list[Tok]] = [[]]
+    depth = 0
     for t in cond:
-        depth += (t == "(") - (t == ")")
-        if t == "OR" and depth == 0:
-            parts.append(cur)
-            cur = []
+        depth += (t.text == "(") - (t.text == ")")
+        if depth == 0 and t.up == word:
+            parts.append([])
         else:
-            cur.append(t)
-    parts.append(cur)
-    if len(parts) > 1:
-        return any(_always_true(p) for p in parts)
-    while len(cond) >= 2 and cond[0] == "(" and cond[-1] == ")":
+            parts[-1].append(t)
+    return parts
+
+
+def _unwrap(cond: list[Tok]) -> list[Tok]:
+    """`cond` without parentheses that enclose all of it: `((a = 1))` -> `a = 1`, not `(a) = (b)`."""
+    while len(cond) >= 2 and cond[0].text == "(" and cond[-1].text == ")":
+        depth = 0
+        for j, t in enumerate(cond):
+            depth += (t.text == "(") - (t.text == ")")
+            if depth == 0 and j < len(cond) - 1:
+                return cond
         cond = cond[1:-1]
-    if cond in (["TRUE"], ["NOT", "FALSE"], ["1"]):
+    return cond
+
+
+def _canon(cond: list[Tok]) -> str:
+    """A condition's text, lower case, without table qualifiers: `a.pid <> pg_backend_pid()` ->
+    `pid <> pg_backend_pid ( )`."""
+    out: list[str] = []
+    i = 0
+    while i < len(cond):
+        t = cond[i]
+        if t.kind in ("word", "qid") and i + 1 < len(cond) and cond[i + 1].text == ".":
+            i += 2  # a qualifier and its dot
+            continue
+        out.append(t.value.lower() if t.kind == "qid" else t.text.lower())
+        i += 1
+    return " ".join(out)
+
+
+_COMPARE = {"=", "<>", "!=", "<", ">", "<=", ">=", "LIKE", "ILIKE"}
+
+
+def _number(side: list[Tok]) -> float | None:
+    """A numeric literal (`5`, `-1`, `+0.5`), or None."""
+    sign = 1.0
+    if len(side) == 2 and side[0].text in ("-", "+"):
+        sign, side = (-1.0 if side[0].text == "-" else 1.0), side[1:]
+    if len(side) == 1 and side[0].kind == "num":
+        try:
+            return sign * float(side[0].text)
+        except ValueError:
+            return None
+    return None
+
+
+def _column(side: list[Tok]) -> bool:
+    """A (possibly qualified) column name: `id`, `o.id`, `"Id"`."""
+    return bool(side) and len(side) % 2 == 1 and all(
+        (t.kind in ("word", "qid") and t.up not in ("NULL", "TRUE", "FALSE", "NOT")) if k % 2 == 0 else t.text == "."
+        for k, t in enumerate(side))
+
+
+def _always_true(cond: list[Tok]) -> bool:
+    """Whether one condition (no AND/OR at its top) holds for every row: a constant truth (`true`, `1`, `NOT
+    false`, `1 < 2`, `'a' = 'a'`), `a = a`, `col IS NOT NULL`, `col > 0` or `col >= 0` (ids and counts start at 1),
+    `col LIKE '%'`."""
+    texts = [t.text.upper() for t in cond]
+    if texts in (["TRUE"], ["NOT", "FALSE"], ["TRUE", "IS", "TRUE"]):
         return True
-    return len(cond) == 3 and cond[1] in ("=", "IS") and cond[0] == cond[2] and cond[0] not in ("NULL", "?")
+    n = _number(cond)
+    if n is not None:
+        return n != 0  # MySQL: WHERE 1, WHERE 2
+    if len(cond) >= 4 and texts[-3:] == ["IS", "NOT", "NULL"] and (_column(cond[:-3]) or _number(cond[:-3]) is not None
+                                                                 or (len(cond) == 4 and cond[0].kind == "str")):
+        return True
+    ops = [k for k, t in enumerate(cond) if t.text.upper() in _COMPARE and t.kind in ("op", "word")]
+    if len(ops) != 1:
+        return False
+    k = ops[0]
+    op, lhs, rhs = texts[k], cond[:k], cond[k + 1:]
+    if [t.text.upper() for t in lhs] == [t.text.upper() for t in rhs] and op in ("=", "<=", ">=", "LIKE", "ILIKE") \
+            and texts[0] not in ("NULL", "?"):
+        return True
+    ln, rn = _number(lhs), _number(rhs)
+    if ln is not None and rn is not None:
+        return {"=": ln == rn, "<>": ln != rn, "!=": ln != rn, "<": ln < rn, ">": ln > rn, "<=": ln <= rn,
+                ">=": ln >= rn}.get(op, False)
+    if len(lhs) == 1 and len(rhs) == 1 and lhs[0].kind == "str" and rhs[0].kind == "str":
+        a, b = lhs[0].value, rhs[0].value
+        return {"=": a == b, "<>": a != b, "!=": a != b, "LIKE": a == b}.get(op, False)
+    if _column(lhs) and rn is not None:
+        return (op == ">" and rn <= 0) or (op == ">=" and rn <= 0)
+    if _column(rhs) and ln is not None:
+        return (op == "<" and ln <= 0) or (op == "<=" and ln <= 0)
+    if _column(lhs) and op in ("LIKE", "ILIKE") and len(rhs) == 1 and rhs[0].kind == "str":
+        return rhs[0].value != "" and set(rhs[0].value) == {"%"}
+    return False
+
+
+def _selects_all(cond: list[Tok], ignore: frozenset[str] = frozenset()) -> bool:
+    """Whether a WHERE condition lets every row through: an OR with one branch that does, an AND whose every part
+    does, a condition that always holds (`_always_true`), or one whose text is in `ignore` (conditions that do not
+    narrow what a statement reaches, such as `pid <> pg_backend_pid()` for a terminate)."""
+    cond = _unwrap(cond)
+    if not cond:
+        return True
+    parts = _split(cond, "OR")
+    if len(parts) > 1:
+        return any(_selects_all(p, ignore) for p in parts)
+    # `x BETWEEN 1 AND 5` splits too, but its first part is never always true, so the AND never is.
+    parts = _split(cond, "AND")
+    if len(parts) > 1:
+        return all(_selects_all(p, ignore) for p in parts)
+    return _always_true(cond) or (bool(ignore) and _canon(cond) in ignore)
 
 
 # Objects whose body is code the server runs later (functions, procedures, triggers, rewrite rules, MySQL events).
@@ -318,16 +445,24 @@ def common_effect(st: Statement) -> SqlEffect | None:
     if k in ("INSERT", "REPLACE", "UPSERT"):
         i = st.index("INTO")
         table = st.name_at(i + 1)[0] if i >= 0 else (st.name_at(1)[0] if len(st.toks) > 1 else "")
+        if k == "INSERT" and _upserts(st):
+            # ON CONFLICT ... DO UPDATE / ON DUPLICATE KEY UPDATE: an UPDATE of every existing row the source
+            # names. Rows given as VALUES are named one by one; a query's rows only as its WHERE narrows them.
+            on = st.index("ON")
+            from_query = any(t.up in ("SELECT", "TABLE") for t in st.toks[:on]) and st.index("VALUES", "VALUE") < 0
+            eff = _dml("update", table, not from_query or _narrowing_where(st))
+            eff.details["upsert"] = True
+            return eff
         return _dml(k.lower(), table, None)
     if k == "UPDATE":
         j = 2 if st.kw(1) in ("ONLY", "LOW_PRIORITY", "IGNORE") else 1
-        return _dml("update", st.name_at(j)[0], _has_where(st))
+        return _dml("update", st.name_at(j)[0], _has_where(st), st)
     if k == "DELETE":
         i = st.index("FROM")
         table = st.name_at(i + 1 + (1 if st.kw(i + 1) == "ONLY" else 0))[0] if i >= 0 else ""
-        return _dml("delete", table, _has_where(st))
+        return _dml("delete", table, _has_where(st), st)
     if k == "MERGE":
-        return _dml("merge", st.name_at(st.index("INTO") + 1)[0] if st.index("INTO") >= 0 else "", None)
+        return _merge(st)
     if k == "TRUNCATE":
         j = 1 + (1 if st.kw(1) == "TABLE" else 0) + (1 if st.kw(2) == "ONLY" else 0)
         tables = [st.name_at(j)[0]]
@@ -400,10 +535,89 @@ def common_effect(st: Statement) -> SqlEffect | None:
     return None
 
 
-def _dml(verb: str, table: str, has_where: bool | None) -> SqlEffect:
+def _upserts(st: Statement) -> bool:
+    """INSERT ... ON CONFLICT ... DO UPDATE (PostgreSQL) or ON DUPLICATE KEY UPDATE (MySQL)."""
+    on = st.index("ON")
+    if on < 0:
+        return False
+    if st.kw(on + 1) == "DUPLICATE":
+        return True
+    do = st.index("DO", start=on)
+    return st.kw(on + 1) == "CONFLICT" and do > 0 and st.kw(do + 1) == "UPDATE"
+
+
+def _narrowing_where(st: Statement) -> bool:
+    """Any WHERE of the statement (its query's or its DO UPDATE's) that can leave a row out."""
+    i = st.index("WHERE", depth0=False)
+    while i >= 0:
+        if not _selects_all(_condition(st, i)):
+            return True
+        i = st.index("WHERE", start=i + 1, depth0=False)
+    return False
+
+
+def _merge(st: Statement) -> SqlEffect:
+    """MERGE INTO t USING s ON cond WHEN [NOT] MATCHED [BY SOURCE|TARGET] [AND cond] THEN DELETE|UPDATE|INSERT: judged
+    as the most destructive action it may take on t (a DELETE, else an UPDATE), scoped by its ON condition and the
+    WHEN clause's own. WHEN NOT MATCHED BY SOURCE reaches every row of t the source lacks: with an empty source,
+    all of them."""
+    into = st.index("INTO")
+    table = st.name_at(into + 1)[0] if into >= 0 else ""
+    on = st.index("ON")
+    first_when = st.index("WHEN")
+    on_cond = st.toks[on + 1:first_when if first_when > on else len(st.toks)] if on >= 0 else []
+    actions: dict[str, bool] = {}  # verb -> scoped (every WHEN clause that takes it must be)
+    w = first_when
+    while w >= 0:
+        nxt = st.index("WHEN", start=w + 1)
+        then = st.index("THEN", start=w)
+        clause_end = nxt if nxt >= 0 else len(st.toks)
+        if then < 0 or then > clause_end:
+            break
+        what = st.kw(then + 1)
+        if what in ("DELETE", "UPDATE"):
+            head = [t.up for t in st.toks[w + 1:then]]
+            by_source = head[:4] == ["NOT", "MATCHED", "BY", "SOURCE"]
+            extra_at = next((j for j in range(w + 1, then) if st.toks[j].up == "AND"), -1)
+            extra = st.toks[extra_at + 1:then] if extra_at >= 0 else []
+            scoped = (not by_source and not _selects_all(on_cond)) or (bool(extra) and not _selects_all(extra))
+            verb = what.lower()
+            actions[verb] = actions.get(verb, True) and scoped
+        w = nxt
+    if not actions:
+        eff = _dml("merge", table, None)
+    else:
+        verb = "delete" if "delete" in actions else "update"
+        eff = _dml(verb, table, actions[verb])
+    eff.details["merge"] = True
+    return eff
+
+
+def hold_locks(effects: list[SqlEffect]) -> None:
+    """A lock the statements take (LOCK TABLE(S), FLUSH TABLES WITH READ LOCK, SELECT ... FOR UPDATE) and then hold
+    while a later statement sleeps: the lock's effect gets `held_s`, the sleep's length (None: not readable), and a
+    row lock held so becomes a change (every writer of those rows waits). COMMIT, ROLLBACK and UNLOCK release it."""
+    lock: SqlEffect | None = None
+    for eff in effects:
+        d = eff.details
+        if eff.verb == "lock" or d.get("lock") or d.get("row_lock"):
+            lock = eff
+        elif eff.verb in ("commit", "rollback", "end", "abort", "unlock"):
+            lock = None
+        elif lock is not None and "sleep_s" in d:
+            held = d["sleep_s"]
+            prev = lock.details.get("held_s", 0)
+            lock.details["held_s"] = None if held is None or prev is None else prev + held
+            if lock.mutating is False:
+                lock.mutating, lock.layer = True, Layer.NONE
+
+
+def _dml(verb: str, table: str, has_where: bool | None, st: Statement | None = None) -> SqlEffect:
     d: dict[str, Any] = {"sql_kind": "dml", "table": table}
     if has_where is not None:
         d["has_where"] = has_where
+    if has_where is False and st is not None and st.index("WHERE") >= 0:
+        d["where_selects_all"] = True  # a WHERE that every row passes (`WHERE true`, `id > 0`)
     return SqlEffect(verb=verb, mutating=True, layer=Layer.DECLARED, details=d, target_kind="table",
                      target_name=table)
 
@@ -467,6 +681,7 @@ def _select(st: Statement) -> SqlEffect:
     if st.index("OUTFILE", "DUMPFILE") > 0:
         return SqlEffect(verb="select into outfile", mutating=True, layer=Layer.NONE,
                          details={**details, "sql_kind": "file write"})
+    sleep = _sleep(st) if any(f in _SLEEPS for f in funcs) else None
     writes = [f for f in funcs if f in _WRITE_FUNCS]
     if writes:
         first = writes[0]
@@ -474,15 +689,74 @@ def _select(st: Statement) -> SqlEffect:
         if first == "set_config":
             return _set_config(st, details)
         details["sql_kind"] = "function"
-        if st.index("WHERE") >= 0:
-            details["has_where"] = True
+        where = st.index("WHERE")
+        if where >= 0:
+            # Over the backends, a filter that only spares this session or keeps the busy ones selects them all.
+            details["has_where"] = not _selects_all(_condition(st, where), _EVERY_BACKEND
+                                                    if first in ("pg_terminate_backend", "pg_cancel_backend")
+                                                    else frozenset())
+        if first == "pg_drop_replication_slot":
+            details["discards_logs"] = "a replication slot"
+        if sleep is not None:
+            details["sleep_s"] = sleep[0]
         return SqlEffect(verb=verb, mutating=True, layer=Layer.NONE, details=details)
     if "pg_read_file" in funcs or "pg_read_binary_file" in funcs or "pg_ls_dir" in funcs:
         details["reads_server_files"] = True
-    if "sleep" in funcs:
+    if sleep is not None:
         details["sleep"] = True
+        details["sleep_s"] = sleep[0]
+    if st.index("FOR") > 0 and st.kw(st.index("FOR") + 1) in ("UPDATE", "SHARE", "NO", "KEY") \
+            or st.index("LOCK") > 0 and st.kw(st.index("LOCK") + 1) == "IN":
+        details["row_lock"] = True  # SELECT ... FOR UPDATE / FOR SHARE / LOCK IN SHARE MODE
     return SqlEffect(verb="select", mutating=False, details=details,
                      target_kind="table" if tables else "", target_name=tables[0] if tables else "")
+
+
+# Conditions on pg_stat_activity that leave (nearly) every backend in: all but this session, the busy ones, the
+# client backends.
+_EVERY_BACKEND = frozenset({
+    "pid <> pg_backend_pid ( )", "pid != pg_backend_pid ( )", "pg_backend_pid ( ) <> pid", "pg_backend_pid ( ) != pid",
+    "state = 'active'", "state <> 'idle'", "state != 'idle'", "state is not null",
+    "backend_type = 'client backend'",
+})
+
+_SLEEPS = ("pg_sleep", "sleep", "pg_sleep_for", "pg_sleep_until")
+_UNITS = {"ms": 0.001, "msec": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1, "sec": 1, "secs": 1,
+          "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60, "h": 3600,
+          "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400}
+
+
+def _sleep(st: Statement) -> tuple[float | None] | None:
+    """A sleep the statement runs (pg_sleep(n), SLEEP(n), pg_sleep_for('1 hour'), pg_sleep_until(...)): (seconds,)
+    or (None,) when its length cannot be read; None when there is no sleep."""
+    for i, t in enumerate(st.toks[:-2]):
+        name = t.value.lower()
+        if t.kind not in ("word", "qid") or name not in _SLEEPS or st.toks[i + 1].text != "(":
+            continue
+        arg = st.toks[i + 2:_closing(st, i + 2)]
+        if name in ("pg_sleep", "sleep"):
+            n = _number(arg)
+            return (n,) if n is not None else (None,)
+        if name == "pg_sleep_for" and arg and arg[0].kind == "str":
+            return (_interval(arg[0].value),)
+        return (None,)
+    return None
+
+
+def _interval(text: str) -> float | None:
+    """An interval's seconds ('1 hour', '90 s', '00:10:00'), or None."""
+    hms = re.fullmatch(r"\s*(\d+):(\d{1,2})(?::(\d{1,2}(?:\.\d+)?))?\s*", text)
+    if hms:
+        return int(hms.group(1)) * 3600 + int(hms.group(2)) * 60 + float(hms.group(3) or 0)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text.lower())
+    if not parts or re.sub(r"[\d.\sa-z]", "", text.lower()):
+        return None
+    total = 0.0
+    for n, unit in parts:
+        if unit not in _UNITS:
+            return None
+        total += float(n) * _UNITS[unit]
+    return total
 
 
 def _set_config(st: Statement, details: dict[str, Any]) -> SqlEffect:
@@ -491,7 +765,8 @@ def _set_config(st: Statement, details: dict[str, Any]) -> SqlEffect:
     args = [t for t in st.toks[i + 2:] if t.kind in ("str", "num", "word")][:3]
     if len(args) >= 2 and args[0].kind == "str":
         return SqlEffect(verb="set", mutating=True, layer=Layer.SESSION,
-                         keys=[KeyChange(key=f"postgres.{args[0].value.lower()}", value=literal(args[1]))],
+                         keys=[KeyChange(key=f"postgres.{args[0].value.lower()}",
+                                         value=pg_bool(args[0].value.lower(), literal(args[1])))],
                          details={**details, "sql_kind": "set"})
     return SqlEffect(verb="set", mutating=UNKNOWN, details=details,
                      opaque_reason="set_config with computed arguments")

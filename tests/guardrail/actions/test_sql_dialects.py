@@ -78,6 +78,17 @@ def test_what_a_command_that_runs_commands_runs(cmd, expected):
     ('mysql -e "DELETE FROM t WHERE 1"', False), ('psql -c "DELETE FROM m WHERE x = 1 OR 1=1"', False),
     ('psql -c "UPDATE m SET x = 1 WHERE 1=1 RETURNING *"', False),
     ('psql -c "DELETE FROM m WHERE id = 5"', True), ('psql -c "DELETE FROM m WHERE x = 1 AND (y = 2 OR z = 3)"', True),
+    # Every row too: a column that is never null, ids and counts from 1, literals compared, an AND of truths.
+    ('psql -c "UPDATE o SET total = 0 WHERE id > 0"', False), ('psql -c "UPDATE o SET t = 0 WHERE o.id >= 0"', False),
+    ('psql -c "UPDATE o SET t = 0 WHERE name IS NOT NULL"', False), ('psql -c "DELETE FROM m WHERE 1 < 2"', False),
+    ('psql -c "DELETE FROM m WHERE 0 < id"', False), ('psql -c "DELETE FROM m WHERE id > -1"', False),
+    ("psql -c \"DELETE FROM m WHERE 'a' <> 'b'\"", False), ("psql -c \"DELETE FROM m WHERE x LIKE '%'\"", False),
+    ('psql -c "DELETE FROM m WHERE 1=1 AND (true)"', False), ('mysql -e "DELETE FROM t WHERE 2"', False),
+    # ... but not these.
+    ('psql -c "DELETE FROM m WHERE id > 0 AND id = 5"', True), ('psql -c "DELETE FROM m WHERE id BETWEEN 0 AND 5"', True),
+    ('psql -c "DELETE FROM m WHERE balance < 0"', True), ('psql -c "DELETE FROM m WHERE retries > 3"', True),
+    ("psql -c \"DELETE FROM m WHERE x LIKE 'a%'\"", True), ('psql -c "DELETE FROM m WHERE 1 > 2 OR id = 4"', True),
+    ('mysql -e "DELETE FROM t WHERE 0"', True), ('psql -c "DELETE FROM m WHERE x IS NULL"', True),
 ])
 def test_a_where_clause_that_holds_for_every_row_is_no_where_clause(cmd, has_where):
     (a,) = normalise(cmd)
@@ -139,3 +150,34 @@ def test_payloads_the_guard_cannot_read_are_unknown_and_json_values_are_flattene
 def test_a_patch_of_the_restarted_at_annotation_is_a_restart(cmd):
     (a,) = normalise(cmd)
     assert a.details.get("restart") is True
+
+
+@pytest.mark.parametrize("value,read", [
+    ("f", "off"), ("fals", "off"), ("'of'", "off"), ("NO", "off"), ("'0'", "off"), ("0", 0), ("t", "on"), ("'ye'", "on"),
+    ("On", "on"), ("TRUE", "on"), ("'o'", "o"),  # `o` is ambiguous: PostgreSQL rejects it
+])
+def test_a_postgres_boolean_is_read_as_the_server_reads_it(value, read):
+    (a,) = normalise(f'psql -c "ALTER SYSTEM SET fsync = {value}"')
+    assert [(k.key, k.value) for k in a.keys] == [("postgres.fsync", read)]
+
+
+def test_only_boolean_settings_are_read_as_booleans():
+    (a,) = normalise("psql -c \"SET application_name = 'f'\"")
+    assert [(k.key, k.value) for k in a.keys] == [("postgres.application_name", "f")]
+
+
+@pytest.mark.parametrize("sql,held", [
+    ("LOCK TABLE t; SELECT pg_sleep(3600)", 3600), ("BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); "
+                                                    "SELECT pg_sleep(7)", 12),
+    ("LOCK TABLE t; SELECT pg_sleep_for('10 minutes')", 600), ("LOCK TABLE t; SELECT pg_sleep_until('tomorrow')", None),
+])
+def test_a_lock_held_through_a_sleep_is_read_with_its_length(sql, held):
+    lock = normalise(f'psql -c "{sql}"')[0]
+    assert lock.verb == "lock" and lock.details["held_s"] == held
+
+
+def test_a_lock_released_before_the_sleep_is_not_held():
+    lock = normalise('psql -c "BEGIN; LOCK TABLE t; COMMIT; SELECT pg_sleep(3600)"')[0]
+    assert "held_s" not in lock.details
+    lock = normalise('mysql -e "LOCK TABLES t WRITE; UNLOCK TABLES; SELECT SLEEP(600)"')[0]
+    assert "held_s" not in lock.details
