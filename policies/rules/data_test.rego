@@ -297,6 +297,7 @@ test_chown_elsewhere_allowed if {
 	count(data.deny) == 0 with input as {"action": {
 		"tool": "file", "verb": "chown", "mutating": true, "details": {"path": "/tmp/report", "mode": "nobody"},
 	}}
+}
 
 logs(details) := {"action": {"tool": "mysql", "verb": "reset master", "mutating": true, "details": object.union({"sql_kind": "server"}, details)}}
 

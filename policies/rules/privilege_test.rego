@@ -140,6 +140,7 @@ test_wildcard_role_denied if {
 test_narrow_role_allowed if {
 	count(privilege.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "create", "mutating": true,
 		"target": {"kind": "role", "name": "pod-reader"}, "details": {}}}
+}
 
 redis_cfg(key) := {"action": {"tool": "redis-cli", "verb": "config set", "mutating": true, "target": {"kind": "component", "name": "redis"}, "keys": [{"key": key, "value": "x"}]}}
 
