@@ -337,17 +337,26 @@ def _column(side: list[Tok]) -> bool:
         for k, t in enumerate(side))
 
 
+def _key(side: list[Tok]) -> bool:
+    """A key column: `id`, `o.id`, `"Id"`, `user_id`."""
+    if not _column(side):
+        return False
+    name = (side[-1].value if side[-1].kind == "qid" else side[-1].text).upper()
+    return name == "ID" or name.endswith("_ID")
+
+
 def _always_true(cond: list[Tok]) -> bool:
     """Whether one condition (no AND/OR at its top) holds for every row: a constant truth (`true`, `1`, `NOT
-    false`, `1 < 2`, `'a' = 'a'`), `a = a`, `col IS NOT NULL`, `col > 0` or `col >= 0` (ids and counts start at 1),
-    `col LIKE '%'`."""
+    false`, `1 < 2`, `'a' = 'a'`), `a = a`, `id IS NOT NULL`, `id > 0` or `id >= 0` (a key column: `id`, `o.id`,
+    `user_id`; keys are never null and count from 1), `col LIKE '%'`. On other columns those narrow:
+    `deleted_at IS NOT NULL` and `retries > 0` are how one picks the soft-deleted rows or the retried jobs."""
     texts = [t.text.upper() for t in cond]
     if texts in (["TRUE"], ["NOT", "FALSE"], ["TRUE", "IS", "TRUE"]):
         return True
     n = _number(cond)
     if n is not None:
         return n != 0  # MySQL: WHERE 1, WHERE 2
-    if len(cond) >= 4 and texts[-3:] == ["IS", "NOT", "NULL"] and (_column(cond[:-3]) or _number(cond[:-3]) is not None
+    if len(cond) >= 4 and texts[-3:] == ["IS", "NOT", "NULL"] and (_key(cond[:-3]) or _number(cond[:-3]) is not None
                                                                  or (len(cond) == 4 and cond[0].kind == "str")):
         return True
     ops = [k for k, t in enumerate(cond) if t.text.upper() in _COMPARE and t.kind in ("op", "word")]
@@ -365,9 +374,9 @@ def _always_true(cond: list[Tok]) -> bool:
     if len(lhs) == 1 and len(rhs) == 1 and lhs[0].kind == "str" and rhs[0].kind == "str":
         a, b = lhs[0].value, rhs[0].value
         return {"=": a == b, "<>": a != b, "!=": a != b, "LIKE": a == b}.get(op, False)
-    if _column(lhs) and rn is not None:
+    if _key(lhs) and rn is not None:
         return (op == ">" and rn <= 0) or (op == ">=" and rn <= 0)
-    if _column(rhs) and ln is not None:
+    if _key(rhs) and ln is not None:
         return (op == "<" and ln <= 0) or (op == "<=" and ln <= 0)
     if _column(lhs) and op in ("LIKE", "ILIKE") and len(rhs) == 1 and rhs[0].kind == "str":
         return rhs[0].value != "" and set(rhs[0].value) == {"%"}
