@@ -9,12 +9,11 @@ exempts more than half of the rules (`SRE-*`).
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import re
 from typing import Any, Iterable
 
-__all__ = ["RULE_ID", "rule_ids", "shipped_rule_ids", "exception_problem"]
+__all__ = ["RULE_ID", "rule_ids", "shipped_rule_ids", "exception_problem", "glob_matches"]
 
 # A finding's id as the rules write it: {"id": "SRE-DATA-001", ...}.
 RULE_ID = re.compile(r'"id"\s*:\s*"([A-Za-z][\w]*(?:-[\w]+)+)"')
@@ -33,6 +32,50 @@ def shipped_rule_ids() -> frozenset[str]:
     return rule_ids(m.source for m in PolicyTree._load_one(shipped_policy_dir()).decision_modules)
 
 
+def glob_matches(pattern: str, text: str) -> bool:
+    """OPA's `glob.match(pattern, [], text)`, as guardrail.rego matches exceptions against finding ids: `*` any
+    run of characters (no delimiters are given), `?` one, `[abc]`, `[a-z]`, `[!abc]`, `{a,b}` alternatives (they
+    nest), `\\` escapes the next character. fnmatch differs on `{a,b}` and `[^...]`."""
+    return _glob_regex(pattern).fullmatch(text) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, depth, i = [], 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1:end]
+            neg = body.startswith("!")
+            body = body[1:] if neg else body
+            out.append("[" + ("^" if neg else "") + body.replace("\\", "\\\\").replace("^", "\\^") + "]")
+            i = end + 1
+            continue
+        elif c == "{":
+            depth += 1
+            out.append("(?:")
+        elif c == "}" and depth:
+            depth -= 1
+            out.append(")")
+        elif c == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    try:
+        return re.compile("".join(out) + ")" * depth, re.S)
+    except re.error:
+        return re.compile(re.escape(pattern))
+
+
 def exception_problem(entries: Any, ids: frozenset[str], *, unknown_is_an_error: bool = True) -> str | None:
     """What is wrong with a list of exceptions, or None. `ids` are the rules they may name."""
     if not isinstance(entries, list):
@@ -42,7 +85,7 @@ def exception_problem(entries: Any, ids: frozenset[str], *, unknown_is_an_error:
         pattern = e if isinstance(e, str) else e.get("id") if isinstance(e, dict) else None
         if not isinstance(pattern, str) or not pattern.strip():
             return f"exception {n} ({e!r}) is neither a rule id nor {{id: ..., reason: ...}}"
-        matched = {i for i in ids if fnmatch.fnmatchcase(i, pattern)}
+        matched = {i for i in ids if glob_matches(pattern, i)}
         if len(ids) > 1 and len(matched) * 2 > len(ids):
             what = "every rule" if matched == ids else f"{len(matched)} of the library's {len(ids)} rules"
             return (f"exception {pattern!r} exempts {what}, so the guard would deny next to nothing; exempt the "

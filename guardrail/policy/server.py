@@ -8,7 +8,6 @@ undefined answer fails closed (guardrail.policy.decisions). The HTTP itself live
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -18,6 +17,7 @@ from guardrail.errors import PolicyLoadError
 from guardrail.policy.base import Decision
 from guardrail.policy.decisions import (DecisionIds, MalformedDecision, decide_without_broken, fail_closed,
                                         from_document, rule_packages)
+from guardrail.policy.exceptions import glob_matches
 from guardrail.policy.loader import PolicyTree, shipped_policy_dir
 
 __all__ = ["OPAServer", "DECISION_PATH"]
@@ -109,9 +109,9 @@ class OPAServer:
 
         def exempt(found: list[dict[str, Any]]) -> list[int]:
             # The REST Data API evaluates documents, not calls: the patterns are read and matched here
-            # (fnmatch, as guardrail.rego's glob.match matches ids, which have no `.` to delimit).
+            # as guardrail.rego's glob.match does.
             patterns = [p for p in part("guardrail/exception_patterns") if isinstance(p, str)]
-            return [n for n, f in enumerate(found) if any(fnmatch.fnmatchcase(f["id"], p) for p in patterns)]
+            return [n for n, f in enumerate(found) if any(glob_matches(p, f["id"]) for p in patterns)]
 
         return decide_without_broken(input, str(error), self._rule_packages, evaluate, exempt,
                                      decision_id=decision_id, engine=self.name,
