@@ -338,18 +338,18 @@ def _column(side: list[Tok]) -> bool:
 
 
 def _key(side: list[Tok]) -> bool:
-    """A key column: `id`, `o.id`, `"Id"`, `user_id`."""
+    """A table's own key column: `id`, `o.id`, `"Id"`. Not `worker_id`: a reference to another table's row may be
+    null (`WHERE worker_id IS NOT NULL` picks the claimed jobs)."""
     if not _column(side):
         return False
-    name = (side[-1].value if side[-1].kind == "qid" else side[-1].text).upper()
-    return name == "ID" or name.endswith("_ID")
+    return (side[-1].value if side[-1].kind == "qid" else side[-1].text).upper() == "ID"
 
 
 def _always_true(cond: list[Tok]) -> bool:
     """Whether one condition (no AND/OR at its top) holds for every row: a constant truth (`true`, `1`, `NOT
-    false`, `1 < 2`, `'a' = 'a'`), `a = a`, `id IS NOT NULL`, `id > 0` or `id >= 0` (a key column: `id`, `o.id`,
-    `user_id`; keys are never null and count from 1), `col LIKE '%'`. On other columns those narrow:
-    `deleted_at IS NOT NULL` and `retries > 0` are how one picks the soft-deleted rows or the retried jobs."""
+    false`, `1 < 2`, `'a' = 'a'`), `a = a`, `id IS NOT NULL`, `id > 0` or `id >= 0` (the key column `id`, `o.id`:
+    never null, counting from 1), `col LIKE '%'`. On other columns those narrow: `deleted_at IS NOT NULL`,
+    `worker_id IS NOT NULL` and `retries > 0` pick the soft-deleted rows, the claimed jobs, the retried ones."""
     texts = [t.text.upper() for t in cond]
     if texts in (["TRUE"], ["NOT", "FALSE"], ["TRUE", "IS", "TRUE"]):
         return True

@@ -93,10 +93,16 @@ def _dmesg(args: list[str]) -> tuple[str, str] | None:
     return ("changes", f"dmesg {hit}") if hit else None
 
 
+# GNU date's options that take a value: `date -d '10 min ago' +%s` reads a time, it does not set the clock.
+_DATE = OptionSpec.of(["-d", "--date", "-r", "--reference", "-f", "--file", "-s", "--set"],
+                      {"--date": "-d", "--reference": "-r", "--file": "-f", "--set": "-s"})
+
+
 def _date(args: list[str]) -> tuple[str, str] | None:
-    if any(a in ("-s", "--set") or a.startswith("--set=") or re.fullmatch(r"-[a-zA-Z]*s", a) for a in args):
+    p = _DATE.parse(args)
+    if "-s" in p.opts or "-s" in p.flags:
         return ("changes", "date --set")
-    if any(not a.startswith(("-", "+")) for a in _positionals(args)):
+    if any(not a.startswith("+") for a in p.positionals):
         return ("changes", "date MMDDhhmm")  # `date 010112002026` sets the clock
     return None
 

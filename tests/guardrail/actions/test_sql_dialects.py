@@ -81,7 +81,7 @@ def test_what_a_command_that_runs_commands_runs(cmd, expected):
     # Every row too: a key that is never null and counts from 1, literals compared, an AND of truths.
     ('psql -c "UPDATE o SET total = 0 WHERE id > 0"', False), ('psql -c "UPDATE o SET t = 0 WHERE o.id >= 0"', False),
     ('psql -c "UPDATE o SET t = 0 WHERE id IS NOT NULL"', False),
-    ('psql -c "UPDATE o SET t = 0 WHERE o.user_id > 0"', False), ('psql -c "DELETE FROM m WHERE 1 < 2"', False),
+    ('psql -c "UPDATE o SET t = 0 WHERE o.\\"Id\\" > 0"', False), ('psql -c "DELETE FROM m WHERE 1 < 2"', False),
     ('psql -c "DELETE FROM m WHERE 0 < id"', False), ('psql -c "DELETE FROM m WHERE id > -1"', False),
     ("psql -c \"DELETE FROM m WHERE 'a' <> 'b'\"", False), ("psql -c \"DELETE FROM m WHERE x LIKE '%'\"", False),
     ('psql -c "DELETE FROM m WHERE 1=1 AND (true)"', False), ('mysql -e "DELETE FROM t WHERE 2"', False),
@@ -90,6 +90,7 @@ def test_what_a_command_that_runs_commands_runs(cmd, expected):
     ('psql -c "DELETE FROM m WHERE balance < 0"', True), ('psql -c "DELETE FROM m WHERE retries > 3"', True),
     # other columns may be null or 0: these pick the soft-deleted rows, the retried jobs.
     ('psql -c "DELETE FROM m WHERE deleted_at IS NOT NULL"', True), ('psql -c "DELETE FROM jobs WHERE retries > 0"', True),
+    ('psql -c "UPDATE jobs SET status = 1 WHERE worker_id IS NOT NULL"', True), ('psql -c "DELETE FROM n WHERE parent_id > 0"', True),
     ("psql -c \"DELETE FROM m WHERE x LIKE 'a%'\"", True), ('psql -c "DELETE FROM m WHERE 1 > 2 OR id = 4"', True),
     ('mysql -e "DELETE FROM t WHERE 0"', True), ('psql -c "DELETE FROM m WHERE x IS NULL"', True),
 ])
