@@ -95,10 +95,11 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	k.value == 0
 }
 
-lockouts contains "a login that expires" if {
+# VALID UNTIL a time past or within a day (the classifier reads the date); 'infinity' or a later date repairs an
+# expired login.
+lockouts contains sprintf("a login that expires (VALID UNTIL %s)", [lib.details.login_expires]) if {
 	input.action.tool in sql_tools
-	some k in input.action.keys
-	k.key == "postgres.role.valid_until"
+	lib.details.login_expires
 }
 
 lockouts contains substring(statement, 0, 80) if {

@@ -83,6 +83,13 @@ test_the_server_writing_files_or_sending_sql_on_is_denied if {
 	not "SRE-ACCESS-003" in {f.id | some f in access.deny} with input as sql_in("COPY t TO STDOUT", [])
 }
 
+test_a_login_that_expires_is_a_lockout_and_extending_it_is_not if {
+	expiring := object.union(sql_in("ALTER ROLE app VALID UNTIL '2000-01-01'", [{"key": "postgres.role.valid_until", "value": "2000-01-01"}]), {"action": {"details": {"login_expires": "2000-01-01"}}})
+	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as expiring
+	# The classifier names no expiry for 'infinity' or a later date: the repair of an expired login.
+	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as sql_in("ALTER ROLE app VALID UNTIL 'infinity'", [{"key": "postgres.role.valid_until", "value": "infinity"}])
+}
+
 test_a_connection_ceiling_taken_to_nothing_is_a_lockout if {
 	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_connections", "value": 1}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]}, "context": {}}

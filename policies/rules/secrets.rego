@@ -105,6 +105,30 @@ deny contains {
 	credential_read(t)
 }
 
+# The servers' own password hashes: PostgreSQL's pg_authid/pg_shadow (rolpassword, passwd), MySQL's mysql.user
+# (authentication_string, password). pg_roles and pg_user show the same rows with the password masked.
+deny contains {
+	"id": "SRE-SECRET-003",
+	"msg": "This reads the database's password hashes, which are credentials too. You do not need them to repair the incident: read roles and their settings from pg_roles (PostgreSQL) or SHOW GRANTS (MySQL).",
+	"details": {},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	some t in lib.texts
+	regex.match(`(?is)\b(pg_authid|pg_shadow)\b|\b(rolpassword|authentication_string)\b|\bmysql\s*\.\s*user\b[^;]*\bpassword\b|\bselect\b[^;]*\bpassword\b[^;]*\bfrom\s+mysql\s*\.\s*user\b`, t)
+}
+
+# kubectl's client config with its certificates, keys and tokens inline.
+deny contains {
+	"id": "SRE-SECRET-003",
+	"msg": "`kubectl config view --raw`/`--flatten` prints the client's certificates, keys and tokens. Use `kubectl config view` (they are redacted) or `kubectl config current-context`.",
+	"details": {},
+} if {
+	input.action.tool == "kubectl"
+	startswith(input.action.verb, "config")
+	some t in lib.texts
+	regex.match(`(?i)\bconfig\s+view\b[^|;&]*\s--(raw|flatten)\b`, t)
+}
+
 credential_msg := "Dumping a process environment or credential file exposes passwords and keys (`env | grep` matches values too: a URL holding a password). Read the one non-secret setting you need: `printenv NAME` of that variable in the pod, or `kubectl get deploy X -o jsonpath='{.spec.template.spec.containers[0].env}'` for declared values."
 
 # Inside a pod (kubectl exec), the process environment printed whole (`env`, `printenv`) or a variable named like a
@@ -152,7 +176,7 @@ pod_env_read if {
 
 # Each way a command text reads a credential, one body per reason, so that a harmless reading of one (an example
 # env file, a password line filtered out) never hides another in the same text.
-credential_read(t) if regex.match(`(?i)/proc/[^/\s]+/environ|\.pgpass|\.my\.cnf|/etc/shadow`, t)
+credential_read(t) if regex.match(`(?i)/proc/[^/\s]+/environ|\.pgpass|\.my\.cnf|/etc/shadow|\buserlist\.txt\b`, t)
 
 # Files that hold credentials by their name or place: a mounted secret (/etc/secrets/..., /app/secrets/...; not
 # /run/secrets/NAME, which a client is fed from with $(cat ...)), a secrets.yaml, a kubeconfig, an SSH private key,

@@ -158,3 +158,30 @@ test_credential_files_by_name_or_place_are_denied if {
 		not "SRE-SECRET-003" in {f.id | some f in secrets.deny} with input as {"action": {"tool": "cat", "verb": "cat", "mutating": false, "raw": raw}, "command": raw}
 	}
 }
+
+test_pgbouncer_userlist_is_a_credential_file if {
+	raw := "cat /etc/pgbouncer/userlist.txt"
+	"SRE-SECRET-003" in ids(secrets.deny) with input as {"action": {"tool": "cat", "verb": "cat", "mutating": false, "raw": raw}, "command": raw}
+	other := "cat /etc/pgbouncer/pgbouncer.ini"
+	count(secrets.deny) == 0 with input as {"action": {"tool": "cat", "verb": "cat", "mutating": false, "raw": other}, "command": other}
+}
+
+sql_read(tool, raw) := {"action": {"tool": tool, "verb": "select", "mutating": false, "raw": raw}, "command": raw}
+
+test_the_servers_password_hashes_are_secrets if {
+	"SRE-SECRET-003" in ids(secrets.deny) with input as sql_read("psql", "psql -c 'SELECT rolname, rolpassword FROM pg_authid'")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as sql_read("psql", "psql -c 'select * from pg_shadow'")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as sql_read("mysql", "mysql -e 'select user, authentication_string from mysql.user'")
+	"SRE-SECRET-003" in ids(secrets.deny) with input as sql_read("mysql", "mysql -e 'SELECT User, Password FROM mysql.user'")
+	count(secrets.deny) == 0 with input as sql_read("psql", "psql -c 'SELECT rolname, rolconnlimit, rolvaliduntil FROM pg_roles'")
+	count(secrets.deny) == 0 with input as sql_read("mysql", "mysql -e 'select user, host, max_user_connections from mysql.user'")
+}
+
+test_kubectl_config_with_its_keys_inline_is_a_secret_read if {
+	every raw in ["kubectl config view --raw", "kubectl config view --flatten --minify"] {
+		"SRE-SECRET-003" in ids(secrets.deny) with input as {"action": {"tool": "kubectl", "verb": "config view", "mutating": false, "raw": raw}, "command": raw}
+	}
+	every raw in ["kubectl config view", "kubectl config view --minify"] {
+		count(secrets.deny) == 0 with input as {"action": {"tool": "kubectl", "verb": "config view", "mutating": false, "raw": raw}, "command": raw}
+	}
+}

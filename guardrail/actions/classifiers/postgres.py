@@ -7,6 +7,8 @@ Layers: ALTER ROLE / ALTER DATABASE / ALTER SYSTEM write the declared layer; SET
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
@@ -78,6 +80,24 @@ def _setting(st: Statement, at: int, verb: str, layer: Layer, scope: dict[str, s
                      opaque_reason="a setting change the guard could not read")
 
 
+def _expires_soon(until: Any, *, now: datetime | None = None) -> bool:
+    """Whether `VALID UNTIL <until>` ends the role's logins within a day: a time already past or close (`'2000-01-01'`,
+    `'now'`, `'-infinity'`), or one that cannot be read. `'infinity'` and a later date are how an expired login is
+    repaired."""
+    text = str(until or "").strip().lower()
+    if text in ("infinity", "+infinity"):
+        return False
+    now = now or datetime.now(timezone.utc)
+    m = re.match(r"(\d{4}-\d{2}-\d{2})(?:[ t](\d{2}:\d{2}(?::\d{2})?))?", text)
+    if m is None:
+        return True  # 'now', 'today', 'epoch', '-infinity', or a form not read here: as an expiry
+    try:
+        when = datetime.fromisoformat(m.group(1) + (f"T{m.group(2)}" if m.group(2) else "")).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return True
+    return when <= now + timedelta(days=1)
+
+
 def _alter_role(st: Statement) -> SqlEffect:
     j = 2
     role, j = st.name_at(j)
@@ -107,8 +127,10 @@ def _alter_role(st: Statement) -> SqlEffect:
             keys.append(KeyChange(key="postgres.role.password", value="<redacted>", scope={"role": role}))
             k += 1 if w == "PASSWORD" else 2
         elif w == "VALID" and st.kw(k + 1) == "UNTIL":
-            keys.append(KeyChange(key="postgres.role.valid_until", value=literal(st.toks[k + 2])
-                                  if k + 2 < len(st.toks) else None, scope={"role": role}))
+            until = literal(st.toks[k + 2]) if k + 2 < len(st.toks) else None
+            keys.append(KeyChange(key="postgres.role.valid_until", value=until, scope={"role": role}))
+            if _expires_soon(until):
+                details["login_expires"] = str(until)
             k += 2
         elif w == "RENAME":
             keys.append(KeyChange(key="postgres.role.name", value=st.name_at(k + 2)[0], scope={"role": role}))

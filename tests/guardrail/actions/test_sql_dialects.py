@@ -185,3 +185,14 @@ def test_a_lock_released_before_the_sleep_is_not_held():
     assert "held_s" not in lock.details
     lock = normalise('mysql -e "LOCK TABLES t WRITE; UNLOCK TABLES; SELECT SLEEP(600)"')[0]
     assert "held_s" not in lock.details
+
+
+@pytest.mark.parametrize("until,expires", [
+    ("infinity", False), ("2999-12-31", False), ("2999-12-31 23:59:00+00", False),
+    ("2000-01-01", True), ("now", True), ("-infinity", True), ("epoch", True), ("yesterday", True),
+])
+def test_valid_until_names_an_expiry_only_when_logins_end_soon(until, expires):
+    """VALID UNTIL a past (or near) time locks the role out; 'infinity' or a later date is the repair of an expired
+    login (SRE-ACCESS-002 reads login_expires)."""
+    (a,) = normalise(f"psql -c \"ALTER ROLE saleor VALID UNTIL '{until}'\"")
+    assert ("login_expires" in a.details) is expires
