@@ -20,7 +20,7 @@ from guardrail.actions.classifiers.containers import CONTAINER_EXEC, CONTAINER_R
 from guardrail.actions.classifiers.files import SSH_OPTIONS, ssh_hidden
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, command_name, runs_code
-from guardrail.actions.model import Action, Target
+from guardrail.actions.model import UNKNOWN, Action, Target
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
 
@@ -347,13 +347,22 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     out: list[Action] = [inv.action("find", "find", mutating=False)]
     # The starting points: the words before the first test, option or action (`.` when none is given). What an
     # -exec runs or -delete removes is any file under them.
+    # find's own options come first: -H, -L, -P, -D DEBUGOPTS, -O3, and `--` before the starting points.
+    k = 0
+    while k < len(args) and (str(args[k]) in ("-H", "-L", "-P", "--") or str(args[k]).startswith("-O")
+                             or str(args[k]) == "-D"):
+        k += 2 if str(args[k]) == "-D" else 1
     starts = []
-    for w in args:
+    for w in args[k:]:
         if str(w).startswith(("-", "(", ")", "!")):
             break
         starts.append(str(w))
+    if "-files0-from" in (str(a) for a in args):
+        # The starting points are read from a file as find runs: what -delete or -exec reach is not known.
+        return [inv.action("find", "find", mutating=UNKNOWN,
+                           opaque_reason="find -files0-from reads its starting points from a file as it runs")]
     found = [p.rstrip("/") + "/**" for p in starts or ["."]]
-    i = 0
+    i = k + len(starts)
     while i < len(args):
         a = str(args[i])
         if a in ("-exec", "-execdir", "-ok", "-okdir"):
@@ -362,7 +371,8 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
                 j += 1
             if j > i + 1:
                 command = list(args[i + 1:j])
-                if a in ("-exec", "-ok") and any("{}" in str(w) for w in command):
+                # -execdir runs in each file's directory with {} as ./NAME: the same files, under the same starts.
+                if any("{}" in str(w) for w in command):
                     # `-exec shred {} +` on the files found: the command as run on each starting point's files.
                     for f in found:
                         argv = [Word.of(str(w).replace("{}", f), dynamic=w.dynamic) for w in command]

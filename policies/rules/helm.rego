@@ -87,8 +87,26 @@ deny contains {
 	input.action.mutating in {true, "unknown"}
 	some k in input.action.keys
 	startswith(k.key, "helm.")
-	k.value in {false, "false"}
+	k.value in {false, "false", 0}
 	what := removes(substring(k.key, 5, -1))
+}
+
+# `--set 'mariadb={enabled:false}'` is Helm's list syntax: the component's values become a list (or a scalar), and
+# `.Values.mariadb.enabled` is then empty, so the chart leaves the component out.
+deny contains {
+	"id": "SRE-HELM-004",
+	"msg": sprintf("%s=%v replaces %s's values with something that is not a map of settings, so its `enabled` reads as empty and the chart leaves it out, with its data. Set the one value you mean (--set %s.<key>=<value>).", [k.key, k.value, component, k.key]),
+	"details": {"key": k.key},
+} if {
+	input.action.tool == "helm"
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	startswith(k.key, "helm.")
+	k.value != null
+	not is_object(k.value)
+	parts := split(substring(k.key, 5, -1), ".")
+	component := parts[count(parts) - 1]
+	removable_component(component)
 }
 
 removes(path) := sprintf("%s's data", [trim_suffix(path, ".persistence.enabled")]) if {

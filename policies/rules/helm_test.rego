@@ -96,6 +96,18 @@ test_disabling_a_component_or_its_persistence_is_denied if {
 	}
 }
 
+test_a_component_disabled_with_0_or_replaced_by_a_list_is_denied if {
+	"SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb.enabled", "value": 0}])
+	"SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb.primary.persistence.enabled", "value": 0}])
+	"SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb", "value": ["enabled:false"]}])
+	"SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.erpnext.redis-queue", "value": "off"}])
+	# a setting under the component, a map for it, or null (Helm drops the key: the chart's default applies)
+	not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb.auth.database", "value": "x"}])
+	not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb", "value": {"enabled": true}}])
+	not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.mariadb", "value": null}])
+	not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": "helm.worker.replicas", "value": 0}])
+}
+
 test_disabling_a_feature_is_not_removing_a_component if {
 	every key in ["helm.worker.autoscaling.enabled", "helm.metrics.enabled", "helm.ingress.enabled"] {
 		not "SRE-HELM-004" in ids(helm.deny) with input as helm_keys([{"key": key, "value": false}])
