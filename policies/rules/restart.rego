@@ -40,6 +40,26 @@ is_restart if {
 	lib.verb in {"debug segfault", "debug restart", "debug crash-and-recover", "debug oom", "debug panic", "debug assert"}
 }
 
+# DEBUG SLEEP N blocks every client for N seconds: past a few seconds the liveness probe fails and the kubelet
+# restarts the pod. DEBUG RELOAD drops the dataset and reloads it from the dump file: a restart of the data.
+is_restart if {
+	input.action.tool == "redis-cli"
+	lib.verb == "debug sleep"
+	parts := split(trim_space(object.get(lib.details, "command", "")), " ")
+	count(parts) >= 3
+	not short_sleep(parts[2])
+}
+
+short_sleep(n) if {
+	regex.match(`^[0-9]*\.?[0-9]+$`, n)
+	to_number(n) < 5
+}
+
+is_restart if {
+	input.action.tool == "redis-cli"
+	lib.verb == "debug reload"
+}
+
 component := lib.target_name
 
 deny contains {

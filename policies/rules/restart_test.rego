@@ -113,3 +113,16 @@ test_a_shutdown_endpoint_is_a_restart if {
 	count(restart.deny) == 0 with input as shutdown("svc-channel")
 	"SRE-RESTART-003" in ids(restart.warn) with input as shutdown("svc-channel")
 }
+
+debug_cmd(verb, command) := {
+	"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis"}, "details": {"command": command}},
+	"context": {"not_restartable": ["redis"]},
+}
+
+test_a_long_debug_sleep_or_a_reload_is_a_restart if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug sleep", "DEBUG SLEEP 3600")
+	"SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug sleep", "DEBUG SLEEP $n")
+	"SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug reload", "DEBUG RELOAD")
+	not "SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug sleep", "DEBUG SLEEP 0.5")
+	not "SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug object", "DEBUG OBJECT k")
+}

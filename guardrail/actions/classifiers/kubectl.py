@@ -365,6 +365,13 @@ class Kubectl:
                 a.keys.append(KeyChange(key="k8s.replicas", value=value, scope=scope))
         if any(k.key.endswith("restartedAt") for k in a.keys):
             a.details["restart"] = True  # the annotation `kubectl rollout restart` writes: the pods roll
+        elif a.mutating is True and a.target.kind in _WORKLOAD_KINDS and any(
+                k.key.startswith("k8s.spec.template.") for k in a.keys):
+            a.details["restart"] = True  # the pod template changes (image, env, annotations ...): every pod is replaced
+        elif a.mutating is True and a.target.kind == "pod" and any(
+                k.key.startswith(("k8s.spec.containers", "k8s.spec.initContainers", "k8s.spec.activeDeadlineSeconds"))
+                for k in a.keys):
+            a.details["restart"] = True  # a container's image changed restarts it; a deadline ends the pod
 
     def _edit(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         a.details["interactive"] = True
