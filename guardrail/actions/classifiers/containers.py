@@ -37,8 +37,12 @@ CONTAINER_RUN = OptionSpec.of([
 ], {"--volume": "-v", "--env": "-e", "--user": "-u", "--workdir": "-w", "--publish": "-p", "--label": "-l",
     "--hostname": "-h", "--memory": "-m", "--cpu-shares": "-c", "--attach": "-a", "--net": "--network"},
     stop_at_positional=True)
-_READ = frozenset({"ps", "logs", "inspect", "images", "image", "stats", "top", "version", "info", "port", "diff",
-                   "events", "history", "search", "pods", "stopped", "list", "network", "volume"})
+_READ = frozenset({"ps", "logs", "inspect", "images", "stats", "top", "version", "info", "port", "diff",
+                   "events", "history", "search", "pods", "stopped", "list"})
+# Object groups whose listing and inspection are reads; any other subcommand (volume rm/prune, network disconnect,
+# image prune, system prune) changes what containers run with or removes their data.
+_GROUPS = frozenset({"network", "volume", "image", "system", "builder", "context", "plugin", "secret", "config"})
+_GROUP_READS = frozenset({"ls", "list", "inspect", "history", "df", "info", "events"})
 _LIFECYCLE = frozenset({"restart", "stop", "kill", "rm", "start", "pause", "unpause", "update", "rmi", "create",
                         "run", "cp", "commit", "rename", "stopp", "rmp", "runp"})
 
@@ -66,8 +70,16 @@ class ContainerRuntime:
         target = Target(kind="container", name=name)
         if verb in _READ or verb.startswith("ls"):
             return [inv.action(inv.name, verb, target=target, mutating=False)]
+        if verb in _GROUPS and inv.name != "crictl":
+            sub = words[1] if len(words) > 1 else "ls"
+            if sub in _GROUP_READS:
+                return [inv.action(inv.name, f"{verb} {sub}", target=target, mutating=False)]
+            return [inv.action(inv.name, f"{verb} {sub}", target=target, mutating=UNKNOWN,
+                               opaque_reason=f"{inv.name} {verb} {sub} removes or rewires what containers use (a "
+                               "volume's data, a network); the guard does not judge it")]
         if verb in _LIFECYCLE:
-            details = {"restart": True} if verb in ("restart", "stop", "kill", "rm", "stopp", "rmp") else {}
+            # pause freezes every process of the container: to its clients it is down, as stopped.
+            details = {"restart": True} if verb in ("restart", "stop", "kill", "rm", "stopp", "rmp", "pause") else {}
             return [inv.action(inv.name, verb, target=target, mutating=True, layer=Layer.NONE, details=details)]
         return [inv.action(inv.name, verb, target=target, mutating=UNKNOWN,
                            opaque_reason=f"{inv.name} {verb!r} is not a verb the guard knows")]
