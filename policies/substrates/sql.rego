@@ -103,6 +103,6 @@ deny contains {
 	"details": {},
 } if {
 	input.action.tool == "psql"
-	lib.verb in {"terminate backend", "cancel backend"}
+	lib.verb == "terminate backend"
 	lib.details.every_backend == true
 }

@@ -278,7 +278,7 @@ def _load(st: Statement) -> SqlEffect:
     run with the server's rights."""
     lib = st.toks[1].value if len(st.toks) > 1 else ""
     details: dict[str, Any] = {"sql_kind": "session", "library": lib}
-    if "/" in lib.replace("$libdir/", "", 1) or "\\" in lib:
+    if not lib.startswith("$libdir/") and ("/" in lib or "\\" in lib):
         details["loads_library"] = lib
     return SqlEffect(verb="load", mutating=True, details=details)
 

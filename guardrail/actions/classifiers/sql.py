@@ -874,21 +874,29 @@ def _rewritten_column(st: Statement) -> str | None:
 
 
 def _setval(st: Statement, details: dict[str, Any]) -> None:
-    """setval('seq', n[, is_called]) setting a sequence back to its start (n <= 1): every new row then takes an id
-    the table already holds."""
+    """setval(seq, n[, is_called]) setting a sequence back to its start (n <= 1): every new row then takes an id
+    the table already holds. The sequence as written ('s', 's'::regclass) or as pg_get_serial_sequence('t', 'c')
+    names it (t_c_seq)."""
     i = next((i for i, t in enumerate(st.toks[:-3]) if t.value.lower() == "setval" and st.toks[i + 1].text == "("),
              -1)
-    if i < 0 or st.toks[i + 2].kind != "str" or st.toks[i + 3].text != ",":
+    if i < 0:
         return
     end = _closing(st, i + 2)
-    arg = []
-    for t in st.toks[i + 4:end]:
-        if t.text == ",":
-            break
-        arg.append(t)
-    n = _number(arg)
+    args = _split([Tok("word", "AND", "AND") if t.text == "," and _closing(st, k) == end else t
+                   for k, t in enumerate(st.toks[i + 2:end], start=i + 2)], "AND")
+    if len(args) < 2 or not args[0]:
+        return
+    first = args[0]
+    if first[0].kind == "str":
+        seq = first[0].value
+    elif first[0].value.lower() == "pg_get_serial_sequence" and len(first) >= 5 and first[2].kind == "str" \
+            and first[4].kind == "str":
+        seq = f"{first[2].value}_{first[4].value}_seq"
+    else:
+        return
+    n = _number(args[1])
     if n is not None and n <= 1:
-        details["sequence_reset"] = {"sequence": st.toks[i + 2].value, "how": f"setval(..., {arg[-1].text})"}
+        details["sequence_reset"] = {"sequence": seq, "how": f"setval(..., {args[1][-1].text})"}
 
 
 def _over_every_backend(tables: list[str]) -> bool:
