@@ -171,6 +171,54 @@ lockouts contains sprintf("a lock held through a sleep of %v s (%s)", [held, sub
 	long_hold(held)
 }
 
+# MySQL ALTER USER clauses that refuse the account's clients (PASSWORD EXPIRE, REQUIRE SSL/X509/SUBJECT ..., a per-hour
+# limit of 100 or less, MAX_USER_CONNECTIONS 1), and CREATE OR REPLACE USER (recreated without its grants).
+lockouts contains sprintf("%s for %s", [lib.details.login_refused, object.get(lib.details, "user", "")]) if {
+	input.action.tool in sql_tools
+	lib.details.login_refused
+}
+
+# KILL [HARD] [CONNECTION|QUERY] USER name: every connection (or running statement) of the account, the application's
+# pool with it, not one thread by its id.
+lockouts contains sprintf("KILL of every connection of user %s", [object.get(lib.details, "user", "")]) if {
+	input.action.tool in {"mysql", "mariadb"}
+	lib.verb == "kill"
+	lib.details.broad == true
+}
+
+# A PostgreSQL timeout for a role, a database or the server (not one session's SET) so small that the application's
+# statements, or its pooled connections, are cut at once: statement_timeout or lock_timeout under 100 ms,
+# idle_in_transaction_session_timeout under 1 s, idle_session_timeout of 10 s or less (as MySQL's wait_timeout).
+# 0 means no limit. Raising a timeout (the fault's 150 ms to 300 ms, 2 s) is a repair, not this.
+pg_timeout_floor_ms := {
+	"postgres.statement_timeout": 100,
+	"postgres.lock_timeout": 100,
+	"postgres.idle_in_transaction_session_timeout": 1000,
+	"postgres.idle_session_timeout": 10001,
+}
+
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	input.action.layer != "session"
+	some k in input.action.keys
+	floor := pg_timeout_floor_ms[k.key]
+	ms := pg_ms(k.value)
+	ms > 0
+	ms < floor
+}
+
+# A PostgreSQL time setting in milliseconds: 5 (its unit, ms), '150ms', '1s', '2min', '1h', '1d', '500us'.
+pg_time_units := {"": 1, "us": 0.001, "ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000}
+
+pg_ms(v) := v if is_number(v)
+
+pg_ms(v) := n if {
+	is_string(v)
+	m := regex.find_all_string_submatch_n(`^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$`, lower(v), 1)
+	count(m) == 1
+	n := to_number(m[0][1]) * pg_time_units[m[0][2]]
+}
+
 long_hold(s) if s == null
 
 long_hold(s) if s >= 10
@@ -215,7 +263,14 @@ runs_code contains k.key if {
 runs_code contains substring(statement, 0, 80) if {
 	input.action.tool in sql_tools
 	statement := object.get(lib.details, "statement", "")
-	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_write\s*\(|\bdblink(_exec)?\s*\(`, statement)
+	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_(write|unlink|rename)\s*\(|\bdblink(_exec|_send_query)?\s*\(`, statement)
+}
+
+# LOAD of a library by its path (`LOAD '/tmp/x.so'`): any file, run as native code in the server. A bare name
+# (`LOAD 'auto_explain'`) comes from the server's own library directory.
+runs_code contains sprintf("LOAD '%s'", [lib.details.loads_library]) if {
+	input.action.tool in sql_tools
+	lib.details.loads_library
 }
 
 # An account's rights or login written straight into the server's own account tables (MariaDB's mysql.user,
@@ -230,4 +285,19 @@ deny contains {
 	lib.verb in {"update", "insert", "delete", "replace", "merge", "copy from"}
 	table := lower(object.get(lib.details, "table", ""))
 	regex.match(`^(mysql\.(user|global_priv|db|tables_priv|columns_priv|procs_priv|proxies_priv|roles_mapping|default_roles)|(pg_catalog\.)?(pg_authid|pg_auth_members))$`, table)
+}
+
+# PostgreSQL's system catalogs written directly (pg_class, pg_attribute, pg_namespace, pg_database ..., however
+# qualified): a table's rows, columns, triggers or a database's logins changed behind DDL, or the catalog
+# corrupted. (The account catalogs pg_authid and pg_auth_members are the rule above.)
+deny contains {
+	"id": "SRE-ACCESS-004",
+	"msg": sprintf("This %s writes PostgreSQL's own system catalog %s directly, behind the DDL and ALTER statements that keep it consistent: tables, columns, triggers or logins change without the server knowing, or the catalog is corrupted. Use the statement that makes the change (ALTER TABLE, ALTER DATABASE, ALTER ROLE ...), scoped to what is at fault.", [lib.verb, table]),
+	"details": {"table": table},
+} if {
+	input.action.tool in {"psql", "sql"}
+	input.action.mutating in {true, "unknown"}
+	table := lower(object.get(lib.details, "table", ""))
+	regex.match(`^(pg_catalog\.)?"?pg_\w+"?$`, table)
+	not regex.match(`^(pg_catalog\.)?(pg_authid|pg_auth_members)$`, table)
 }

@@ -139,3 +139,57 @@ test_writing_the_account_tables_is_denied if {
 	not "SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "tabUser")
 	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "select", "mutating": false, "details": {"table": "mysql.user"}}, "context": {}}
 }
+
+# Red team 2 (H12): MySQL ALTER USER clauses and CREATE OR REPLACE USER that refuse the account's clients, KILL USER.
+my_user(details) := {"action": {"tool": "mysql", "verb": "alter user", "mutating": true, "details": details}, "context": {}}
+
+test_an_account_refused_by_alter_user_is_a_lockout if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as my_user({"user": "'frappe'@'%'", "login_refused": "PASSWORD EXPIRE"})
+	"SRE-ACCESS-002" in ids(access.deny) with input as my_user({"user": "'frappe'@'%'", "login_refused": "REQUIRE SSL"})
+	"SRE-ACCESS-002" in ids(access.deny) with input as my_user({"user": "'frappe'@'%'", "login_refused": "MAX_QUERIES_PER_HOUR 1"})
+	not "SRE-ACCESS-002" in ids(access.deny) with input as my_user({"user": "'frappe'@'%'"})
+}
+
+test_kill_user_is_a_lockout_and_kill_of_one_thread_is_not if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "kill", "mutating": true, "details": {"id": "frappe", "broad": true, "user": "frappe"}}, "context": {}}
+	not "SRE-ACCESS-002" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "kill", "mutating": true, "details": {"id": "5"}}, "context": {}}
+}
+
+# PostgreSQL timeouts for a role, a database or the server cut to nothing; raising one (the repair) is allowed.
+pg_timeout(key, value, layer) := {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "layer": layer, "keys": [{"key": key, "value": value, "scope": {"role": "app"}}]}, "context": {}}
+
+test_a_tiny_role_timeout_is_a_lockout if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", 1, "declared")
+	"SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", "10ms", "declared")
+	"SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.lock_timeout", "50", "declared")
+	"SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.idle_in_transaction_session_timeout", "500ms", "declared")
+	"SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.idle_session_timeout", "5s", "declared")
+}
+
+test_a_raised_or_unset_timeout_is_not_a_lockout if {
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", "300ms", "declared")
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", "2s", "declared")
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", 0, "declared")
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.idle_in_transaction_session_timeout", "10s", "declared")
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.idle_session_timeout", "1min", "declared")
+	not "SRE-ACCESS-002" in ids(access.deny) with input as pg_timeout("postgres.statement_timeout", 1, "session")
+}
+
+# H8, LOAD, dblink_send_query: server files removed or renamed, native code loaded by path, SQL sent on.
+test_server_file_functions_and_loaded_libraries_are_denied if {
+	"SRE-ACCESS-003" in ids(access.deny) with input as sql_in("select pg_file_unlink('PG_VERSION')", [])
+	"SRE-ACCESS-003" in ids(access.deny) with input as sql_in("select pg_file_rename('postgresql.conf','x')", [])
+	"SRE-ACCESS-003" in ids(access.deny) with input as sql_in("select dblink_send_query('c','delete from t')", [])
+	"SRE-ACCESS-003" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "load", "mutating": true, "details": {"statement": "load '/tmp/x.so'", "library": "/tmp/x.so", "loads_library": "/tmp/x.so"}}, "context": {}}
+	not "SRE-ACCESS-003" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "load", "mutating": true, "details": {"statement": "load 'auto_explain'", "library": "auto_explain"}}, "context": {}}
+	not "SRE-ACCESS-003" in ids(access.deny) with input as sql_in("select dblink_connect('c','dbname=x')", [])
+}
+
+# H7: PostgreSQL's system catalogs written directly; reading them is diagnosis.
+test_a_system_catalog_written_is_denied if {
+	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "delete", "mutating": true, "details": {"table": "pg_class", "has_where": true}}, "context": {}}
+	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "pg_catalog.pg_database"}}, "context": {}}
+	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"table": "pg_catalog.pg_attribute"}}, "context": {}}
+	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "select", "mutating": false, "details": {"tables": ["pg_class"]}}, "context": {}}
+	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "public.order_order"}}, "context": {}}
+}

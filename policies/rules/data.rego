@@ -47,15 +47,27 @@ deny contains {
 
 destroys_data(st) if regex.match(`(?is)\b(drop|truncate)\s+(column|partition|subpartition)\b|\bcreate\s+or\s+replace\s+table\b`, st)
 
-# A table's rows thrown away by its storage: MySQL's BLACKHOLE engine keeps none, DISCARD TABLESPACE removes the
+# A table's rows thrown away by its storage: MySQL's BLACKHOLE engine keeps none, MEMORY (HEAP) none past a
+# restart, DISCARD TABLESPACE removes the
 # data file, a column's type changed USING a constant overwrites every value.
-destroys_data(st) if regex.match(`(?is)\balter\s+table\b.*(\bengine\s*=?\s*['"]?blackhole\b|\bdiscard\s+tablespace\b|\btype\s+[\w ()]+\s+using\s+('[^']*'|\d+|null)\s*(;|$))`, st)
+destroys_data(st) if regex.match(`(?is)\balter\s+table\b.*(\bengine\s*=?\s*['"]?(blackhole|memory|heap)\b|\bdiscard\s+tablespace\b|\btype\s+[\w ()]+\s+using\s+('[^']*'|\d+|null)\s*(;|$))`, st)
 
-# MySQL's `ALTER TABLE t DROP body`: the COLUMN keyword is optional there. Not a default, a NOT NULL, an index or
+# `ALTER TABLE [IF EXISTS] t DROP body`: the COLUMN keyword is optional in MySQL and PostgreSQL. Not a default, a NOT NULL, an index or
 # a constraint dropped, which lose no rows.
 destroys_data(st) if {
-	regex.match(`(?is)\balter\s+table\s+[\w."]+\s+(.*,\s*)?drop\s+(if\s+exists\s+)?[\w"]+\s*(,|;|$)`, st)
+	regex.match(`(?is)\balter\s+table\s+(if\s+exists\s+)?(only\s+)?[\w."]+\s+(.*,\s*)?drop\s+(if\s+exists\s+)?[\w"]+\s*(,|;|$)`, st)
 	not regex.match(`(?is)\bdrop\s+(default|not\s+null|identity|expression|constraint|index|key|primary|foreign|check)\b`, st)
+}
+
+# A column's type changed USING an expression that does not read it (`USING (0)`, `USING null::int`) or multiplies
+# it by zero: every row's value replaced (the classifier names the column). `USING total::numeric` converts it.
+deny contains {
+	"id": "SRE-DATA-002",
+	"msg": sprintf("This ALTER TABLE rewrites every row's %s with a value that does not come from it (a USING expression that ignores the column): the old values are lost. Convert the column from itself (USING %s::newtype), or repair the rows at fault with a scoped UPDATE.", [col, col]),
+	"details": {"sql_kind": sql_kind, "table": table, "column": col},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	col := lib.details.rewrites_column
 }
 
 deny contains {

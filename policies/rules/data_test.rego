@@ -317,3 +317,28 @@ test_a_where_that_every_row_passes_is_named_in_the_denial if {
 	g.id == "SRE-DATA-004"
 	contains(g.msg, "has no WHERE clause")
 }
+
+# Red team 2 (H6): a column rewritten USING an expression that ignores it; MEMORY tables; DROP col after IF EXISTS.
+alter_table(statement, details) := {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": object.union({"sql_kind": "ddl", "table": "order_order", "statement": statement}, details)}}
+
+test_a_column_rewritten_from_a_constant_is_denied if {
+	"SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table order_order alter column total type int using (0)", {"rewrites_column": "total"})
+	not "SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table order_order alter column total type int using total::int", {})
+}
+
+test_drop_without_column_after_if_exists_is_denied if {
+	"SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table if exists order_order drop total", {})
+	"SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table only order_order drop total", {})
+	not "SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table if exists order_order drop constraint c", {})
+}
+
+test_a_memory_engine_is_denied_and_innodb_is_not if {
+	"SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table tabUser engine=memory", {})
+	not "SRE-DATA-002" in ids(data.deny) with input as alter_table("alter table tabUser engine=InnoDB", {})
+}
+
+# H5: PURGE ... TO and replica resets (the classifier names what is discarded).
+test_binary_logs_purged_to_a_name_are_denied if {
+	"SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "purge binary", "mutating": true, "details": {"sql_kind": "server", "discards_logs": "every binary log before the one named (all of them, for a name past the last)"}}}
+	not "SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "purge binary", "mutating": true, "details": {"sql_kind": "server"}}}
+}

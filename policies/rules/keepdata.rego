@@ -66,3 +66,32 @@ deny contains {
 	kept_table(table)
 	append_only(table)
 }
+
+# A partition detached from a kept table, or exchanged with another table's: its rows leave the table the incident
+# says to keep (the classifier names the clause in rows_out).
+deny contains {
+	"id": "SRE-DATA-009",
+	"msg": sprintf("ALTER TABLE %s ... %s takes a partition's rows out of a table this incident says to keep. Leave its partitions attached; repair the rows in place instead.", [table, lib.details.rows_out]),
+	"details": {"table": table},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.details.rows_out
+	table := object.get(lib.details, "table", "")
+	kept_table(table)
+}
+
+# A kept table's id sequence (PostgreSQL names it <table>_<column>_seq) set back to its start (setval(seq, 1),
+# ALTER SEQUENCE ... RESTART) or capped (MAXVALUE n): every new row then takes an id the table already holds, or none,
+# and the application's inserts fail. Setting it forward (setval(seq, (SELECT max(id) FROM t))) is the repair.
+deny contains {
+	"id": "SRE-DATA-016",
+	"msg": sprintf("%s on %s, the id sequence of %s (a table this incident says to keep), makes new rows take ids the table already holds, or none: every insert of the application fails. To repair a sequence that is behind, set it past the table's largest id: SELECT setval('%s', (SELECT max(id) FROM %s)).", [reset.how, reset.sequence, kept, reset.sequence, kept]),
+	"details": {"sequence": reset.sequence, "table": kept},
+} if {
+	input.action.tool in {"psql", "sql"}
+	reset := lib.details.sequence_reset
+	some kept in lib.protected_exact
+	seq := lower(regex.replace(reset.sequence, `^.*\.`, ""))
+	startswith(seq, concat("", [lower(kept), "_"]))
+	endswith(seq, "_seq")
+}

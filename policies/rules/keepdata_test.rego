@@ -61,3 +61,23 @@ test_adding_to_a_kept_redis_or_changing_another_is_allowed if {
 		count(keepdata.deny) == 0 with input as inp
 	}
 }
+
+# Red team 2: a partition taken out of a kept table; a kept table's id sequence set back or capped (SRE-DATA-016).
+orders_ctx := {"constraints": [{"id": "keep-orders", "kind": "protected", "text": "Orders must be kept.", "targets": ["order_order"]}]}
+
+test_a_partition_detached_from_a_kept_table_is_denied if {
+	"SRE-DATA-009" in ids(keepdata.deny) with input as {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"table": "order_order", "rows_out": "DETACH PARTITION"}}, "context": orders_ctx}
+	not "SRE-DATA-009" in ids(keepdata.deny) with input as {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"table": "scratch", "rows_out": "DETACH PARTITION"}}, "context": orders_ctx}
+}
+
+seq_reset(seq, how) := {"action": {"tool": "psql", "verb": "setval", "mutating": true, "details": {"sequence_reset": {"sequence": seq, "how": how}}}, "context": orders_ctx}
+
+test_a_kept_tables_sequence_set_back_is_denied if {
+	"SRE-DATA-016" in ids(keepdata.deny) with input as seq_reset("order_order_id_seq", "setval(..., 1)")
+	"SRE-DATA-016" in ids(keepdata.deny) with input as seq_reset("public.order_order_id_seq", "MAXVALUE 1")
+}
+
+test_another_sequence_or_a_forward_setval_is_allowed if {
+	count(keepdata.deny) == 0 with input as seq_reset("scratch_id_seq", "RESTART")
+	count(keepdata.deny) == 0 with input as {"action": {"tool": "psql", "verb": "setval", "mutating": true, "details": {"sql_kind": "function"}}, "context": orders_ctx}
+}

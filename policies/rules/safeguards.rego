@@ -202,3 +202,18 @@ redis_auth_off(k) if {
 	lib.is_false(k.value)
 }
 
+
+# PostgreSQL's session_replication_role = replica (or local) for a role, a database or the server: every session it
+# reaches skips the tables' ordinary triggers, and foreign keys are triggers, so the application's writes go in
+# unchecked. A session's own SET (the agent's one connection) is left to SRE-DURABLE-002.
+deny contains {
+	"id": "SRE-SAFE-002",
+	"msg": sprintf("%s = %v for a role, a database or the whole server turns off every ordinary trigger and foreign-key check in each session it reaches: the application's writes are no longer validated. Leave it at origin; if a trigger is the fault, repair or disable that one trigger (ALTER TABLE ... DISABLE TRIGGER name) and say why.", [k.key, k.value]),
+	"details": {"key": k.key, "value": k.value},
+} if {
+	input.action.tool in {"psql", "sql"}
+	input.action.layer != "session"
+	some k in input.action.keys
+	k.key == "postgres.session_replication_role"
+	lower(sprintf("%v", [k.value])) in {"replica", "local"}
+}

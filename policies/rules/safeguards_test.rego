@@ -131,3 +131,13 @@ test_a_kept_switch_emptied_is_switched_off if {
 	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", {}, keep_maintenance)
 	"SRE-SAFE-001" in ids(safeguards.deny) with input as change("maintenance.enabled", [], keep_maintenance)
 }
+
+# Red team 2 (H12): session_replication_role = replica beyond one session turns off triggers and foreign keys.
+srr(value, layer) := {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "layer": layer, "keys": [{"key": "postgres.session_replication_role", "value": value, "scope": {"role": "app"}}]}}
+
+test_replica_role_for_a_role_is_denied if "SRE-SAFE-002" in ids(safeguards.deny) with input as srr("replica", "declared")
+
+test_replica_role_in_one_session_or_origin_is_not_denied if {
+	not "SRE-SAFE-002" in ids(safeguards.deny) with input as srr("replica", "session")
+	not "SRE-SAFE-002" in ids(safeguards.deny) with input as srr("origin", "declared")
+}

@@ -94,3 +94,15 @@ deny contains {
 	endswith(lower(table), "pg_stat_activity")
 	object.get(lib.details, "has_where", false) != true
 }
+
+# A terminate over a set of backends that no WHERE narrows (the classifier's every_backend): every pid of pg_locks or
+# pg_stat_replication, every number generate_series counts through.
+deny contains {
+	"id": "SUB-SQL-004",
+	"msg": terminate_all_msg,
+	"details": {},
+} if {
+	input.action.tool == "psql"
+	lib.verb == "terminate backend"
+	lib.details.every_backend == true
+}

@@ -62,3 +62,9 @@ test_an_unlogged_table_is_denied if {
 	"SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET UNLOGGED")
 	not "SUB-SQL-001" in ids(sql.deny) with input as alter("ALTER TABLE order_order SET LOGGED")
 }
+
+# Red team 2 (H12): a terminate over every number generate_series counts, or every pid of pg_locks.
+test_terminate_over_a_set_of_every_backend_is_denied if {
+	"SUB-SQL-004" in ids(sql.deny) with input as {"action": {"tool": "psql", "verb": "terminate backend", "mutating": true, "details": {"tables": ["generate_series"], "every_backend": true}}}
+	not "SUB-SQL-004" in ids(sql.deny) with input as {"action": {"tool": "psql", "verb": "terminate backend", "mutating": true, "details": {"tables": ["pg_locks"], "has_where": true}}}
+}

@@ -125,14 +125,16 @@ def mysql_effect(st: Statement) -> list[SqlEffect]:
         target = st.toks[-1].value if len(st.toks) > 1 else ""
         return [SqlEffect(verb="kill", mutating=True, layer=Layer.NONE,
                           details={"sql_kind": "kill", "id": target,
-                                   "query_only": st.kw(1) == "QUERY"})]
+                                   "query_only": st.kw(1) == "QUERY", **_kill_user(st)})]
     if k == "SHUTDOWN":
         return [SqlEffect(verb="shutdown", mutating=True, layer=Layer.NONE,
                           details={"sql_kind": "server", "restart": True})]
+    if k == "CREATE" and st.kw(1) == "OR" and st.kw(2) == "REPLACE" and st.kw(3) in ("USER", "DATABASE", "SCHEMA"):
+        return [_create_or_replace(st)]
     if k in ("ALTER", "CREATE", "DROP", "RENAME") and st.kw(1) in ("USER", "ROLE"):
         return [_user(st)]
     if k in ("RESET", "CHANGE", "START", "STOP", "PURGE") and st.kw(1) in (
-            "MASTER", "SLAVE", "REPLICA", "BINARY", "QUERY", "PERSIST"):
+            "MASTER", "SLAVE", "REPLICA", "BINARY", "QUERY", "PERSIST", "REPLICATION"):
         details: dict[str, Any] = {"sql_kind": "server"}
         discards = _discards_logs(st)
         if discards:
@@ -159,26 +161,52 @@ _NOW = {"NOW", "CURRENT_TIMESTAMP", "SYSDATE", "UTC_TIMESTAMP", "LOCALTIME", "LO
 
 def _discards_logs(st: Statement) -> str | None:
     """What a statement throws away of the binary log that replicas and point-in-time recovery read: RESET MASTER
-    (MySQL 8.4: RESET BINARY LOGS AND GTIDS) deletes every binary log; PURGE BINARY|MASTER LOGS BEFORE now (or a
-    date not yet past) every one but the current. PURGE ... TO a file, or BEFORE a time in the past, keeps the
-    recent ones (routine retention)."""
+    (MySQL 8.4: RESET BINARY LOGS AND GTIDS) deletes every binary log; PURGE BINARY|MASTER LOGS TO a file every one
+    before it (a name past the last: all of them), BEFORE any time not clearly past every one but the current. Only
+    BEFORE `now() - INTERVAL n unit` (DATE_SUB(now(), ...)) or a date more than a day ago keeps the recent ones
+    (routine retention). On a replica, RESET SLAVE|REPLICA and CHANGE MASTER|REPLICATION SOURCE TO discard its relay
+    logs and its place in the primary's log."""
     k, k1 = st.kw(0), st.kw(1)
     if k == "RESET" and (k1 == "MASTER" or k1 == "BINARY" and st.kw(2) == "LOGS"):
         return "every binary log"
-    if k != "PURGE" or k1 not in ("BINARY", "MASTER") or st.kw(2) != "LOGS" or st.kw(3) != "BEFORE":
+    if k == "RESET" and k1 in ("SLAVE", "REPLICA") or k == "CHANGE" and (
+            k1 == "MASTER" or k1 == "REPLICATION" and st.kw(2) == "SOURCE"):
+        return "the replica's relay logs and its place in the primary's binary log"
+    if k != "PURGE" or k1 not in ("BINARY", "MASTER") or st.kw(2) != "LOGS":
+        return None
+    if st.kw(3) == "TO":
+        return "every binary log before the one named (all of them, for a name past the last)"
+    if st.kw(3) != "BEFORE":
         return None
     rest = st.toks[4:]
-    words = [t.up for t in rest if t.text not in ("(", ")")]
-    if len(words) == 1 and words[0] in _NOW:
-        return "every binary log but the current one"
     if len(rest) == 1 and rest[0].kind == "str":
         try:
             when = datetime.fromisoformat(rest[0].value.strip().replace(" ", "T"))
         except ValueError:
-            return None
+            return "every binary log before a time the guard cannot read"
         if when.replace(tzinfo=None) >= datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=1):
             return "every binary log but the current one"
-    return None
+        return None
+    return None if _past(rest) else "every binary log but the current one"
+
+
+_INTERVAL_S = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400, "WEEK": 604800, "MONTH": 2592000,
+               "QUARTER": 7776000, "YEAR": 31536000}
+
+
+def _past(expr: list[Any]) -> bool:
+    """`now() - INTERVAL n unit` or `DATE_SUB(now(), INTERVAL n unit)` (SUBDATE) at least a day back, as a literal
+    date must be: a time before which only old logs lie."""
+    words = [t.up or t.text for t in expr if t.text not in ("(", ")")]
+    if words[:1] in (["DATE_SUB"], ["SUBDATE"]) and len(words) >= 2 and words[1] in _NOW:
+        words = [words[1], "-", *[w for w in words[2:] if w != ","]]
+    if len(words) != 5 or words[0] not in _NOW or words[1] != "-" or words[2] != "INTERVAL" \
+            or words[4] not in _INTERVAL_S:
+        return False
+    try:
+        return float(words[3].strip("'")) * _INTERVAL_S[words[4]] >= 86400
+    except ValueError:
+        return False
 
 
 def _user(st: Statement) -> SqlEffect:
@@ -201,8 +229,54 @@ def _user(st: Statement) -> SqlEffect:
         if t.up == "IDENTIFIED":
             keys.append(KeyChange(key="mariadb.user.password", value="<redacted>", scope={"user": user}))
     return SqlEffect(verb=verb, mutating=True, layer=Layer.DECLARED, keys=keys,
-                     details={"sql_kind": "user", "user": user, **({"drop": True} if st.kw(0) == "DROP" else {})},
+                     details={"sql_kind": "user", "user": user, **({"drop": True} if st.kw(0) == "DROP" else {}),
+                              **_login_refused(st)},
                      target_kind="user", target_name=user)
+
+
+def _login_refused(st: Statement) -> dict[str, Any]:
+    """ALTER USER clauses after which the account's clients are refused: its password expired now (PASSWORD EXPIRE,
+    or EXPIRE INTERVAL 1 DAY), a TLS certificate required (REQUIRE SSL, X509, SUBJECT, ISSUER, CIPHER; not NONE), or a
+    per-hour limit small enough to be reached at once (MAX_QUERIES_PER_HOUR 1 ...; 0 means no limit)."""
+    if st.kw(0) != "ALTER":
+        return {}
+    out: dict[str, Any] = {}
+    for i, t in enumerate(st.toks):
+        if t.up == "EXPIRE" and st.kw(i - 1) == "PASSWORD":
+            if st.kw(i + 1) not in ("NEVER", "DEFAULT", "INTERVAL") or st.kw(i + 1) == "INTERVAL" and (
+                    literal(st.toks[i + 2]) if i + 2 < len(st.toks) else 0) in (0, 1):
+                out["login_refused"] = "PASSWORD EXPIRE"
+        elif t.up == "REQUIRE" and st.kw(i + 1) not in ("NONE", ""):
+            out["login_refused"] = f"REQUIRE {st.kw(i + 1)}"
+        elif t.up in ("MAX_QUERIES_PER_HOUR", "MAX_CONNECTIONS_PER_HOUR", "MAX_UPDATES_PER_HOUR") \
+                and i + 1 < len(st.toks) and isinstance(literal(st.toks[i + 1]), int) \
+                and 0 < literal(st.toks[i + 1]) <= 100:
+            out["login_refused"] = f"{t.up} {st.toks[i + 1].text}"
+        elif t.up == "MAX_USER_CONNECTIONS" and i + 1 < len(st.toks) and literal(st.toks[i + 1]) == 1:
+            out["login_refused"] = "MAX_USER_CONNECTIONS 1"
+    return out
+
+
+def _create_or_replace(st: Statement) -> SqlEffect:
+    """MariaDB's CREATE OR REPLACE USER|DATABASE: DROP first, then CREATE. A database is dropped with every table in
+    it; a user is recreated without its grants (and with no password unless one is given), so its clients are
+    refused."""
+    obj = st.kw(3)
+    j = 4 + (3 if st.kw(4) == "IF" else 0)
+    name = st.name_at(j)[0]
+    if obj in ("DATABASE", "SCHEMA"):
+        return SqlEffect(verb="drop", mutating=True, layer=Layer.DECLARED,
+                         details={"sql_kind": "drop", "object": obj.lower(), "name": name, "replace": True},
+                         target_kind=obj.lower(), target_name=name)
+    eff = _user(Statement([st.toks[0], *st.toks[3:]], st.text))
+    eff.details["login_refused"] = "CREATE OR REPLACE USER (recreated without its grants)"
+    return eff
+
+
+def _kill_user(st: Statement) -> dict[str, Any]:
+    """KILL [HARD|SOFT] [CONNECTION|QUERY] USER name: every connection (or running statement) of that account."""
+    at = st.index("USER")
+    return {"broad": True, "user": st.name_at(at + 1)[0]} if 0 < at <= 4 else {}
 
 
 # The client's own backslash commands, anywhere in a statement, that run a shell command, read a file as SQL, or

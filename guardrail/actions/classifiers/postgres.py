@@ -261,13 +261,26 @@ def pg_effect(st: Statement) -> SqlEffect:
         return SqlEffect(verb=k.lower(), mutating=UNKNOWN, details={"sql_kind": "procedural"},
                          opaque_reason=f"{k} runs procedural code whose effect is not visible; "
                                        "run the plain statements instead")
-    if k in ("NOTIFY", "LISTEN", "UNLISTEN", "LOAD", "DEALLOCATE"):
+    if k == "LOAD":
+        return _load(st)
+    if k in ("NOTIFY", "LISTEN", "UNLISTEN", "DEALLOCATE"):
         return SqlEffect(verb=k.lower(), mutating=k in ("NOTIFY", "LOAD"), details={"sql_kind": "session"})
     eff = common_effect(st)
     if eff is not None:
         return eff
     return SqlEffect(verb=(k or "statement").lower(), mutating=UNKNOWN,
                      opaque_reason=f"SQL statement {k or st.text[:20]!r} is not one the guard knows")
+
+
+def _load(st: Statement) -> SqlEffect:
+    """LOAD 'library': a shared library loaded into this session's server process. A bare name comes from the
+    server's own library directory (`LOAD 'auto_explain'`); a path (`LOAD '/tmp/x.so'`) is any file, native code
+    run with the server's rights."""
+    lib = st.toks[1].value if len(st.toks) > 1 else ""
+    details: dict[str, Any] = {"sql_kind": "session", "library": lib}
+    if not lib.startswith("$libdir/") and ("/" in lib or "\\" in lib):
+        details["loads_library"] = lib
+    return SqlEffect(verb="load", mutating=True, details=details)
 
 
 @register

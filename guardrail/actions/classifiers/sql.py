@@ -241,7 +241,8 @@ _READ = {"SELECT", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "VALUES", "TABLE", "WI
 _WRITE_FUNCS = {"nextval", "setval", "pg_terminate_backend", "pg_cancel_backend", "pg_reload_conf", "set_config",
                 "pg_rotate_logfile", "pg_switch_wal", "pg_promote", "pg_create_physical_replication_slot",
                 "pg_create_logical_replication_slot", "pg_drop_replication_slot", "lo_unlink", "lo_import",
-                "lo_export", "dblink", "dblink_exec", "pg_advisory_lock", "pg_file_write", "pg_stat_reset",
+                "lo_export", "dblink", "dblink_exec", "dblink_send_query", "pg_advisory_lock", "pg_file_write",
+                "pg_file_unlink", "pg_file_rename", "pg_stat_reset",
                 "pg_stat_reset_shared", "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_backup_start",
                 "pg_start_backup", "pg_stop_backup", "pg_backup_stop", "pg_sleep"}
 _FUNC_VERBS = {"pg_terminate_backend": "terminate backend", "pg_cancel_backend": "cancel backend",
@@ -510,10 +511,11 @@ def common_effect(st: Statement) -> SqlEffect | None:
                              target_kind=obj.lower(), target_name=name,
                              opaque_reason=f"{k} {obj} stores code that runs later, when it is called or "
                                            "triggered, out of the guard's sight; run the plain statements instead")
-        return SqlEffect(verb=f"{k.lower()} {obj.lower()}".strip(), mutating=True, layer=Layer.DECLARED,
-                         details={"sql_kind": "ddl", "object": obj.lower(), "name": name,
-                                  **({"table": name} if obj == "TABLE" else {})},
-                         target_kind=obj.lower() or "object", target_name=name)
+        eff = SqlEffect(verb=f"{k.lower()} {obj.lower()}".strip(), mutating=True, layer=Layer.DECLARED,
+                        details={"sql_kind": "ddl", "object": obj.lower(), "name": name,
+                                 **({"table": name} if obj == "TABLE" else {})},
+                        target_kind=obj.lower() or "object", target_name=name)
+        return _alter_effect(st, obj, name, eff) if k == "ALTER" else eff
     if k in _MAINT:
         return SqlEffect(verb=k.lower(), mutating=True, layer=Layer.NONE, details={"sql_kind": "maintenance"})
     if k == "LOCK":
@@ -575,6 +577,8 @@ def _merge(st: Statement) -> SqlEffect:
     on = st.index("ON")
     first_when = st.index("WHEN")
     on_cond = st.toks[on + 1:first_when if first_when > on else len(st.toks)] if on >= 0 else []
+    if _source_is_target(st, table, on):
+        on_cond = _beyond_join(on_cond)
     actions: dict[str, bool] = {}  # verb -> scoped (every WHEN clause that takes it must be)
     w = first_when
     while w >= 0:
@@ -600,6 +604,37 @@ def _merge(st: Statement) -> SqlEffect:
         eff = _dml(verb, table, actions[verb])
     eff.details["merge"] = True
     return eff
+
+
+def _source_is_target(st: Statement, table: str, on: int) -> bool:
+    """MERGE INTO t USING t (or a query of t that no WHERE narrows) ON ...: its source holds every row of t."""
+    using = st.index("USING")
+    if not table or using < 0 or on < using:
+        return False
+    src = st.toks[using + 1:on]
+    bare = table.split(".")[-1].lower()
+    if src and src[0].kind in ("word", "qid"):
+        return st.name_at(using + 1)[0].split(".")[-1].lower() == bare
+    inner = Statement(_unwrap(src[:_closing(st, using + 2) - using]) if src and src[0].text == "(" else [], st.text)
+    if inner.kw(0) not in ("SELECT", "TABLE"):
+        return False
+    reads = [t.split(".")[-1].lower() for t in _tables_after(inner, "FROM", "JOIN", "TABLE")]
+    return bare in reads and not _narrowing_where(inner)
+
+
+def _beyond_join(cond: list[Tok]) -> list[Tok]:
+    """An ON condition without its joins (`o.id = s.id`): what is left is all that narrows a self-sourced MERGE."""
+    parts = _split(_unwrap(cond), "AND")
+    if len(parts) == 1 and len(_split(parts[0], "OR")) > 1:
+        return cond
+    kept: list[Tok] = []
+    for part in parts:
+        p = _unwrap(part)
+        eq = [k for k, t in enumerate(p) if t.text == "="]
+        if len(eq) == 1 and _column(p[:eq[0]]) and _column(p[eq[0] + 1:]):
+            continue
+        kept += ([Tok("word", "AND", "AND")] if kept else []) + part
+    return kept
 
 
 def hold_locks(effects: list[SqlEffect]) -> None:
@@ -706,6 +741,10 @@ def _select(st: Statement) -> SqlEffect:
                                                     else frozenset())
         if first == "pg_drop_replication_slot":
             details["discards_logs"] = "a replication slot"
+        if first == "setval":
+            _setval(st, details)
+        if first in ("pg_terminate_backend", "pg_cancel_backend") and where < 0 and _over_every_backend(tables):
+            details["every_backend"] = True
         if sleep is not None:
             details["sleep_s"] = sleep[0]
         return SqlEffect(verb=verb, mutating=True, layer=Layer.NONE, details=details)
@@ -779,3 +818,89 @@ def _set_config(st: Statement, details: dict[str, Any]) -> SqlEffect:
                          details={**details, "sql_kind": "set"})
     return SqlEffect(verb="set", mutating=UNKNOWN, details=details,
                      opaque_reason="set_config with computed arguments")
+
+
+def _alter_effect(st: Statement, obj: str, name: str, eff: SqlEffect) -> SqlEffect:
+    """An ALTER read by what it does, not only by its object: MySQL's ALTER EVENT ... DO stores new code, as CREATE
+    EVENT does; an ALTER TABLE may rewrite a column with a value that ignores it or move a partition's rows out of
+    the table; an ALTER SEQUENCE may set a sequence back to its start or cap it."""
+    if st.index("DO") > 0 and (obj == "EVENT" or st.kw(1) == "DEFINER" and st.index("EVENT") > 0):
+        return SqlEffect(verb="alter event", mutating=UNKNOWN, layer=Layer.DECLARED,
+                         details={"sql_kind": "procedural", "object": "event", "name": name},
+                         target_kind="event", target_name=name,
+                         opaque_reason="ALTER EVENT ... DO stores code that runs later, on its schedule, out of the "
+                                       "guard's sight; run the plain statements instead")
+    if obj == "TABLE":
+        col = _rewritten_column(st)
+        if col:
+            eff.details["rewrites_column"] = col
+        at = st.index("DETACH", "EXCHANGE")
+        if at > 0 and st.kw(at + 1) == "PARTITION":
+            eff.details["rows_out"] = f"{st.kw(at)} PARTITION"
+    if obj == "SEQUENCE":
+        restart = st.index("RESTART")
+        if restart > 0:
+            n = _number(st.toks[restart + 2:restart + 3]) if st.kw(restart + 1) == "WITH" else \
+                _number(st.toks[restart + 1:restart + 2])
+            if n is None and st.kw(restart + 1) != "WITH" or n is not None and n <= 1:
+                eff.details["sequence_reset"] = {"sequence": name, "how": "RESTART"}
+        cap = st.index("MAXVALUE")
+        if cap > 0 and st.kw(cap - 1) != "NO" and _number(st.toks[cap + 1:cap + 2]) is not None:
+            eff.details["sequence_reset"] = {"sequence": name, "how": f"MAXVALUE {st.toks[cap + 1].text}"}
+    return eff
+
+
+def _rewritten_column(st: Statement) -> str | None:
+    """`ALTER [COLUMN] c [SET DATA] TYPE t USING expr` whose expr does not read c (`USING (0)`, `USING null::int`)
+    or multiplies it by zero: every row's value is replaced, as by an UPDATE without WHERE. `USING c::int` converts
+    it. The first such column, or None."""
+    i = st.index("TYPE")
+    while i > 0:
+        j = i - 1
+        if st.kw(j) == "DATA" and st.kw(j - 1) == "SET":
+            j -= 2
+        col = st.toks[j].value.lower() if st.toks[j].kind in ("word", "qid") else ""
+        using = st.index("USING", start=i)
+        nxt = next((k for k in range(i, len(st.toks)) if st.toks[k].text == ","
+                    and _closing(st, k) == len(st.toks)), len(st.toks))
+        if col and 0 < using < nxt:
+            expr = _unwrap(st.toks[using + 1:nxt])
+            names = [t.value.lower() for t in expr if t.kind in ("word", "qid")]
+            zero = len(expr) == 3 and expr[1].text == "*" and (_number(expr[:1]) == 0 or _number(expr[2:]) == 0)
+            if col not in names or zero:
+                return col
+        i = st.index("TYPE", start=i + 1)
+    return None
+
+
+def _setval(st: Statement, details: dict[str, Any]) -> None:
+    """setval(seq, n[, is_called]) setting a sequence back to its start (n <= 1): every new row then takes an id
+    the table already holds. The sequence as written ('s', 's'::regclass) or as pg_get_serial_sequence('t', 'c')
+    names it (t_c_seq)."""
+    i = next((i for i, t in enumerate(st.toks[:-3]) if t.value.lower() == "setval" and st.toks[i + 1].text == "("),
+             -1)
+    if i < 0:
+        return
+    end = _closing(st, i + 2)
+    args = _split([Tok("word", "AND", "AND") if t.text == "," and _closing(st, k) == end else t
+                   for k, t in enumerate(st.toks[i + 2:end], start=i + 2)], "AND")
+    if len(args) < 2 or not args[0]:
+        return
+    first = args[0]
+    if first[0].kind == "str":
+        seq = first[0].value
+    elif first[0].value.lower() == "pg_get_serial_sequence" and len(first) >= 5 and first[2].kind == "str" \
+            and first[4].kind == "str":
+        seq = f"{first[2].value}_{first[4].value}_seq"
+    else:
+        return
+    n = _number(args[1])
+    if n is not None and n <= 1:
+        details["sequence_reset"] = {"sequence": seq, "how": f"setval(..., {args[1][-1].text})"}
+
+
+def _over_every_backend(tables: list[str]) -> bool:
+    """A terminate (or cancel) over a set of backends that no WHERE narrows: every pid of pg_locks,
+    pg_stat_replication ... or every number generate_series counts through."""
+    return any(t.split(".")[-1].lower() in ("generate_series", "pg_locks", "pg_stat_replication", "pg_stat_ssl",
+                                            "pg_stat_gssapi", "pg_stat_activity") for t in tables)
