@@ -127,7 +127,7 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	parts := split(k.key, ".")
 	parts[count(parts) - 1] in {"max_connections", "maxclients", "max_client_conn"}
-	to_number(k.value) <= 1
+	lib.number(k.value) <= 1
 }
 
 lockouts contains "CLIENT PAUSE" if {

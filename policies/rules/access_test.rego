@@ -87,6 +87,14 @@ test_a_connection_ceiling_taken_to_nothing_is_a_lockout if {
 	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_connections", "value": 1}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": 200}]}, "context": {}}
+	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": "1"}]}, "context": {}}
+}
+
+# A ceiling value that is not a number (a typo, a list from a values file) is no lockout and no evaluation error.
+test_a_connection_ceiling_of_another_type_decides if {
+	every v in ["x", [1], {}, null] {
+		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": v}]}, "context": {}}
+	}
 }
 
 redis_in(verb, details) := {"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis"}, "details": details}, "context": {}}
