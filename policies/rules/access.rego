@@ -95,6 +95,16 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	k.value == 0
 }
 
+# A PostgreSQL role's (or database's) CONNECTION LIMIT of 1: one session at a time, so an application's pool (or
+# its workers) cannot connect, the same lockout as a server ceiling of 1. As for 0, whichever role it is: the
+# rule does not judge whose login matters. (-1 is no limit.)
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key in {"postgres.role.connection_limit", "postgres.database.connection_limit"}
+	lib.number(k.value) in {0, 1}
+}
+
 lockouts contains "a login that expires" if {
 	input.action.tool in sql_tools
 	some k in input.action.keys

@@ -140,3 +140,18 @@ test_writing_the_account_tables_is_denied if {
 	not "SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "tabUser")
 	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "select", "mutating": false, "details": {"table": "mysql.user"}}, "context": {}}
 }
+
+# A role's or database's CONNECTION LIMIT of 1 admits one session: the application's pool cannot connect. -1 (no
+# limit) and a small real limit are not lockouts.
+test_a_connection_limit_of_one_is_a_lockout if {
+	every k in [
+		{"key": "postgres.role.connection_limit", "value": 1, "scope": {"role": "saleor"}},
+		{"key": "postgres.role.connection_limit", "value": 0, "scope": {"role": "saleor"}},
+		{"key": "postgres.database.connection_limit", "value": 1},
+	] {
+		"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "keys": [k]}, "context": {}}
+	}
+	every v in [-1, 2, 50] {
+		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "keys": [{"key": "postgres.role.connection_limit", "value": v, "scope": {"role": "saleor"}}]}, "context": {}}
+	}
+}
