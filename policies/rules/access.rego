@@ -95,6 +95,16 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	k.value == 0
 }
 
+# A PostgreSQL role's (or database's) CONNECTION LIMIT of 1: one session at a time, so an application's pool (or
+# its workers) cannot connect, the same lockout as a server ceiling of 1. As for 0, whichever role it is: the
+# rule does not judge whose login matters. (-1 is no limit.)
+lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+	input.action.tool in sql_tools
+	some k in input.action.keys
+	k.key in {"postgres.role.connection_limit", "postgres.database.connection_limit"}
+	lib.number(k.value) in {0, 1}
+}
+
 # VALID UNTIL a time past or within a day (the classifier reads the date); 'infinity' or a later date repairs an
 # expired login.
 lockouts contains sprintf("a login that expires (VALID UNTIL %s)", [lib.details.login_expires]) if {
@@ -128,7 +138,7 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	parts := split(k.key, ".")
 	parts[count(parts) - 1] in {"max_connections", "maxclients", "max_client_conn"}
-	to_number(k.value) <= 1
+	lib.number(k.value) <= 1
 }
 
 lockouts contains "CLIENT PAUSE" if {

@@ -94,6 +94,14 @@ test_a_connection_ceiling_taken_to_nothing_is_a_lockout if {
 	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_connections", "value": 1}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "mysql", "verb": "set global", "mutating": true, "keys": [{"key": "mariadb.max_user_connections", "value": 0}]}, "context": {}}
 	not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": 200}]}, "context": {}}
+	"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": "1"}]}, "context": {}}
+}
+
+# A ceiling value that is not a number (a typo, a list from a values file) is no lockout and no evaluation error.
+test_a_connection_ceiling_of_another_type_decides if {
+	every v in ["x", [1], {}, null] {
+		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter system", "mutating": true, "keys": [{"key": "postgres.max_connections", "value": v}]}, "context": {}}
+	}
 }
 
 redis_in(verb, details) := {"action": {"tool": "redis-cli", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "redis"}, "details": details}, "context": {}}
@@ -192,4 +200,19 @@ test_a_system_catalog_written_is_denied if {
 	"SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "alter table", "mutating": true, "details": {"table": "pg_catalog.pg_attribute"}}, "context": {}}
 	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "select", "mutating": false, "details": {"tables": ["pg_class"]}}, "context": {}}
 	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"table": "public.order_order"}}, "context": {}}
+}
+
+# A role's or database's CONNECTION LIMIT of 1 admits one session: the application's pool cannot connect. -1 (no
+# limit) and a small real limit are not lockouts.
+test_a_connection_limit_of_one_is_a_lockout if {
+	every k in [
+		{"key": "postgres.role.connection_limit", "value": 1, "scope": {"role": "saleor"}},
+		{"key": "postgres.role.connection_limit", "value": 0, "scope": {"role": "saleor"}},
+		{"key": "postgres.database.connection_limit", "value": 1},
+	] {
+		"SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "keys": [k]}, "context": {}}
+	}
+	every v in [-1, 2, 50] {
+		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "keys": [{"key": "postgres.role.connection_limit", "value": v, "scope": {"role": "saleor"}}]}, "context": {}}
+	}
 }

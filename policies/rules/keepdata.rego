@@ -30,25 +30,45 @@ deny contains {
 	kept_table(table)
 }
 
-# A Redis the incident says to keep ("do not flush queued jobs": a protected constraint naming the component): a
-# key deleted, emptied, expired, popped or overwritten (SET over a queue's list, LSET over a queued job, RESTORE
-# ... REPLACE) loses what it held, as a DELETE from a kept table does. Adding (RPUSH of a lost job) is fine.
+# A Redis the incident says to keep ("do not flush queued jobs": a protected constraint naming the component).
+# On a queue's Redis (named as one: queue, broker, jobs, rq ...) what must be kept is the queued work: the
+# classifier's drops_queued_work marks a command that loses or overwrites entries of a list or stream (a pop, LTRIM,
+# LREM, LSET, XDEL/XTRIM), or deletes, expires, renames away or replaces a key named as a queue or a job
+# (rq:queue:long, rq:job:<id>). Moving a job (RPOPLPUSH, LMOVE) keeps it; removing a worker's registration or a
+# registry entry (SREM rq:workers, DEL rq:worker:x, ZREM rq:wip:long) loses no job and only warns (SRE-DATA-007).
+# On another kept Redis (sessions, a store) every key counts: a key deleted, emptied, expired, popped or
+# overwritten loses what it held, as a DELETE from a kept table does. Adding (RPUSH of a lost job) is fine.
 deny contains {
 	"id": "SRE-DATA-009",
 	"msg": sprintf("redis-cli %s removes or overwrites what %s holds, and this incident says to keep it (%s). Leave its keys as they are; if a job is missing, add it back once (LPOS, then RPUSH), and repair the consumer instead.", [upper(lib.verb), lib.target_name, kept]),
 	"details": {"verb": lib.verb, "component": lib.target_name},
 } if {
 	input.action.tool == "redis-cli"
-	loses_contents
+	loses_kept
 	some kept in lib.protected_exact
 	lib.targets_component(kept)
 }
 
+loses_kept if {
+	lib.details.drops_queued_work == true
+}
+
+loses_kept if {
+	not data.guardrail.rules.redis.queue_like
+	loses_contents
+}
+
 loses_contents if lib.verb in {"del", "unlink"}
 
-loses_contents if lib.verb in data.guardrail.rules.data.removes_contents
+loses_contents if {
+	lib.verb in data.guardrail.rules.data.removes_contents
+	not lib.verb in moves
+}
 
 loses_contents if lib.details.overwrites == true
+
+# A pop that pushes the member onto another list, and SMOVE: the member is kept.
+moves := {"lmove", "blmove", "rpoplpush", "brpoplpush", "smove"}
 
 # An outbox, audit trail, ledger or journal is a record of what already happened: consumers have acted on its
 # rows (a transactional outbox's rows were offered downstream). Rewriting a kept one changes history, so it is

@@ -38,17 +38,48 @@ rcmd(verb, target, details) := {"action": {"tool": "redis-cli", "verb": verb, "m
 
 queue := {"kind": "component", "name": "redis-queue"}
 
+# On a kept queue, what the classifier marks drops_queued_work (entries of a list or stream lost or overwritten,
+# a key named as a queue or job deleted, expired, renamed away or replaced) is denied.
 test_emptying_or_overwriting_a_kept_redis_is_denied if {
 	every inp in [
-		rcmd("del", queue, {"keys": ["rq:queue:long"]}),
-		rcmd("lrem", queue, {"keys": ["rq:queue:long"]}),
-		rcmd("ltrim", queue, {"keys": ["rq:queue:long"]}),
-		rcmd("lset", queue, {"keys": ["rq:queue:long"], "overwrites": true}),
-		rcmd("restore", queue, {"keys": ["rq:queue:long"], "overwrites": true}),
-		rcmd("set", {"kind": "pod", "name": "redis-queue-master-0"}, {"keys": ["rq:queue:long"], "overwrites": true}),
+		rcmd("del", queue, {"keys": ["rq:queue:long"], "drops_queued_work": true}),
+		rcmd("lrem", queue, {"keys": ["rq:queue:long"], "drops_queued_work": true}),
+		rcmd("ltrim", queue, {"keys": ["rq:queue:long"], "drops_queued_work": true}),
+		rcmd("lset", queue, {"keys": ["rq:queue:long"], "overwrites": true, "drops_queued_work": true}),
+		rcmd("restore", queue, {"keys": ["rq:queue:long"], "overwrites": true, "drops_queued_work": true}),
+		rcmd("set", {"kind": "pod", "name": "redis-queue-master-0"}, {"keys": ["rq:queue:long"], "overwrites": true, "drops_queued_work": true}),
 	] {
 		"SRE-DATA-009" in ids(keepdata.deny) with input as inp
 	}
+}
+
+# RQ maintenance that keeps every job: a dead worker's registration removed or expired, a registry entry removed,
+# a failed job moved back onto its queue.
+test_queue_maintenance_that_keeps_the_jobs_is_allowed if {
+	every inp in [
+		rcmd("srem", queue, {"keys": ["rq:workers"]}),
+		rcmd("del", queue, {"keys": ["rq:worker:dead"]}),
+		rcmd("expire", queue, {"keys": ["rq:worker:dead"]}),
+		rcmd("zrem", queue, {"keys": ["rq:registry:failed:long"]}),
+		rcmd("rpoplpush", queue, {"keys": ["rq:queue:failed"]}),
+		rcmd("lmove", queue, {"keys": ["rq:queue:failed"]}),
+		rcmd("set", queue, {"keys": ["rq:worker:dead"], "overwrites": true}),
+	] {
+		count(keepdata.deny) == 0 with input as inp
+	}
+}
+
+# A kept Redis that is not a queue (sessions): every key it holds is kept, a move off a list is still no loss.
+sessions := {"kind": "component", "name": "redis-sessions"}
+
+scmd(verb, details) := object.union(rcmd(verb, sessions, details), {"context": {"constraints": [{"id": "keep", "kind": "protected", "targets": ["redis-sessions"]}]}})
+
+test_a_kept_store_loses_no_key if {
+	"SRE-DATA-009" in ids(keepdata.deny) with input as scmd("del", {"keys": ["session:1"]})
+	"SRE-DATA-009" in ids(keepdata.deny) with input as scmd("expire", {"keys": ["session:1"]})
+	"SRE-DATA-009" in ids(keepdata.deny) with input as scmd("set", {"keys": ["session:1"], "overwrites": true})
+	count(keepdata.deny) == 0 with input as scmd("lmove", {"keys": ["a"]})
+	count(keepdata.deny) == 0 with input as scmd("hset", {"keys": ["session:1"]})
 }
 
 test_adding_to_a_kept_redis_or_changing_another_is_allowed if {

@@ -171,26 +171,31 @@ selector_label_keys := {
 
 selector_msg := "changes which pods receive the Service's traffic: a Service that selects no pod (or a pod taken out of it) serves nothing. Leave the selector and the pods' labels as they are; repair the pods themselves."
 
-# Each new value of a Service's selector: `set selector`, a patch of spec.selector (one key, or the whole map).
-selector_values contains v if {
+# Each [label, value] a change of a Service's selector sets: `set selector` and a patch give one key per label
+# (k8s.spec.selector.app), a whole map is one key (k8s.spec.selector). A label removed, or the whole selector
+# removed or emptied, has the value null (label "" for the whole selector).
+selector_pairs contains [label, k.value] if {
 	some k in input.action.keys
-	startswith(k.key, "k8s.spec.selector")
-	not is_object(k.value)
-	v := k.value
+	startswith(k.key, "k8s.spec.selector.")
+	label := substring(k.key, 18, -1)
 }
 
-selector_values contains v if {
-	some k in input.action.keys
-	startswith(k.key, "k8s.spec.selector")
-	is_object(k.value)
-	some v in k.value
-}
-
-selector_values contains null if {
+selector_pairs contains [label, v] if {
 	some k in input.action.keys
 	k.key == "k8s.spec.selector"
-	k.value == {}
+	is_object(k.value)
+	some label, v in k.value
 }
+
+selector_pairs contains ["", null] if {
+	some k in input.action.keys
+	k.key == "k8s.spec.selector"
+	k.value in {null, {}}
+}
+
+# The labels that say which application a pod is; the other labels (release, instance, component, tier ...) only
+# narrow within it.
+app_label_keys := {"", "app", "name", "k8s-app", "app.kubernetes.io/name"}
 
 names_a_component(v) if {
 	is_string(v)
@@ -203,16 +208,72 @@ names_a_component(v) if {
 	lib.same_component(v, c)
 }
 
+# The Helm releases the context declares sources in (helm/frappe:erpnext.redis-queue... -> frappe).
+context_releases contains lower(trim_space(split(substring(src, 5, -1), ":")[0])) if {
+	some src in object.get(lib.context, "declared_sources", {})
+	is_string(src)
+	startswith(src, "helm/")
+}
+
+# A label a chart puts on every pod of its release: the release, or the chart name a `<chart>-<role>` Service is
+# named after (redis for redis-queue). Such a value alone does not single out the Service's pods.
+release_label(v) if {
+	is_string(v)
+	lower(v) in context_releases
+}
+
+release_label(v) if {
+	is_string(v)
+	startswith(lib.target_bare, concat("", [lower(v), "-"]))
+}
+
+# An application label removed, or set to a value that is neither a component (nor the Service) nor a label of its
+# release: the Service then selects no pod, or every pod of the release.
+wrong_app_label contains [label, v] if {
+	some [label, v] in selector_pairs
+	label in app_label_keys
+	not names_a_component(v)
+	not release_label(v)
+}
+
+# Helm's standard selector: the chart name on an application label and the release on another label.
+helm_selector if {
+	some [l1, v1] in selector_pairs
+	l1 in app_label_keys
+	release_label(v1)
+	some [l2, v2] in selector_pairs
+	l2 != l1
+	release_label(v2)
+}
+
+selector_fault := "Emptying or removing the Service's selector" if {
+	["", null] in selector_pairs
+} else := sprintf("Removing the %s label from the Service's selector", [label]) if {
+	some [label, null] in wrong_app_label
+} else := sprintf("This selector (%s=%v)", [label, v]) if {
+	some [label, v] in wrong_app_label
+} else := sprintf("This selector (%s), which names none of the incident's components nor the Service itself,", [pairs]) if {
+	not any_names_a_component
+	not helm_selector
+	pairs := concat(", ", sort([sprintf("%s=%v", [l, v]) | some [l, v] in selector_pairs]))
+}
+
+any_names_a_component if {
+	some [_, v] in selector_pairs
+	names_a_component(v)
+}
+
+# A Service's selector changed so that it can no longer select the Service's pods.
 deny contains {
 	"id": "SRE-TRAFFIC-008",
-	"msg": sprintf("This selector (%v) %s", [v, selector_msg]),
-	"details": {"name": lib.target_name, "selector": v},
+	"msg": sprintf("%s %s", [selector_fault, selector_msg]),
+	"details": {"name": lib.target_name, "selector": selector_pairs},
 } if {
 	input.action.tool == "kubectl"
 	lib.mutating
 	"service" in lib.kinds
-	some v in selector_values
-	not names_a_component(v)
+	count(selector_pairs) > 0
+	selector_fault
 }
 
 # A pod's selected label removed (`app-`), or overwritten (`--overwrite`, a patch) with a value that is not its own

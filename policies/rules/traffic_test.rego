@@ -122,6 +122,33 @@ test_service_selector_to_a_component_allowed if {
 	count(traffic.deny) == 0 with input as kube("patch", "service", "auth", [{"key": "k8s.spec.selector", "value": {"app": "svc-auth"}}], {})
 }
 
+# Standard chart selectors restored: the component with extra narrowing labels (tier, release), or Helm's pair of
+# the chart name (the head of a `<chart>-<role>` Service's name) and a release the context declares.
+hctx := {"components": ["frappe-web", "redis-queue", "redis-cache"], "declared_sources": {"redis.*": "helm/frappe:erpnext.redis-queue.master.extraFlags"}}
+
+hkube(verb, name, keys) := object.union(kube(verb, "service", name, keys, {}), {"context": hctx})
+
+test_service_selector_standard_labels_allowed if {
+	count(traffic.deny) == 0 with input as hkube("set selector", "frappe-web", [{"key": "k8s.spec.selector.app", "value": "frappe-web"}, {"key": "k8s.spec.selector.tier", "value": "web"}])
+	count(traffic.deny) == 0 with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector", "value": {"app": "frappe-web", "release": "frappe"}}])
+	count(traffic.deny) == 0 with input as hkube("patch", "redis-queue", [
+		{"key": "k8s.spec.selector.app.kubernetes.io/name", "value": "redis"},
+		{"key": "k8s.spec.selector.app.kubernetes.io/instance", "value": "frappe"},
+		{"key": "k8s.spec.selector.app.kubernetes.io/component", "value": "master"},
+	])
+}
+
+# An application label that names nothing of the incident is denied even beside a release label; a release or
+# chart name alone selects every pod of the release (or none); a removed application label broadens the selector.
+test_service_selector_release_labels_alone_denied if {
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector", "value": {"app": "nothing", "release": "frappe"}}])
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector.app", "value": "frappe"}])
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "redis-queue", [{"key": "k8s.spec.selector.app.kubernetes.io/instance", "value": "frappe"}])
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector.tier", "value": "web"}])
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector.app", "value": null}, {"key": "k8s.spec.selector.release", "value": "frappe"}])
+	"SRE-TRAFFIC-008" in ids(traffic.deny) with input as hkube("patch", "frappe-web", [{"key": "k8s.spec.selector", "value": {}}])
+}
+
 test_service_other_patch_allowed if {
 	count(traffic.deny) == 0 with input as kube("patch", "service", "svc-auth", [{"key": "k8s.spec.ports", "value": [{"port": 80}]}], {})
 }

@@ -14,6 +14,13 @@ queue_like if {
 	contains(lower(lib.target_name), w)
 }
 
+# A policy other than noeviction. A value of any type is read as its text (a flag given no value, null, sets no
+# policy); a string builtin never sees a non-string, which would fail the whole package.
+policy_other_than_noeviction(v) if {
+	v != null
+	lower(sprintf("%v", [v])) != "noeviction"
+}
+
 deny contains {
 	"id": "SUB-REDIS-001",
 	"msg": sprintf("maxmemory-policy %s lets %s evict keys, and on a queue that silently drops jobs. Keep noeviction and give it enough maxmemory (within its ceiling) instead.", [k.value, lib.target_name]),
@@ -21,7 +28,7 @@ deny contains {
 } if {
 	input.action.mutating in {true, "unknown"}
 	k := setting("maxmemory-policy")
-	lower(k.value) != "noeviction"
+	policy_other_than_noeviction(k.value)
 	queue_like
 }
 
@@ -43,7 +50,7 @@ warn contains {
 } if {
 	input.action.mutating in {true, "unknown"}
 	k := setting("maxmemory-policy")
-	lower(k.value) != "noeviction"
+	policy_other_than_noeviction(k.value)
 	not queue_like
 }
 

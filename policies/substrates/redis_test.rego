@@ -64,3 +64,13 @@ test_repush_onto_a_plain_list_allowed if {
 		"observed": {"lists": {"recent:views": {"a": 0}}},
 	}
 }
+
+# A policy value of another type (a server flag given no value is null, helm types numbers and booleans) is read as
+# its text and never stops the package with a type error: null sets no policy.
+test_policy_value_of_any_type_decides if {
+	count(redis.deny) == 0 with input as config_set("redis-queue", "redis.maxmemory-policy", null)
+	"SUB-REDIS-001" in ids(redis.deny) with input as config_set("redis-queue", "redis.maxmemory-policy", 1)
+	"SUB-REDIS-001" in ids(redis.deny) with input as config_set("redis-queue", "redis.maxmemory-policy", ["allkeys-lru"])
+	"SUB-REDIS-002" in ids(redis.warn) with input as config_set("redis-cache", "redis.maxmemory-policy", true)
+	count(redis.warn) == 0 with input as config_set("redis-cache", "redis.maxmemory-policy", null)
+}

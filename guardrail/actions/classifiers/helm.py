@@ -48,13 +48,25 @@ def parse_set(text: str, *, string: bool = False) -> list[tuple[str, Any]]:
 # any config directive as `--name value`: so `--maxmemory 64mb` there is redis.maxmemory, declared in Helm values.
 _SERVER_FLAGS = re.compile(
     r"^helm\.(?:(?P<prefix>.+)\.)?(?P<role>master|replica|primary|secondary)\.extraFlags(?:\[\d+\])?$")
+_FLAG_START = re.compile(r"\s*--[a-z]")
 _ONE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]+(.*))?$", re.S)
 
 
 def redis_flag_keys(value: Any, component: str) -> list[KeyChange]:
     """The redis.<param> settings a list of redis-server flags carries (`--user name rules...` is an ACL rule,
     keyed redis.acl.<name> as ACL SETUSER is), scoped to the Redis component."""
-    items = [str(v) for v in value] if isinstance(value, list) else re.split(r"\s+(?=--[a-z])", str(value))
+    if isinstance(value, list):
+        # Helm's list syntax gives each argv element its own entry (`{--maxmemory,512mb,--appendonly,yes}`): an
+        # element that is not a flag is the value of the flag before it.
+        items: list[str] = []
+        for v in value:
+            arg = str(v).lower() if isinstance(v, bool) else str(v)  # helm typed `true`; the argv holds "true"
+            if _FLAG_START.match(arg) or not items:
+                items.append(arg)
+            else:
+                items[-1] = f"{items[-1]} {arg}"
+    else:
+        items = re.split(r"\s+(?=--[a-z])", str(value))
     scope = {"component": component} if component else {}
     out = []
     for item in items:

@@ -285,11 +285,13 @@ class Kubectl:
                 if eq:
                     a.keys.append(KeyChange(key=f"k8s.image.{k}", value=v, scope=scope))
         elif sub == "selector":
-            # The whole selector is replaced by these pairs: the pods the Service sends traffic to change.
+            # The whole selector is replaced by these pairs (one comma-separated list, `app=x,tier=web`): the pods
+            # the Service sends traffic to change.
             for w in rest[1:]:
-                k, eq, v = str(w).partition("=")
-                if eq:
-                    a.keys.append(KeyChange(key=f"k8s.spec.selector.{k}", value=v, scope=scope))
+                for part in str(w).split(","):
+                    k, eq, v = part.partition("=")
+                    if eq:
+                        a.keys.append(KeyChange(key=f"k8s.spec.selector.{k}", value=v, scope=scope))
         elif sub == "resources":
             for opt in ("--limits", "--requests"):
                 for w in p.all(opt):

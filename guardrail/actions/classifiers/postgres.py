@@ -120,9 +120,9 @@ def _alter_role(st: Statement) -> SqlEffect:
             attr = (w[2:] if w.startswith("NO") else w).lower()
             keys.append(KeyChange(key=f"postgres.role.{attr}", value=not w.startswith("NO"), scope={"role": role}))
         elif w == "CONNECTION" and st.kw(k + 1) == "LIMIT" and k + 2 < len(st.toks):
-            keys.append(KeyChange(key="postgres.role.connection_limit", value=literal(st.toks[k + 2]),
-                                  scope={"role": role}))
-            k += 2
+            limit, used = _limit(st, k + 2)
+            keys.append(KeyChange(key="postgres.role.connection_limit", value=limit, scope={"role": role}))
+            k += 1 + used
         elif w in ("PASSWORD", "ENCRYPTED"):
             keys.append(KeyChange(key="postgres.role.password", value="<redacted>", scope={"role": role}))
             k += 1 if w == "PASSWORD" else 2
@@ -140,6 +140,15 @@ def _alter_role(st: Statement) -> SqlEffect:
                      target_kind="role", target_name=role)
 
 
+def _limit(st: Statement, i: int) -> tuple[Any, int]:
+    """A CONNECTION LIMIT value and how many tokens it takes: `-1` (no limit) is a minus and a number."""
+    tok = st.toks[i]
+    if tok.text == "-" and i + 1 < len(st.toks) and st.toks[i + 1].kind == "num":
+        v = literal(st.toks[i + 1])
+        return (-v if isinstance(v, (int, float)) else f"-{v}"), 2
+    return literal(tok), 1
+
+
 def _alter_database(st: Statement) -> SqlEffect:
     db, j = st.name_at(2)
     if st.kw(j) in ("SET", "RESET"):
@@ -149,7 +158,7 @@ def _alter_database(st: Statement) -> SqlEffect:
     keys = []
     k = j + (1 if st.kw(j) == "WITH" else 0)
     if st.kw(k) == "CONNECTION" and st.kw(k + 1) == "LIMIT" and k + 2 < len(st.toks):
-        keys.append(KeyChange(key="postgres.database.connection_limit", value=literal(st.toks[k + 2]),
+        keys.append(KeyChange(key="postgres.database.connection_limit", value=_limit(st, k + 2)[0],
                               scope={"database": db}))
     return SqlEffect(verb="alter database", mutating=True, layer=Layer.DECLARED, keys=keys,
                      details={"sql_kind": "alter database" if keys else "ddl", "database": db},

@@ -8,6 +8,7 @@ CONFIG SET and ACL SETUSER land in the runtime layer; CONFIG REWRITE and ACL SAV
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +37,40 @@ _READ_MODES = ("--scan", "--bigkeys", "--memkeys", "--hotkeys", "--keystats", "-
 
 # Data commands that replace what a key holds (SET of a list key drops the list; LSET replaces one element).
 _OVERWRITES = frozenset({"SET", "SETEX", "PSETEX", "GETSET", "MSET", "LSET"})
+
+
+# What takes queued work out of a queue for good. A job queue is a list or a stream (RQ, Sidekiq, Resque, Celery's
+# Redis transport, Bull's wait lists); a list or stream command names its key's type: a pop, trim, LREM, LSET or
+# XDEL/XTRIM there loses or overwrites queued entries. A pop that pushes the member onto another list (RPOPLPUSH,
+# LMOVE) or SMOVE keeps it, so a move is not a loss.
+_LIST_LOSS = frozenset({"LPOP", "RPOP", "BLPOP", "BRPOP", "LTRIM", "LREM", "LSET", "XDEL", "XTRIM"})
+# Commands on a key of any type (its type is not in the command) that delete, expire, rename away or replace it.
+_KEY_LOSS = frozenset({"DEL", "UNLINK", "GETDEL", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "RENAME",
+                       "RENAMENX", "MOVE"})
+# Job libraries name the keys that hold jobs after them: rq:queue:default, rq:job:<id>, queue:default (Sidekiq),
+# resque:queue:x, queues:default (Laravel). Other keys (worker registrations, registries, locks, stats) do not.
+_WORK_WORDS = frozenset({"queue", "queues", "job", "jobs"})
+_NAME_WORDS = re.compile(r"[^a-z0-9]+")
+
+
+def _drops_queued_work(cmd: str, words: list[str], overwrites: bool) -> bool:
+    """Does this data command lose or overwrite queued work: entries of a list or stream, or a key of unknown type
+    that is named as a queue or a job?"""
+    if cmd in _LIST_LOSS:
+        return True
+    if cmd not in _KEY_LOSS and not overwrites:
+        return False
+    if cmd in ("DEL", "UNLINK"):
+        keys = words[1:]
+    elif cmd == "MSET":
+        keys = words[1::2]
+    elif cmd in ("RENAME", "RENAMENX"):
+        keys = words[1:3]  # the source leaves where the app reads it; RENAME replaces the destination
+    elif cmd == "COPY":
+        keys = words[2:3]  # COPY ... REPLACE replaces the destination
+    else:
+        keys = words[1:2]
+    return any(_WORK_WORDS.intersection(_NAME_WORDS.split(k.lower())) for k in keys)
 
 
 def _kills_many(args: list[str]) -> bool:
@@ -116,6 +151,8 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
     if kind == "data":
         if cmd in _OVERWRITES or cmd in ("RESTORE", "COPY") and "REPLACE" in (w.upper() for w in words[2:]):
             details["overwrites"] = True  # a key's whole value (or a list's element) replaced by another
+        if _drops_queued_work(cmd, words, details.get("overwrites") is True):
+            details["drops_queued_work"] = True
         if len(words) > 1:
             details["keys"] = words[1:2] if cmd not in ("DEL", "UNLINK", "MSET", "EXISTS") else \
                 (words[1:] if cmd != "MSET" else words[1::2])
