@@ -15,8 +15,10 @@ from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Target
 from guardrail.actions.shell import file_write
+from guardrail.actions.words import Word
 
-__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration"]
+__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration", "kill_args",
+           "leaves_running"]
 
 _OWNED_ELSEWHERE = {"sed", "awk", "gawk", "mawk", "nawk"}
 
@@ -131,10 +133,50 @@ def _hash(args: list[str]) -> tuple[str, str] | None:
     return ("runs", "-p") if any(re.fullmatch(r"-[a-zA-Z]*p[a-zA-Z]*", a) for a in args) else None
 
 
+def _sysctl(args: list[str]) -> tuple[str, str] | None:
+    # `sysctl NAME`, `sysctl -a`, `-n NAME` read; -w, NAME=VALUE, -p / --load / --system (set from files) write.
+    if any(a in ("-w", "--write", "-p", "--load", "-f", "--system") or a.startswith("--load=")
+           or re.fullmatch(r"-[a-zA-Z]*[wpf][a-zA-Z]*", a) or (not a.startswith("-") and "=" in a) for a in args):
+        return ("changes", "sysctl -w")
+    return None
+
+
+def _mount(args: list[str]) -> tuple[str, str] | None:
+    # Only the listing: `mount`, `mount -l`. Anything else mounts, remounts or moves a file system.
+    return None if all(a in ("-l", "--show-labels") for a in args) else ("changes", "mount")
+
+
+def _crontab(args: list[str]) -> tuple[str, str] | None:
+    # `crontab -l [-u user]` lists; a file, -e, -r install, edit or remove what cron runs later.
+    if "-l" in args and not any(a in ("-e", "-r", "-i") for a in args) and \
+            all(a in ("-l", "-u") or (i > 0 and args[i - 1] == "-u") for i, a in enumerate(args)):
+        return None
+    return ("runs", "changes the commands cron runs later")
+
+
+_MKTEMP = OptionSpec.of(["-p", "--tmpdir", "--suffix"], {"--tmpdir": "-p"})
+
+
+def _mktemp(args: list[str]) -> tuple[str, str] | None:
+    # A new, empty, uniquely named file (or directory) under the temp directory: nothing that exists changes. One
+    # under a directory the command names (`-p DIR`, `/etc/x.XXXX`) is a file written there.
+    if any(a in ("-u", "--dry-run") for a in args):
+        return None
+    p = _MKTEMP.parse([Word.of(a) for a in args])
+    template = next((str(a) for a in p.positionals), "")
+    where = p.get("-p")
+    if where is not None and str(where) not in ("", "/tmp") and "/" not in template:
+        return ("write", f"{where}/{template or 'tmp.XXXXXXXXXX'}")
+    if "/" in template and not template.startswith("/tmp/"):
+        return ("write", template)
+    return None
+
+
 # The staples that are not only readers with some options: what those options write, run or change.
 _UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
            "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
-           "timedatectl": _timedatectl, "hash": _hash}
+           "timedatectl": _timedatectl, "hash": _hash, "sysctl": _sysctl, "mount": _mount, "crontab": _crontab,
+           "mktemp": _mktemp}
 
 
 # awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
@@ -226,7 +268,7 @@ class Kill:
             reach = [_kill_reach(t, t in dynamic, programs) for t in targets]
             # A signal a server handles ends nothing: HUP for any, USR1/USR2 for the servers that handle them
             # (a pid, or a pid looked up by name, whose program is one of those).
-            reach = [r for r, t in zip(reach, targets) if not _harmless(sig, _looked_up(t))]
+            reach = [r for r, t in zip(reach, targets) if not leaves_running(sig, _looked_up(t))]
             # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
             # only PID 1, -1 and a server's pid looked up by name are known to be.
             ends_main = any(r is not None for r in reach) if inv.where.in_exec else \
@@ -275,8 +317,8 @@ _USR_SIGNALS = frozenset({"USR1", "USR2", "10", "12"})
 _HANDLES_USR = frozenset({"nginx", "postgres", "postmaster", "gunicorn", "uwsgi", "haproxy", "envoy"})
 
 
-def _harmless(sig: str, program: str | None) -> bool:
-    """Does signal `sig` leave `program` (None: not known) running?"""
+def leaves_running(sig: str, program: str | None) -> bool:
+    """Does signal `sig` (upper case, without SIG) leave `program` (None: not known) running?"""
     return sig in _NO_RESTART_SIGNALS or (sig in _USR_SIGNALS and program in _HANDLES_USR)
 
 
@@ -362,7 +404,7 @@ def _signals(args: list[str]) -> set[str]:
 
 
 def _harmless_all(sigs: set[str]) -> bool:
-    return any(_harmless(sig, None) for sig in sigs)
+    return any(leaves_running(sig, None) for sig in sigs)
 
 
 def _option_values(args: list[str], options: frozenset[str]) -> list[str]:
@@ -391,7 +433,7 @@ _USER_SERVERS = {"postgres": "postgres", "mysql": "mysqld", "redis": "redis-serv
 def _kills_server(name: str, args: list[str], targets: list[str],
                   programs: tuple[str, ...] = SERVER_PROGRAMS) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
-    if any(_harmless(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
+    if any(leaves_running(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
                                                                               programs=programs))), None))
            for sig in _signals(args)):
         return False
