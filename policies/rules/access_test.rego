@@ -132,3 +132,16 @@ test_writing_the_account_tables_is_denied if {
 	not "SRE-ACCESS-004" in ids(access.deny) with input as dml("update", "tabUser")
 	not "SRE-ACCESS-004" in ids(access.deny) with input as {"action": {"tool": "mysql", "verb": "select", "mutating": false, "details": {"table": "mysql.user"}}, "context": {}}
 }
+
+console(verb, details) := {"action": {"tool": "psql", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "pgbouncer"}, "details": object.union({"sql_kind": "console", "console": "pgbouncer"}, details)}, "context": {}}
+
+# pgbouncer's console: PAUSE / KILL stop the clients; RELOAD and RESUME are repairs.
+test_pgbouncer_pause_denied if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as console("pause", {"stops_clients": true, "command": "PAUSE app"})
+	"SRE-ACCESS-002" in ids(access.deny) with input as console("kill", {"stops_clients": true, "command": "KILL app"})
+}
+
+test_pgbouncer_reload_resume_allowed if {
+	count(access.deny) == 0 with input as console("reload", {})
+	count(access.deny) == 0 with input as console("resume", {})
+}
