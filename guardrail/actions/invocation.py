@@ -34,6 +34,7 @@ class Stdin:
     computed: bool = False  # a program upstream computed it (curl, a decoder ...): not the text as typed
     decoded: bool = False  # a decoder (base64 -d, xxd -r, rev, openssl ...) is upstream
     producer: str = ""  # the command (or file) it comes from
+    number: bool = False  # only numbers (a count, a time, a size: no letter), whatever the input (`wc -l`)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, cte_dml_effects, hold_locks,
-                                              literal, pg_bool, scan, statements)
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, counts_only, cte_dml_effects,
+                                              hold_locks, literal, pg_bool, scan, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
@@ -23,6 +23,10 @@ _SPEC = OptionSpec.of(
      "--record-separator", "-P", "--pset", "-T", "--table-attr"],
     {"--command": "-c", "--file": "-f", "--host": "-h", "--port": "-p", "--username": "-U", "--dbname": "-d",
      "--set": "-v", "--variable": "-v", "--output": "-o"})
+
+# psql's flags that leave a count's output a number: aligned or not, quiet, no psqlrc, no password prompt.
+_COUNT_FLAGS = frozenset({"-A", "-t", "-q", "-X", "-w", "-W", "-n", "--no-align", "--tuples-only", "--quiet",
+                          "--no-psqlrc", "--no-password", "--password", "--no-readline"})
 
 _ROLE_ATTRS = {"SUPERUSER", "NOSUPERUSER", "CREATEDB", "NOCREATEDB", "CREATEROLE", "NOCREATEROLE", "INHERIT",
                "NOINHERIT", "LOGIN", "NOLOGIN", "REPLICATION", "NOREPLICATION", "BYPASSRLS", "NOBYPASSRLS"}
@@ -287,6 +291,15 @@ class Psql:
     """psql: each SQL statement (or meta-command) it will run."""
 
     commands = ("psql",)
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """`psql -At -c "SELECT count(*) FROM t"`: tuples only (no header, no row count) of a count: a number. Only
+        the connection options beside them (no -e/-a echo of the query, no -H/-x/-P format, no -v set)."""
+        p = _SPEC.parse(inv.args)
+        sql = p.all("-c")
+        return p.has("-t", "--tuples-only") and p.flags <= _COUNT_FLAGS and set(p.opts) <= {"-h", "-p", "-U", "-d", "-c"} \
+            and len(sql) == 1 and not sql[0].dynamic and len(p.positionals) <= 2 and not inv.args_pending \
+            and counts_only(str(sql[0]), pg_strings=True)
 
     def classify(self, inv: Invocation) -> list[Action]:
         p = _SPEC.parse(inv.args)

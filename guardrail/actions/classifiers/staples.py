@@ -29,6 +29,15 @@ class ReadOnly:
 
     commands = tuple(c for c in catalogue().read_only if c not in _OWNED_ELSEWHERE)
 
+    def prints_number(self, inv: Invocation) -> bool:
+        """Does it print only numbers (`_NUMBERS`)?"""
+        if inv.args_pending or any(a.splits for a in inv.args):
+            return False
+        if inv.name in _KEEPS_NUMBERS and inv.stdin is not None and inv.stdin.number:
+            return _KEEPS_NUMBERS[inv.name](list(inv.args))
+        check = _NUMBERS.get(inv.name)
+        return check is not None and check(list(inv.args))
+
     def classify(self, inv: Invocation) -> list[Action]:
         args = list(inv.args)
         check = _UNLESS.get(inv.name)
@@ -177,6 +186,74 @@ _UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional,
            "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
            "timedatectl": _timedatectl, "hash": _hash, "sysctl": _sysctl, "mount": _mount, "crontab": _crontab,
            "mktemp": _mktemp}
+
+
+# Readers whose output is only numbers (digits, blanks, signs, separators; never a letter): a count, a time, a size.
+# Shell arithmetic reads a letter in a value as a variable's name, and evaluates that variable's value (an array
+# subscript in it runs its $(...)); a value of digits names nothing. So `n=$(... | wc -l); echo $((n + 1))` runs
+# nothing but the arithmetic (`shell.ShellWalker.arithmetic`). Only the forms whose output is that whatever the input:
+# wc and grep -c print file names beside the counts when they read several files (wc: any file), so only their
+# stdin (or grep's one file) forms; date and stat only formats made of numeric conversions; seq without -f / -s.
+_WC_FLAGS = re.compile(r"-[lcwmL]+|--(lines|bytes|words|chars|max-line-length)")
+_GREP = OptionSpec.of(["-e", "--regexp", "-f", "--file", "-m", "--max-count", "-A", "-B", "-C", "--context",
+                       "--after-context", "--before-context", "--include", "--exclude", "--exclude-dir",
+                       "--binary-files", "-d", "--directories", "-D", "--devices", "--color", "--colour", "--label"],
+                      {"--regexp": "-e", "--file": "-f", "--max-count": "-m", "--directories": "-d"})
+_GREP_NAMES = frozenset({"-H", "--with-filename", "-r", "-R", "--recursive", "--dereference-recursive", "-l", "-L",
+                         "--files-with-matches", "--files-without-match", "--label", "-d", "-T", "--initial-tab"})
+_DATE = OptionSpec.of(["-d", "--date", "-r", "--reference"], {"--date": "-d", "--reference": "-r"})
+_DATE_NUMBERS = re.compile(r"\+(%[-_0]?[0-9]*[sNYmdHMSjyuwCGgVUWekl]|[ .:,/-])+")
+_STAT = OptionSpec.of(["-c", "--format"], {"--format": "-c"})
+_STAT_NUMBERS = re.compile(r"(%[sYXZWihugbBoad]|[ .:,/-])+")
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _wc_number(args: list[Word]) -> bool:
+    return all(_WC_FLAGS.fullmatch(a) for a in args)
+
+
+def _grep_number(args: list[Word]) -> bool:
+    p = _GREP.parse(args)
+    if not p.has("-c", "--count") or p.has(*_GREP_NAMES):
+        return False
+    files = p.positionals if p.has("-e", "-f") else p.positionals[1:]
+    return len(files) <= 1 and not any(f.dynamic or _GLOB.search(f) for f in files)
+
+
+def _date_number(args: list[Word]) -> bool:
+    p = _DATE.parse(args)
+    return bool(p.positionals) and len(p.positionals) == 1 and bool(_DATE_NUMBERS.fullmatch(p.positionals[0])) \
+        and not p.positionals[0].dynamic and p.flags <= {"-u", "--utc", "--universal"} and set(p.opts) <= {"-d", "-r"}
+
+
+def _stat_number(args: list[Word]) -> bool:
+    p = _STAT.parse(args)
+    fmt = p.get("-c")
+    return fmt is not None and not getattr(fmt, "dynamic", False) and bool(_STAT_NUMBERS.fullmatch(str(fmt))) \
+        and p.flags <= {"-L", "--dereference"} and set(p.opts) == {"-c"}
+
+
+def _seq_number(args: list[Word]) -> bool:
+    return all(a in ("-w", "--equal-width") or (not a.dynamic and _NUMBER.fullmatch(a)) for a in args)
+
+
+def _filter_options(args: list[Word]) -> bool:
+    # `head -n 1`, `tail -1`, `sort -rn`, `sort -k 1,1`: options and their numeric values, no file.
+    return all(a.startswith("-") or re.fullmatch(r"[0-9,.]+", a) for a in args)
+
+
+def _tr_delete(args: list[Word]) -> bool:
+    # `tr -d ' '`, `tr -s ' '`: characters deleted or squeezed, none put in (tr a-z A-Z would translate digits too).
+    return len(args) == 2 and args[0] in ("-d", "-s", "-ds", "--delete", "--squeeze-repeats")
+
+
+# Readers that pass numbers on as numbers (`... | wc -l | tr -d ' '`).
+_KEEPS_NUMBERS = {"cat": lambda args: not args, "head": _filter_options, "tail": _filter_options,
+                  "sort": _filter_options, "tr": _tr_delete}
+
+_NUMBERS = {"wc": _wc_number, "grep": _grep_number, "egrep": _grep_number, "fgrep": _grep_number,
+            "date": _date_number, "stat": _stat_number, "seq": _seq_number}
 
 
 # awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
