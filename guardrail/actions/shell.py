@@ -66,6 +66,8 @@ class Session:
     # Variables this text set to the result of an arithmetic expansion (or assigned inside one): integers.
     integers: set[str] = field(default_factory=set)
     syntax_errors: list[str] = field(default_factory=list)
+    # ERROR nodes the walker read as what bash reads there (a here-string after a redirect: `_herestrings`).
+    repaired: set[int] = field(default_factory=set)
     dispatched: int = 0  # simple commands classified so far (bounded by normalise.MAX_COMMANDS)
 
 
@@ -390,7 +392,7 @@ class ShellWalker:
             # A redirection alone (`> file`, `: >` without the colon) empties or creates the file.
             self._bare_writes(node, redirects)
             return None
-        own_stdin, writes, continuations = self.redirects(redirects)
+        own_stdin, writes, continuations = self.redirects(redirects, self._herestrings(node))
         if body.type == "command":
             out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node),
                                extra=_dropped_words(node, body, redirects))
@@ -436,7 +438,24 @@ class ShellWalker:
             return self.command(body, stdin, own_stdin=own)
         return self.run(body, own)
 
-    def redirects(self, redirects: list[Node]) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
+    def _herestrings(self, node: Node) -> set[int]:
+        """`cat > f <<< 'text'`: tree-sitter-bash (0.25) parses a here-string that follows a file redirect as an
+        ERROR `<<` and a redirect `< 'text'` (tree-sitter/tree-sitter-bash#232, #282). Bash reads a here-string:
+        the ids of those `<` redirects, read as here-strings; their ERROR nodes are marked repaired. Only the exact
+        shape (`<<` glued to a `<` with one word and no descriptor) is taken."""
+        out: set[int] = set()
+        kids = node.children
+        for err, nxt in zip(kids, kids[1:]):
+            if err.type == "ERROR" and _txt(err) == "<<" and nxt.type == "file_redirect" \
+                    and err.end_byte == nxt.start_byte and nxt.child_by_field_name("descriptor") is None \
+                    and [c.type for c in nxt.children if not c.is_named] == ["<"] \
+                    and len(nxt.children_by_field_name("destination")) == 1:
+                out.add(nxt.id)
+                self.session.repaired.add(err.id)
+        return out
+
+    def redirects(self, redirects: list[Node], herestrings: set[int] | frozenset[int] = frozenset()
+                  ) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
         """(stdin from a heredoc/here-string/`<` file, files written, statements chained after a heredoc)."""
         stdin: Stdin | None = None
         writes: list[tuple[str, bool]] = []
@@ -455,7 +474,7 @@ class ShellWalker:
                             conts.append(("|", c))
                         else:
                             conts.append((op or ";", c))
-            elif r.type == "herestring_redirect":
+            elif r.type == "herestring_redirect" or r.id in herestrings:
                 arg = next((c for c in r.children if c.is_named), None)
                 w = word_of(arg, self.env) if arg is not None else Word.of("")
                 stdin = Stdin("herestring", text=None if w.has_substitution else str(w) + "\n",
