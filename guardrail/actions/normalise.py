@@ -118,12 +118,14 @@ class Normaliser:
     def prints_number(self, inv: Invocation) -> bool:
         """Does this command print only numbers (a count, a time, a size), whatever its input? Its classifier says
         (`prints_number`), for the system's program of that name: not a function or alias of this text's."""
-        head = inv.argv[0] if inv.argv else None
-        if head is None or head.dynamic or inv.name in self.session.functions or inv.name in self.session.aliases \
+        check = getattr(classifier_for(inv.name), "prints_number", None)
+        if check is None:
+            return False
+        head = inv.argv[0]
+        if head.dynamic or inv.name in self.session.functions or inv.name in self.session.aliases \
                 or ("/" in head and not _system_path(str(head))):
             return False
-        check = getattr(classifier_for(inv.name), "prints_number", None)
-        return check is not None and bool(check(inv))
+        return bool(check(inv))
 
     def _function(self, inv: Invocation, name: str) -> list[Action]:
         where = inv.where.inside(f"function {name}")

@@ -31,12 +31,10 @@ class ReadOnly:
 
     def prints_number(self, inv: Invocation) -> bool:
         """Does it print only numbers (`_NUMBERS`)?"""
-        if inv.args_pending or any(a.splits for a in inv.args):
-            return False
-        if inv.name in _KEEPS_NUMBERS and inv.stdin is not None and inv.stdin.number:
-            return _KEEPS_NUMBERS[inv.name](list(inv.args))
-        check = _NUMBERS.get(inv.name)
-        return check is not None and check(list(inv.args))
+        keeps = _KEEPS_NUMBERS.get(inv.name) if inv.stdin is not None and inv.stdin.number else None
+        check = keeps or _NUMBERS.get(inv.name)
+        return check is not None and not inv.args_pending and not any(a.splits for a in inv.args) \
+            and check(list(inv.args))
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = list(inv.args)
