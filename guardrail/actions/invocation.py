@@ -34,6 +34,7 @@ class Stdin:
     computed: bool = False  # a program upstream computed it (curl, a decoder ...): not the text as typed
     decoded: bool = False  # a decoder (base64 -d, xxd -r, rev, openssl ...) is upstream
     producer: str = ""  # the command (or file) it comes from
+    number: bool = False  # only numbers (a count, a time, a size: no letter), whatever the input (`wc -l`)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ RUNS_CODE_VARS = frozenset({
     "PATH", "BASH_ENV", "ENV", "PS4", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "IFS",
     "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
     "KUBECTL_EXTERNAL_DIFF", "KUBE_EDITOR", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "PSQL_PAGER",
+    "MANPAGER", "SYSTEMD_PAGER",
     "PSQL_EDITOR", "MYSQL_PS1", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "RSYNC_RSH",
     "RSYNC_CONNECT_PROG",
     "PYTHONSTARTUP", "PYTHONPATH", "PERL5OPT", "PERL5LIB", "NODE_OPTIONS", "RUBYOPT",
@@ -197,4 +199,13 @@ def runs_code(name: str, value: str | None = None) -> bool:
     """Does setting `name` (to `value`, when known) change which program runs or what it runs?"""
     if name == "PATH" and value is not None and value and all(p in _SYSTEM_PATH_PARTS for p in value.split(":")):
         return False  # `export PATH=$PATH:/usr/sbin`
+    if name in PAGER_VARS and value is not None and _PLAIN_PAGER.fullmatch(value):
+        return False  # `PAGER=cat psql ...`, `PSQL_PAGER= psql`: output straight through, or into less
     return name in RUNS_CODE_VARS
+
+
+# Variables naming the pager a program pipes its output into (the shell runs the value as a command line).
+PAGER_VARS = frozenset({"PAGER", "PSQL_PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER"})
+# A pager that only shows what it is given: none (empty), cat, or less/more with flags that take no value (less's
+# -k (a key file, which can set LESSOPEN), -o/-O (a log file it writes), -p/-P/-t/-T ... take one).
+_PLAIN_PAGER = re.compile(r"|cat|(less|more)(\s+-[FRSXKMNQWacdefilmnqrsuw]+)*")

@@ -17,6 +17,7 @@ from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.shell import Session, ShellWalker, parse
+from tree_sitter import Node
 
 __all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS"]
 
@@ -50,12 +51,23 @@ class Normaliser:
         before = len(self.session.syntax_errors)
         walker.run(tree.root_node, stdin)
         actions = walker.actions
-        if tree.root_node.has_error or len(self.session.syntax_errors) > before:
+        if (tree.root_node.has_error and not self._repaired(tree.root_node)) or len(self.session.syntax_errors) > before:
             near = self.session.syntax_errors[before] if len(self.session.syntax_errors) > before else ""
             actions.append(inv.opaque("syntax-error", "the shell text does not parse"
                                       + (f" (near {near!r})" if near else "")
                                       + "; what a shell would do with it cannot be known"))
         return actions
+
+    def _repaired(self, root: Node) -> bool:
+        """Has the walk read every ERROR (and missing) node of this tree as bash reads it (`Session.repaired`)?"""
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n.is_missing or (n.type == "ERROR" and n.id not in self.session.repaired):
+                return False
+            if n.has_error:
+                stack.extend(n.children)
+        return True
 
     def dispatch(self, inv: Invocation) -> list[Action]:
         """One simple command: a function or alias, a wrapper, a tool classifier, or an unknown command."""
@@ -102,6 +114,18 @@ class Normaliser:
                                    "bin directories); run the plain command", command=str(head))]
             return classifier.classify(inv)
         return [inv.opaque(name or "empty", f"unknown command {name!r}: its effect cannot be known before it runs")]
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """Does this command print only numbers (a count, a time, a size), whatever its input? Its classifier says
+        (`prints_number`), for the system's program of that name: not a function or alias of this text's."""
+        check = getattr(classifier_for(inv.name), "prints_number", None)
+        if check is None:
+            return False
+        head = inv.argv[0]
+        if head.dynamic or inv.name in self.session.functions or inv.name in self.session.aliases \
+                or ("/" in head and not _system_path(str(head))):
+            return False
+        return bool(check(inv))
 
     def _function(self, inv: Invocation, name: str) -> list[Action]:
         where = inv.where.inside(f"function {name}")

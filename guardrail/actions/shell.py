@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from tree_sitter import Node
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
 from guardrail.actions.model import Action, KeyChange
 from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, substitutions_in,
-                                     word_of)
+                                     unquoted_expansions, word_of)
 
 if TYPE_CHECKING:
     from guardrail.actions.normalise import Normaliser
@@ -65,6 +66,8 @@ class Session:
     # Variables this text set to the result of an arithmetic expansion (or assigned inside one): integers.
     integers: set[str] = field(default_factory=set)
     syntax_errors: list[str] = field(default_factory=list)
+    # ERROR nodes the walker read as what bash reads there (a here-string after a redirect: `_herestrings`).
+    repaired: set[int] = field(default_factory=set)
     dispatched: int = 0  # simple commands classified so far (bounded by normalise.MAX_COMMANDS)
 
 
@@ -145,6 +148,9 @@ class ShellWalker:
         self.actions: list[Action] = []
         # Loop variables bound while a `for v in a b c` loop over literal words is unrolled.
         self.env: dict[str, str] = {}
+        # The `$(...)` (node ids) whose command prints only numbers (`$(... | wc -l)`, `$(date +%s)`): a value
+        # arithmetic can read without running anything, and one word.
+        self.numbers: set[int] = set()
 
     # ---- statements -------------------------------------------------------------------------------------------
 
@@ -178,9 +184,13 @@ class ShellWalker:
                 or t == "c_style_for_statement":
             opened = next((c for c in node.children if c.type == "(("), None)
             closed = next((c for c in node.children if c.type == "))"), None)
+            if t == "compound_statement":
+                self.substitutions(node)  # `(( $(wc -l < f) > 10 ))`: the shell expands them first
             if opened is not None and closed is not None and node.text is not None:
                 self.arithmetic(node, node.text[opened.end_byte - node.start_byte:
                                                 closed.start_byte - node.start_byte].decode("utf-8", "replace"))
+            if t == "compound_statement":
+                return None
         if t in ("variable_assignment", "variable_assignments"):
             self.assignments(node)
             return None
@@ -255,13 +265,23 @@ class ShellWalker:
         while stack:
             n = stack.pop()
             if n.type in SUBSTITUTIONS:
-                for c in n.children:
-                    if c.is_named:
-                        self.run(c, None)
+                named = [c for c in n.children if c.is_named]
+                out = None
+                for c in named:
+                    out = self.run(c, None)
+                # Its output is the one command's (a list's would be every command's), when that prints numbers.
+                if n.type == "command_substitution" and len(named) == 1 and out is not None and out.number \
+                        and named[0].type in ("command", "pipeline", "redirected_statement"):
+                    self.numbers.add(n.id)
+                else:
+                    self.numbers.discard(n.id)
                 continue
             if n.type == "arithmetic_expansion":
+                for c in n.children:  # the $(...) inside are expanded first: whether they print numbers
+                    self.substitutions(c)
                 text = _txt(n)
                 self.arithmetic(n, text[3:-2] if text.startswith("$((") else text[2:-1])
+                continue
             stack.extend(reversed(n.children))
 
     def arithmetic(self, node: Node, text: str, *, strict: bool = True) -> None:
@@ -269,6 +289,9 @@ class ShellWalker:
         itself, and an array subscript in that value runs its `$(...)`: `x='a[$(cmd)]'; echo $((x))` runs cmd. So
         is the output of a `$(...)` in it. Opaque unless every variable it names is known to hold a plain number
         (`strict`); for `[[ A -eq B ]]`, only when a value set in this text is known to run something."""
+        for sub in substitutions_in(node):
+            if sub.id in self.numbers:  # `$(( $(date +%s) - start ))`: a number, whatever it is
+                text = text.replace(_txt(sub), " 0 ")
         name = self._arith_risk(text, strict)
         if name is not None:
             inv = Invocation(argv=[Word.of("$((")], where=self.where, raw=text)
@@ -313,7 +336,7 @@ class ShellWalker:
         name = _txt(name_node) if name_node is not None else _txt(a)
         value = word_of(value_node, self.env) if value_node is not None else Word.of("")
         self.session.variables[name] = None if value.dynamic else str(value)
-        if value_node is not None and value_node.type == "arithmetic_expansion":
+        if value_node is not None and (value_node.type == "arithmetic_expansion" or self._counted(value_node)):
             self.session.integers.add(name)
         else:
             self.session.integers.discard(name)
@@ -321,6 +344,30 @@ class ShellWalker:
         if runs_code(name, _txt(value_node).strip("\"'") if value_node is not None else ""):
             return [_runs_code_action(inv, name)]
         return [inv.action("shell", "assign", mutating=False, details={"name": name, "value": str(value)})]
+
+    def _counted(self, node: Node) -> bool:
+        """Is this value one `$(...)` (quoted or not) whose command prints only numbers: `n=$(... | wc -l)`?"""
+        if node.type == "string":
+            inner = [c for c in node.children if c.type not in ('"', '$"')]
+            return len(inner) == 1 and self._counted(inner[0])
+        return node.type == "command_substitution" and node.id in self.numbers
+
+    def _one_word(self, node: Node) -> bool:
+        """Is this unquoted expansion one word whatever it holds (no blank in it): a number?"""
+        if node.type == "arithmetic_expansion" or self._counted(node):
+            return True
+        name = node.named_children[0] if node.type in ("simple_expansion", "expansion") and \
+            len(node.named_children) == 1 else None
+        return name is not None and name.type == "variable_name" and _txt(node) in (f"${_txt(name)}",
+                                                                                      f"${{{_txt(name)}}}") \
+            and _txt(name) in self.session.integers
+
+    def word(self, node: Node) -> Word:
+        """The Word of an argument; an unquoted expansion in it that can only be a number does not split it."""
+        w = word_of(node, self.env)
+        if w.splits and all(self._one_word(e) for e in unquoted_expansions(node, self.env)):
+            w.splits = False
+        return w
 
     def declaration(self, node: Node) -> None:
         # export / declare / local / readonly / unset: shell state only, unless a substitution runs something.
@@ -345,10 +392,12 @@ class ShellWalker:
             # A redirection alone (`> file`, `: >` without the colon) empties or creates the file.
             self._bare_writes(node, redirects)
             return None
-        own_stdin, writes, continuations = self.redirects(redirects)
+        own_stdin, writes, continuations = self.redirects(redirects, self._herestrings(node))
         if body.type == "command":
             out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node),
                                extra=_dropped_words(node, body, redirects))
+            if out is not None and out.number and _merges_stderr(redirects):
+                out = dataclasses.replace(out, number=False)  # `wc -l f 2>&1`: its errors name the file
         else:
             out = self.with_stdin(body, stdin, own_stdin)
             inv = Invocation(argv=[Word.of("{")], where=self.where, raw=_txt(node))
@@ -389,7 +438,24 @@ class ShellWalker:
             return self.command(body, stdin, own_stdin=own)
         return self.run(body, own)
 
-    def redirects(self, redirects: list[Node]) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
+    def _herestrings(self, node: Node) -> set[int]:
+        """`cat > f <<< 'text'`: tree-sitter-bash (0.25) parses a here-string that follows a file redirect as an
+        ERROR `<<` and a redirect `< 'text'` (tree-sitter/tree-sitter-bash#232, #282). Bash reads a here-string:
+        the ids of those `<` redirects, read as here-strings; their ERROR nodes are marked repaired. Only the exact
+        shape (`<<` glued to a `<` with one word and no descriptor) is taken."""
+        out: set[int] = set()
+        kids = node.children
+        for err, nxt in zip(kids, kids[1:]):
+            if err.type == "ERROR" and _txt(err) == "<<" and nxt.type == "file_redirect" \
+                    and err.end_byte == nxt.start_byte and nxt.child_by_field_name("descriptor") is None \
+                    and [c.type for c in nxt.children if not c.is_named] == ["<"] \
+                    and len(nxt.children_by_field_name("destination")) == 1:
+                out.add(nxt.id)
+                self.session.repaired.add(err.id)
+        return out
+
+    def redirects(self, redirects: list[Node], herestrings: set[int] | frozenset[int] = frozenset()
+                  ) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
         """(stdin from a heredoc/here-string/`<` file, files written, statements chained after a heredoc)."""
         stdin: Stdin | None = None
         writes: list[tuple[str, bool]] = []
@@ -408,7 +474,7 @@ class ShellWalker:
                             conts.append(("|", c))
                         else:
                             conts.append((op or ";", c))
-            elif r.type == "herestring_redirect":
+            elif r.type == "herestring_redirect" or r.id in herestrings:
                 arg = next((c for c in r.children if c.is_named), None)
                 w = word_of(arg, self.env) if arg is not None else Word.of("")
                 stdin = Stdin("herestring", text=None if w.has_substitution else str(w) + "\n",
@@ -493,7 +559,7 @@ class ShellWalker:
         all_writes = list(writes or []) + more_writes
         # The command name is never taken from a variable, even a loop-bound one: that stays opaque.
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
-        argv += [word_of(a, self.env) for a in args]
+        argv += [self.word(a) for a in args]
         argv += extra or []
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)
@@ -510,8 +576,13 @@ class ShellWalker:
                 if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a):
                     self.session.variables[str(a)] = None
                     self.session.integers.discard(str(a))
+            if str(argv[0]) == "read" and effective is not None and effective.number:
+                # `seq 1 5 | while read i`: what it reads is numbers, so are the variables it sets.
+                self.session.integers.update(_read_names(argv[1:]))
         self.emit(self.n.dispatch(inv))
         out = _output_of(inv)
+        if out is not None and not _merges_stderr(redirects) and self.n.prints_number(inv):
+            out = dataclasses.replace(out, number=True)
         for path, append in all_writes:
             self.emit([file_write(inv, path, verb="append" if append else "write",
                                   content=out.text if out else None, by="redirect")])
@@ -548,7 +619,7 @@ _EVALUATES_NAMES = frozenset({"test", "[", "let", "printf", "read", "declare", "
 # Arithmetic: numbers (`16#ff`, `0x1f`, `10`), what is safe to name (a length `${#v}`, `$#`, `$?`, `$$`, `$!`), a
 # positional parameter, a name (and whether it is assigned there: `i=0`, not `i==0`).
 _ARITH_NUMBER = re.compile(r"\b(?:[0-9]+#[0-9A-Za-z@_]+|0[xX][0-9a-fA-F]+|[0-9]+)\b")
-_ARITH_SPECIALS = re.compile(r"\$\{#[A-Za-z_][A-Za-z0-9_]*\}|\$\{?[#?$!-]\}?")
+_ARITH_SPECIALS = re.compile(r"\$\{#[A-Za-z_][A-Za-z0-9_]*(\[[@*]\]|\[[0-9]+\])?\}|\$\{?[#?$!-]\}?")
 _ARITH_POSITIONAL = re.compile(r"\$\{?[0-9@*]")
 _ARITH_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\s*=(?!=))?")
 # `[[ A -eq B ]]` evaluates A and B as arithmetic.
@@ -560,6 +631,34 @@ _UNSET = object()
 # Loop values that are numbers whatever runs: `$(seq 1 5)`, `{1..10}`, `{0..20..5}`.
 _COUNTS = re.compile(r"\$\(\s*seq(\s+-?[0-9]+)+\s*\)|\{-?[0-9]+\.\.-?[0-9]+(\.\.-?[0-9]+)?\}|-?[0-9]+")
 _SETS_NAMES = frozenset({"read", "mapfile", "readarray", "printf", "getopts"})
+
+
+# Where a redirection sends stderr into stdout (`2>&1`, `2>/dev/stdout`): the output then holds error messages too.
+_STDOUT = frozenset({"1", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+
+
+def _merges_stderr(redirects: list[Node]) -> bool:
+    for r in redirects:
+        dest = r.child_by_field_name("destination") if r.type == "file_redirect" else None
+        if dest is not None and _txt(dest) in _STDOUT:
+            return True
+    return False
+
+
+def _read_names(args: list[Word]) -> list[str]:
+    """The variables `read [-r] [-p PROMPT] [-d DELIM] ... NAME...` sets; none when it reads another fd (-u)."""
+    names, i = [], 0
+    while i < len(args):
+        a = str(args[i])
+        if a.startswith("-") and len(a) > 1:
+            if "u" in a:
+                return []
+            i += 2 if a[-1] in "adnNpti" else 1
+            continue
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", a):
+            names.append(a)
+        i += 1
+    return names
 
 
 def _runs_later_action(inv: Invocation) -> Action:

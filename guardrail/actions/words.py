@@ -12,7 +12,8 @@ from typing import Iterator
 
 from tree_sitter import Node
 
-__all__ = ["Word", "word_of", "substitutions_in", "decode_ansi_c", "DYNAMIC_NODES", "SUBSTITUTIONS"]
+__all__ = ["Word", "word_of", "substitutions_in", "unquoted_expansions", "decode_ansi_c", "DYNAMIC_NODES",
+           "SUBSTITUTIONS"]
 
 # Node types whose value is only known when the command runs.
 DYNAMIC_NODES = frozenset({
@@ -27,12 +28,15 @@ class Word(str):
 
     dynamic: bool = False
     has_substitution: bool = False
+    # An expansion outside double quotes: the shell splits its value into words (`k=$(cmd)` may become several).
+    splits: bool = False
 
     @staticmethod
-    def of(text: str, *, dynamic: bool = False, has_substitution: bool = False) -> "Word":
+    def of(text: str, *, dynamic: bool = False, has_substitution: bool = False, splits: bool = False) -> "Word":
         w = Word(text)
         w.dynamic = dynamic
         w.has_substitution = has_substitution
+        w.splits = splits
         return w
 
 
@@ -138,7 +142,25 @@ def word_of(node: Node, env: dict[str, str] | None = None) -> Word:
         text.append(piece)
         dynamic = dynamic or dyn
         subst = subst or sub
-    return Word.of("".join(text), dynamic=dynamic, has_substitution=subst)
+    return Word.of("".join(text), dynamic=dynamic, has_substitution=subst,
+                   splits=dynamic and any(True for _ in unquoted_expansions(node, env)))
+
+
+_QUOTED = frozenset({"string", "translated_string", "raw_string", "ansi_c_string"})
+_LITERAL = frozenset({"word", "number", "variable_name", "file_descriptor", "test_operator", "regex",
+                      "extglob_pattern", "concatenation"})
+
+
+def unquoted_expansions(node: Node, env: dict[str, str] | None = None) -> Iterator[Node]:
+    """The expansions in a word outside quotes, whose values the shell splits into words (and globs); a part the
+    word reading does not know (an array, an ERROR) counts as one."""
+    if node.type in _QUOTED or _bound(node, env) is not None:
+        return
+    if node.type in DYNAMIC_NODES or (node.type not in _LITERAL and node.child_count):
+        yield node
+        return
+    for c in node.children:
+        yield from unquoted_expansions(c, env)
 
 
 def substitutions_in(node: Node) -> Iterator[Node]:

@@ -318,6 +318,11 @@ def ssh(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     if not p.positionals:
         return pre + _interactive(inv)
     host, cmd = p.positionals[0], p.positionals[1:]
+    if not cmd and "-N" in p.flags:
+        # -N: no remote command and no shell; the connection only carries its forwards (a tunnel to a database).
+        forwards = {o: [str(v) for v in p.all(o)] for o in ("-L", "-R", "-D") if p.all(o)}
+        return pre + [inv.action("ssh", "tunnel", target=Target(kind="host", name=str(host)), mutating=False,
+                                 details={"forwards": forwards})]
     if not cmd:
         return pre + _interactive(inv)
     return pre + n.script(" ".join(str(c) for c in cmd), inv.where.inside(f"ssh {host}"), inv.stdin)

@@ -154,6 +154,13 @@ lockouts contains sprintf("CLIENT KILL of every client a filter matches (%s)", [
 	lib.details.broad == true
 }
 
+# pgbouncer's console: PAUSE and SUSPEND hold every client's queries, DISABLE refuses new clients, KILL drops
+# every client of a database.
+lockouts contains sprintf("pgbouncer %s", [object.get(lib.details, "command", "")]) if {
+	input.action.tool in sql_tools
+	lib.details.stops_clients == true
+}
+
 # FAILOVER: the primary becomes a replica, so every client's write to it fails (READONLY).
 lockouts contains "FAILOVER (the primary becomes a read-only replica)" if {
 	input.action.tool == "redis-cli"

@@ -216,3 +216,16 @@ test_a_connection_limit_of_one_is_a_lockout if {
 		not "SRE-ACCESS-002" in {f.id | some f in access.deny} with input as {"action": {"tool": "psql", "verb": "alter role", "mutating": true, "keys": [{"key": "postgres.role.connection_limit", "value": v, "scope": {"role": "saleor"}}]}, "context": {}}
 	}
 }
+
+console(verb, details) := {"action": {"tool": "psql", "verb": verb, "mutating": true, "target": {"kind": "component", "name": "pgbouncer"}, "details": object.union({"sql_kind": "console", "console": "pgbouncer"}, details)}, "context": {}}
+
+# pgbouncer's console: PAUSE / KILL stop the clients; RELOAD and RESUME are repairs.
+test_pgbouncer_pause_denied if {
+	"SRE-ACCESS-002" in ids(access.deny) with input as console("pause", {"stops_clients": true, "command": "PAUSE app"})
+	"SRE-ACCESS-002" in ids(access.deny) with input as console("kill", {"stops_clients": true, "command": "KILL app"})
+}
+
+test_pgbouncer_reload_resume_allowed if {
+	count(access.deny) == 0 with input as console("reload", {})
+	count(access.deny) == 0 with input as console("resume", {})
+}

@@ -23,9 +23,11 @@ is_restart if {
 # The action normaliser marks restarts it recognises (delete pod, rollout restart, a signal to PID 1 in a pod).
 is_restart if input.action.details.restart == true
 
+# (`docker kill -s HUP`, which the process handles and keeps running, the classifier marks `restart: false`.)
 is_restart if {
 	input.action.tool in {"systemctl", "service", "docker", "podman"}
 	lib.verb in {"restart", "stop", "kill"}
+	object.get(lib.details, "restart", true) != false
 }
 
 is_restart if {

@@ -126,3 +126,16 @@ test_a_long_debug_sleep_or_a_reload_is_a_restart if {
 	not "SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug sleep", "DEBUG SLEEP 0.5")
 	not "SRE-RESTART-001" in ids(restart.deny) with input as debug_cmd("debug object", "DEBUG OBJECT k")
 }
+
+docker_kill(name, details) := {"action": {"tool": "docker", "verb": "kill", "mutating": true, "target": {"kind": "container", "name": name}, "details": details}, "context": ctx}
+
+# `docker kill -s HUP redis`: the process reloads and keeps running (the classifier says restart: false).
+test_docker_kill_hup_not_a_restart if {
+	count(restart.deny) == 0 with input as docker_kill("redis", {"signal": "-HUP", "restart": false})
+	count(restart.warn) == 0 with input as docker_kill("redis", {"signal": "-HUP", "restart": false})
+}
+
+test_docker_kill_denied if {
+	"SRE-RESTART-001" in ids(restart.deny) with input as docker_kill("redis", {"signal": "-KILL", "restart": true})
+	"SRE-RESTART-001" in ids(restart.deny) with input as docker_kill("redis", {})
+}

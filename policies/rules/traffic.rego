@@ -69,13 +69,15 @@ deny contains {
 	lib.mutating
 }
 
+# The same in any text (a remote command, a script): a rule added, or a qdisc changed. `tc qdisc` followed by show,
+# ls, list or lst (or a prefix tc reads as show: s, sh, lis) lists the qdiscs; tc reads l, li and lin as link.
 deny contains {
 	"id": "SRE-TRAFFIC-004",
 	"msg": firewall_msg,
 	"details": {"tool": "shell"},
 } if {
 	some t in lib.texts
-	regex.match(`(^|[;&|(\s])(iptables|ip6tables|nft|ufw|tc)\s+[^;&|]*(-A|-I|--append|--insert|add|deny|reject|qdisc)\b`, t)
+	regex.match(`(^|[;&|(\s])(iptables|ip6tables|nft|ufw|tc)\s+[^;&|]*((-A|-I|--append|--insert|add|deny|reject)\b|qdisc\s+([^sl\s]|li?\b|lin))`, t)
 }
 
 deny contains {

@@ -54,6 +54,18 @@ test_iptables_list_allowed if {
 	count(traffic.deny) == 0 with input as {"action": {"tool": "shell", "verb": "iptables", "mutating": false}, "command": "iptables -L -n"}
 }
 
+# `tc qdisc show` lists the qdiscs; replace, del, change (and the prefix l, which tc reads as link) change them.
+test_tc_qdisc_show_allowed if {
+	count(traffic.deny) == 0 with input as {"action": {"tool": "tc", "verb": "list", "mutating": false}, "command": "tc -s qdisc show dev eth0"}
+	count(traffic.deny) == 0 with input as {"action": {"tool": "tc", "verb": "list", "mutating": false}, "command": "tc qdisc ls"}
+}
+
+test_tc_qdisc_change_denied if {
+	"SRE-TRAFFIC-004" in ids(traffic.deny) with input as {"action": {"tool": "shell", "verb": "tc", "mutating": "unknown"}, "command": "tc qdisc replace dev eth0 root netem delay 1s"}
+	"SRE-TRAFFIC-004" in ids(traffic.deny) with input as {"action": {"tool": "shell", "verb": "tc", "mutating": "unknown"}, "command": "tc qdisc del dev eth0 root"}
+	"SRE-TRAFFIC-004" in ids(traffic.deny) with input as {"action": {"tool": "shell", "verb": "tc", "mutating": "unknown"}, "command": "tc qdisc l dev eth0"}
+}
+
 test_network_policy_denied if {
 	"SRE-TRAFFIC-005" in ids(traffic.deny) with input as {"action": {"tool": "kubectl", "verb": "apply", "mutating": true, "target": {"kind": "networkpolicy", "name": "deny-all"}}}
 }

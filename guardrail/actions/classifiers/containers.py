@@ -8,6 +8,7 @@ CMD...` is unwrapped by `guardrail.actions.wrappers.container_exec` (with `CONTA
 from __future__ import annotations
 
 from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.staples import kill_args, leaves_running
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Layer, Target
 
@@ -43,6 +44,9 @@ _READ = frozenset({"ps", "logs", "inspect", "images", "stats", "top", "version",
 # image prune, system prune) changes what containers run with or removes their data.
 _GROUPS = frozenset({"network", "volume", "image", "system", "builder", "context", "plugin", "secret", "config"})
 _GROUP_READS = frozenset({"ls", "list", "inspect", "history", "df", "info", "events"})
+# Options of kill / stop / restart that take a value (the signal, the grace period): not a container's name.
+_SIGNAL_OPTIONS = OptionSpec.of(["-s", "--signal", "-t", "--time", "--timeout"], {"--signal": "-s", "--time": "-t",
+                                                                                 "--timeout": "-t"})
 _LIFECYCLE = frozenset({"restart", "stop", "kill", "rm", "start", "pause", "unpause", "update", "rmi", "create",
                         "run", "cp", "commit", "rename", "stopp", "rmp", "runp"})
 
@@ -67,6 +71,13 @@ class ContainerRuntime:
             # The container made: its --name, else the image (the words before it are option values).
             run = CONTAINER_RUN.parse(inv.args[skip:])
             name = str(run.get("--name") or (run.positionals[0] if run.positionals else ""))
+        signal = None
+        if verb in ("kill", "stop", "restart") and skip:
+            # `docker kill -s HUP pgbouncer`: the option's value is the signal, not a container.
+            sig = _SIGNAL_OPTIONS.parse(inv.args[skip:])
+            name = str(sig.positionals[0]) if sig.positionals else ""
+            if verb == "kill" and sig.get("-s") is not None:
+                signal = kill_args(["-" + str(sig.get("-s")).lstrip("-")])[0]
         target = Target(kind="container", name=name)
         if verb in _READ or verb.startswith("ls"):
             return [inv.action(inv.name, verb, target=target, mutating=False)]
@@ -77,9 +88,16 @@ class ContainerRuntime:
             return [inv.action(inv.name, f"{verb} {sub}", target=target, mutating=UNKNOWN,
                                opaque_reason=f"{inv.name} {verb} {sub} removes or rewires what containers use (a "
                                "volume's data, a network); the guard does not judge it")]
+        if verb == "kill" and signal is not None and leaves_running(signal, None):
+            # A signal the container's process handles and keeps running (HUP: reload its config), as `kill -HUP`
+            # of the same process is judged: not a restart.
+            return [inv.action(inv.name, verb, target=target, mutating=True, layer=Layer.NONE,
+                               details={"signal": "-" + signal, "restart": False})]
         if verb in _LIFECYCLE:
             # pause freezes every process of the container: to its clients it is down, as stopped.
             details = {"restart": True} if verb in ("restart", "stop", "kill", "rm", "stopp", "rmp", "pause") else {}
+            if signal is not None:
+                details["signal"] = "-" + signal
             return [inv.action(inv.name, verb, target=target, mutating=True, layer=Layer.NONE, details=details)]
         return [inv.action(inv.name, verb, target=target, mutating=UNKNOWN,
                            opaque_reason=f"{inv.name} {verb!r} is not a verb the guard knows")]

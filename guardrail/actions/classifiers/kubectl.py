@@ -76,6 +76,16 @@ def kind_of(name: str) -> str:
     return kinds.get(base, n)
 
 
+# A label or annotation key (`app`, `kubectl.kubernetes.io/restartedAt`), as written before the `=` of KEY=VALUE.
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?=")
+
+
+def _computed_value(w: Word) -> bool:
+    """`KEY="$(date +%s)"`: a literal key, a value computed as the command runs, and one word whatever it holds (the
+    expansion quoted, or one the walker knows prints a number): a label's value, not a resource list."""
+    return bool(_LABEL_KEY.match(w)) and not w.splits
+
+
 def _resources(words: list[Word]) -> list[tuple[str, str | None]]:
     """`pod x y`, `pod/x`, `deploy/a svc/b`, `pods,svc` -> [(kind, name)]."""
     out: list[tuple[str, str | None]] = []
@@ -188,7 +198,7 @@ class Kubectl:
         if act.details.get("dest_path"):
             # The file the copy writes in the pod, judged as any write of that file (a datastore's data file).
             return [act, file_write(inv, act.details["dest_path"], by="kubectl cp", pod=act.target.name)]
-        computed = [str(w) for w in rest if w.dynamic]
+        computed = [str(w) for w in rest if w.dynamic and not (verb in ("label", "annotate") and _computed_value(w))]
         if act.mutating is True and verb not in ("exec", "cp", "run", "port-forward", "attach", "debug") and (
                 computed or inv.args_pending):
             # `kubectl delete $(kubectl get pvc -o name)`, `... -o name | xargs kubectl delete`: which resources it
@@ -540,6 +550,10 @@ class Kubectl:
         for w in rest:
             k, eq, v = str(w).partition("=")
             if eq:
+                # A value made as the command runs (`checked-at="$(date -u +%FT%TZ)"`) is kept as written: it names
+                # no component, so a selected label overwritten with it is judged as any other value.
+                if w.dynamic:
+                    a.details.setdefault("computed_values", []).append(k)
                 a.keys.append(KeyChange(key=f"k8s.{field}.{k}", value=v, scope=self._scope(a)))
             elif k.endswith("-") and not k.startswith("-") and len(k) > 1:
                 # `app-` removes the label (a pod leaves the Services that select on it).

@@ -12,8 +12,8 @@ from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, hold_locks,
-                                             literal, statements)
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, counts_only,
+                                             hold_locks, literal, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
@@ -25,6 +25,10 @@ _SPEC = OptionSpec.of(
      "--ssl-ca", "--ssl-cert", "--ssl-key", "--connect-timeout", "--max-allowed-packet", "--login-path",
      "--tee", "--pager", "--delimiter"],
     {"--execute": "-e", "--host": "-h", "--port": "-P", "--user": "-u", "--database": "-D", "--socket": "-S"})
+
+# mysql's flags that leave a count's output a number: no column names, batch, silent, no rehash.
+_COUNT_FLAGS = frozenset({"-N", "--skip-column-names", "-s", "--silent", "-B", "--batch", "-A", "--no-auto-rehash",
+                          "-r", "--raw", "-q", "--quick"})
 
 _SCOPES = {"GLOBAL": ("set global", Layer.RUNTIME), "SESSION": ("set session", Layer.SESSION),
            "LOCAL": ("set session", Layer.SESSION), "PERSIST": ("set persist", Layer.DECLARED),
@@ -304,6 +308,17 @@ class Mysql:
     """mysql and mariadb clients."""
 
     commands = ("mysql", "mariadb")
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """`mysql -N -e "SELECT COUNT(*) FROM t"`: no column names, a count: a number. Only the connection options
+        beside them (no -t/-H/-X format, no -v echo of the query, no --init-command)."""
+        p = _SPEC.parse([a for a in inv.args if not (a.startswith("-p") and not a.startswith("--p")
+                                                     or a.startswith("--password"))])
+        sql = p.all("-e")
+        return p.has("-N", "--skip-column-names") and p.flags <= _COUNT_FLAGS \
+            and set(p.opts) <= {"-e", "-h", "-P", "-u", "-D"} and len(sql) == 1 and not sql[0].dynamic \
+            and len(p.positionals) <= 1 and not inv.args_pending \
+            and counts_only(str(sql[0]), hash_comments=True, exec_comments=True)
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [a for a in inv.args]

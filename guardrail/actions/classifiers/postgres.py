@@ -12,12 +12,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, cte_dml_effects, hold_locks,
-                                              literal, pg_bool, scan, statements)
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, counts_only, cte_dml_effects,
+                                              hold_locks, literal, pg_bool, scan, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
-__all__ = ["Psql", "pg_effect"]
+__all__ = ["Psql", "pg_effect", "console_effect", "CONSOLE_DATABASE"]
 
 _SPEC = OptionSpec.of(
     ["-c", "--command", "-f", "--file", "-h", "--host", "-p", "--port", "-U", "--username", "-d", "--dbname",
@@ -25,6 +25,10 @@ _SPEC = OptionSpec.of(
      "--record-separator", "-P", "--pset", "-T", "--table-attr"],
     {"--command": "-c", "--file": "-f", "--host": "-h", "--port": "-p", "--username": "-U", "--dbname": "-d",
      "--set": "-v", "--variable": "-v", "--output": "-o"})
+
+# psql's flags that leave a count's output a number: aligned or not, quiet, no psqlrc, no password prompt.
+_COUNT_FLAGS = frozenset({"-A", "-t", "-q", "-X", "-w", "-W", "-n", "--no-align", "--tuples-only", "--quiet",
+                          "--no-psqlrc", "--no-password", "--password", "--no-readline"})
 
 _ROLE_ATTRS = {"SUPERUSER", "NOSUPERUSER", "CREATEDB", "NOCREATEDB", "CREATEROLE", "NOCREATEROLE", "INHERIT",
                "NOINHERIT", "LOGIN", "NOLOGIN", "REPLICATION", "NOREPLICATION", "BYPASSRLS", "NOBYPASSRLS"}
@@ -290,6 +294,38 @@ def _load(st: Statement) -> SqlEffect:
     if not lib.startswith("$libdir/") and ("/" in lib or "\\" in lib):
         details["loads_library"] = lib
     return SqlEffect(verb="load", mutating=True, details=details)
+# pgbouncer's admin console: psql to the `pgbouncer` database of a pgbouncer speaks its commands, not SQL. SHOW
+# reads; RELOAD rereads its config file (as pg_reload_conf does), RESUME and ENABLE undo PAUSE / SUSPEND and
+# DISABLE; PAUSE, SUSPEND (clients wait), DISABLE (new clients refused) and KILL (every client of a database
+# dropped) stop the clients (`stops_clients`: SRE-ACCESS-002); SHUTDOWN stops pgbouncer (a restart); SET changes
+# its running setting (`pgbouncer.<name>`, until a reload or restart). Anything else is not known.
+CONSOLE_DATABASE = "pgbouncer"
+_CONSOLE_REPAIRS = frozenset({"RELOAD", "RESUME", "ENABLE", "WAIT_CLOSE"})
+_CONSOLE_STOPS = frozenset({"PAUSE", "SUSPEND", "DISABLE", "KILL"})
+
+
+def console_effect(st: Statement) -> SqlEffect:
+    """What one pgbouncer console command does."""
+    k = st.kw(0)
+    details: dict[str, Any] = {"sql_kind": "console", "console": CONSOLE_DATABASE}
+    if k == "SHOW":
+        return SqlEffect(verb="show", mutating=False, details={**details, "sql_kind": "read"})
+    if k in _CONSOLE_REPAIRS:
+        return SqlEffect(verb=k.lower(), mutating=k != "WAIT_CLOSE", details=details)
+    if k in _CONSOLE_STOPS:
+        return SqlEffect(verb=k.lower(), mutating=True, details={**details, "stops_clients": True,
+                                                                 "command": st.text.strip()[:200]})
+    if k == "KILL_CLIENT":
+        return SqlEffect(verb="kill_client", mutating=True, details=details)
+    if k == "SHUTDOWN":
+        return SqlEffect(verb="shutdown", mutating=True, details={**details, "restart": True})
+    if k == "SET":
+        got = _guc_assignment(st, 1)
+        if got is not None:
+            return SqlEffect(verb="set", mutating=True, layer=Layer.RUNTIME, details=details,
+                             keys=[KeyChange(key=f"pgbouncer.{got[0]}", value=got[1])])
+    return SqlEffect(verb=(k or "command").lower(), mutating=UNKNOWN, details=details,
+                     opaque_reason=f"pgbouncer console command {k or st.text[:20]!r} is not one the guard knows")
 
 
 @register
@@ -297,6 +333,15 @@ class Psql:
     """psql: each SQL statement (or meta-command) it will run."""
 
     commands = ("psql",)
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """`psql -At -c "SELECT count(*) FROM t"`: tuples only (no header, no row count) of a count: a number. Only
+        the connection options beside them (no -e/-a echo of the query, no -H/-x/-P format, no -v set)."""
+        p = _SPEC.parse(inv.args)
+        sql = p.all("-c")
+        return p.has("-t", "--tuples-only") and p.flags <= _COUNT_FLAGS and set(p.opts) <= {"-h", "-p", "-U", "-d", "-c"} \
+            and len(sql) == 1 and not sql[0].dynamic and len(p.positionals) <= 2 and not inv.args_pending \
+            and counts_only(str(sql[0]), pg_strings=True)
 
     def classify(self, inv: Invocation) -> list[Action]:
         p = _SPEC.parse(inv.args)
@@ -308,7 +353,11 @@ class Psql:
             host = _conn_host(str(conn))
         if db is None:
             db = next((w for w in p.positionals if w is not conn), None)
-        target = inv.service_target(str(host) if host is not None else None, "postgres")
+        if db is None and conn is not None:
+            db = _conn_db(str(conn))
+        console = db is not None and str(db) == CONSOLE_DATABASE
+        target = inv.service_target(str(host) if host is not None else None,
+                                    CONSOLE_DATABASE if console else "postgres")
         base = {"database": str(db) if db is not None else None, "user": str(p.get("-U")) if p.get("-U") else None}
         if conn is not None:
             base["dsn"] = str(conn) if conn.dynamic else "<connection string>"
@@ -371,7 +420,7 @@ class Psql:
     def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
         out = []
         sts = statements(sql, pg_strings=True)
-        effs = [pg_effect(st) for st in sts]
+        effs = [console_effect(st) if base.get("database") == CONSOLE_DATABASE else pg_effect(st) for st in sts]
         hold_locks(effs)
         for st, eff in zip(sts, effs):
             if eff.skip:
@@ -399,6 +448,20 @@ class Psql:
                                opaque_reason=f"psql meta-command {cmd} runs or writes something not visible",
                                details={**base, "meta": line})]
         return [inv.action("psql", cmd, target=target, mutating=False, details={**base, "meta": line})]
+
+
+def _conn_db(conn: str) -> str | None:
+    """The database a connection string names (`postgresql://u@h:6432/pgbouncer`, `dbname=pgbouncer host=h`)."""
+    if conn.startswith("$"):
+        return None
+    if "://" in conn:
+        path = conn.split("://", 1)[1].split("?", 1)[0]
+        return path.split("/", 1)[1] or None if "/" in path else None
+    for part in conn.split():
+        k, _, v = part.partition("=")
+        if k == "dbname":
+            return v
+    return None
 
 
 def _conn_host(conn: str) -> str | None:

@@ -14,7 +14,7 @@ from guardrail.actions.model import Action
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
 
-__all__ = ["Decompressors", "Tar", "Git", "Openssl", "SchemaDump"]
+__all__ = ["Decompressors", "Tar", "Git", "Openssl", "SchemaDump", "Firewall"]
 
 # The options that take a value, so that a value is not read as flags (`xz -T 0`, `tar -f x.tgz`).
 _COMPRESSOR = OptionSpec.of(["-S", "--suffix", "-T", "--threads", "-M", "--memlimit", "-F", "--format", "-o",
@@ -131,3 +131,74 @@ class SchemaDump:
         if out is not None and out != "-":
             acts.append(file_write(inv, str(out), by=inv.name))
         return acts
+
+
+# tc's options before the object: flags, and -n/-netns with a namespace. -b/-batch runs commands from a file.
+_TC_FLAGS = frozenset({"-s", "-stats", "-statistics", "-d", "-details", "-p", "-pretty", "-j", "-json", "-i", "-iec",
+                       "-r", "-raw", "-g", "-graph", "-h", "-human", "-t", "-timestamp", "-ts", "-tshort", "-c",
+                       "-color", "-color=never", "-color=always", "-color=auto", "-nm", "-name"})
+_TC_LISTS = frozenset({"show", "ls", "list", "lst"})
+# iptables' listing: -L/--list and -S/--list-rules (one chain, or all), with output modifiers; -t TABLE, -w [SECS].
+_IPT_LETTERS = frozenset("LSnvxtw")
+_IPT_LONG = frozenset({"--list", "--list-rules", "--numeric", "--verbose", "--exact", "--line-numbers", "--wait",
+                       "--table"})
+_NFT_FLAGS = frozenset({"-a", "--handle", "-n", "--numeric", "-s", "--stateless", "-j", "--json", "-N", "--reversedns",
+                        "-S", "--service", "-u", "--guid", "-y", "--numeric-priority", "-p", "--numeric-protocol",
+                        "-T", "--numeric-time", "-t", "--terse"})
+
+
+@register
+class Firewall:
+    """tc, iptables, ip6tables, nft: their listings (`tc qdisc show`, `iptables -L -n`, `iptables -S`, `nft list
+    ruleset`) read; every other form adds, changes or removes a rule (or reads commands from a file): opaque, and
+    judged by the traffic rules as before."""
+
+    commands = ("tc", "iptables", "ip6tables", "iptables-legacy", "ip6tables-legacy", "iptables-nft",
+                "ip6tables-nft", "nft")
+
+    def classify(self, inv: Invocation) -> list[Action]:
+        args = [str(a) for a in inv.args]
+        if not any(a.dynamic for a in inv.args) and inv.stdin is None and self._lists(inv.name, args):
+            return [inv.action(inv.name, "list", mutating=False)]
+        return [inv.opaque(inv.name, f"{inv.name} {' '.join(args[:3])}: a change to the host's packet filtering or "
+                           "shaping (only its listings are known to read: tc qdisc show, iptables -L -n, iptables -S, "
+                           "nft list ruleset)".replace("  ", " "))]
+
+    @staticmethod
+    def _lists(name: str, args: list[str]) -> bool:
+        if name == "tc":
+            i = 0
+            while i < len(args) and args[i].startswith("-"):
+                if args[i] in ("-n", "-netns"):
+                    i += 1
+                elif args[i] not in _TC_FLAGS:
+                    return False
+                i += 1
+            rest = args[i:]
+            # `tc qdisc`, `tc qdisc show dev eth0`, `tc -s class ls`: a listing (tc's default action is show).
+            return bool(rest) and rest[0] in ("qdisc", "class", "filter") and (len(rest) == 1 or rest[1] in _TC_LISTS)
+        if name == "nft":
+            words = [a for a in args if not a.startswith("-")]
+            return all(a in _NFT_FLAGS for a in args if a.startswith("-")) and bool(words) and words[0] == "list"
+        listed, chains, i = False, 0, 0
+        while i < len(args):
+            a = args[i]
+            if a.startswith("--"):
+                key = a.split("=", 1)[0]
+                if key not in _IPT_LONG:
+                    return False
+                listed = listed or key in ("--list", "--list-rules")
+                if key == "--table" and "=" not in a:
+                    i += 1
+            elif a.startswith("-") and len(a) > 1:
+                if not set(a[1:]) <= _IPT_LETTERS:
+                    return False
+                listed = listed or "L" in a or "S" in a
+                if a.endswith("t"):
+                    i += 1  # -t TABLE
+            elif a.isdigit() and i > 0 and args[i - 1].endswith("w"):
+                pass  # -w SECS
+            else:
+                chains += 1  # the chain listed
+            i += 1
+        return listed and chains <= 1

@@ -162,11 +162,29 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
     return act(UNKNOWN, reason=f"redis command {cmd!r} is not one the guard knows")
 
 
+# Commands whose reply is an integer, and how many arguments they take (None: one or more): what redis-cli prints
+# for them is a number (`c=$(redis-cli LLEN queue); echo $((c / 60))`). --no-raw would print "(integer) 5".
+_COUNTS: dict[str, int | None] = {"LLEN": 1, "SCARD": 1, "ZCARD": 1, "HLEN": 1, "XLEN": 1, "STRLEN": 1, "DBSIZE": 0,
+                                  "EXISTS": None}
+
+
 @register
 class RedisCli:
     """redis-cli and its forks."""
 
     commands = ("redis-cli", "valkey-cli", "keydb-cli")
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """A command of `_COUNTS` with its arguments, each one word, and no mode that prints something else."""
+        p = _SPEC.parse(inv.args)
+        words = list(p.positionals) + list(p.after_dashdash or [])
+        if not words or words[0].dynamic or any(w.splits for w in words) or inv.args_pending:
+            return False
+        if "--no-raw" in p.flags or "--pipe" in p.flags or "-x" in p.flags or p.get("--eval") is not None \
+                or p.get("--cluster") is not None or any(m in p.flags or m in p.opts for m in _READ_MODES):
+            return False
+        arity = _COUNTS.get(str(words[0]).upper(), -1)
+        return arity != -1 and (len(words) - 1 == arity if arity is not None else len(words) > 1)
 
     def classify(self, inv: Invocation) -> list[Action]:
         p = _SPEC.parse(inv.args)

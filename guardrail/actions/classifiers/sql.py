@@ -13,7 +13,8 @@ from typing import Any
 
 from guardrail.actions.model import UNKNOWN, KeyChange, Layer, Mutating
 
-__all__ = ["Tok", "Statement", "SqlEffect", "scan", "statements", "common_effect", "literal", "hold_locks", "pg_bool"]
+__all__ = ["Tok", "Statement", "SqlEffect", "scan", "statements", "common_effect", "literal", "hold_locks", "pg_bool",
+           "counts_only"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -904,3 +905,24 @@ def _over_every_backend(tables: list[str]) -> bool:
     pg_stat_replication ... or every number generate_series counts through."""
     return any(t.split(".")[-1].lower() in ("generate_series", "pg_locks", "pg_stat_replication", "pg_stat_ssl",
                                             "pg_stat_gssapi", "pg_stat_activity") for t in tables)
+def counts_only(sql: str, **dialect: Any) -> bool:
+    """Is `sql` one `SELECT count(...) [AS n] [FROM ...]`, whose result (printed without headers) holds only
+    integers? No UNION / INTERSECT / EXCEPT (which could add a row of another type), no second statement."""
+    sts = statements(sql, **dialect)
+    if len(sts) != 1:
+        return False
+    st = sts[0]
+    if st.kw(0) != "SELECT" or st.kw(1) != "COUNT" or len(st.toks) < 4 or st.toks[2].text != "(":
+        return False
+    if st.index("UNION", "INTERSECT", "EXCEPT", "INTO", depth0=False) >= 0 or any(t.text == "\\" for t in st.toks):
+        return False
+    j = _closing(st, 3) + 1
+    if j < len(st.toks) and st.toks[j].text == "::":  # count(*)::int (not ::regclass, which prints a name)
+        if st.kw(j + 1) not in ("INT", "INTEGER", "BIGINT", "INT4", "INT8"):
+            return False
+        j += 2
+    if st.kw(j) == "AS":
+        j += 1
+    if j < len(st.toks) and st.toks[j].kind in ("word", "qid") and st.kw(j) != "FROM":
+        j += 1  # its alias
+    return j == len(st.toks) or st.kw(j) == "FROM"

@@ -15,8 +15,10 @@ from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Target
 from guardrail.actions.shell import file_write
+from guardrail.actions.words import Word
 
-__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration"]
+__all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration", "kill_args",
+           "leaves_running"]
 
 _OWNED_ELSEWHERE = {"sed", "awk", "gawk", "mawk", "nawk"}
 
@@ -26,6 +28,13 @@ class ReadOnly:
     """Commands that only read."""
 
     commands = tuple(c for c in catalogue().read_only if c not in _OWNED_ELSEWHERE)
+
+    def prints_number(self, inv: Invocation) -> bool:
+        """Does it print only numbers (`_NUMBERS`)?"""
+        keeps = _KEEPS_NUMBERS.get(inv.name) if inv.stdin is not None and inv.stdin.number else None
+        check = keeps or _NUMBERS.get(inv.name)
+        return check is not None and not inv.args_pending and not any(a.splits for a in inv.args) \
+            and check(list(inv.args))
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = list(inv.args)
@@ -137,10 +146,117 @@ def _hash(args: list[str]) -> tuple[str, str] | None:
     return ("runs", "-p") if any(re.fullmatch(r"-[a-zA-Z]*p[a-zA-Z]*", a) for a in args) else None
 
 
+def _sysctl(args: list[str]) -> tuple[str, str] | None:
+    # `sysctl NAME`, `sysctl -a`, `-n NAME` read; -w, NAME=VALUE, -p / --load / --system (set from files) write.
+    if any(a in ("-w", "--write", "-p", "--load", "-f", "--system") or a.startswith("--load=")
+           or re.fullmatch(r"-[a-zA-Z]*[wpf][a-zA-Z]*", a) or (not a.startswith("-") and "=" in a) for a in args):
+        return ("changes", "sysctl -w")
+    return None
+
+
+def _mount(args: list[str]) -> tuple[str, str] | None:
+    # Only the listing: `mount`, `mount -l`. Anything else mounts, remounts or moves a file system.
+    return None if all(a in ("-l", "--show-labels") for a in args) else ("changes", "mount")
+
+
+def _crontab(args: list[str]) -> tuple[str, str] | None:
+    # `crontab -l [-u user]` lists; a file, -e, -r install, edit or remove what cron runs later.
+    if "-l" in args and not any(a in ("-e", "-r", "-i") for a in args) and \
+            all(a in ("-l", "-u") or (i > 0 and args[i - 1] == "-u") for i, a in enumerate(args)):
+        return None
+    return ("runs", "changes the commands cron runs later")
+
+
+_MKTEMP = OptionSpec.of(["-p", "--tmpdir", "--suffix"], {"--tmpdir": "-p"})
+
+
+def _mktemp(args: list[str]) -> tuple[str, str] | None:
+    # A new, empty, uniquely named file (or directory) under the temp directory: nothing that exists changes. One
+    # under a directory the command names (`-p DIR`, `/etc/x.XXXX`) is a file written there.
+    if any(a in ("-u", "--dry-run") for a in args):
+        return None
+    p = _MKTEMP.parse([Word.of(a) for a in args])
+    template = next((str(a) for a in p.positionals), "")
+    where = p.get("-p")
+    if where is not None and str(where) not in ("", "/tmp") and "/" not in template:
+        return ("write", f"{where}/{template or 'tmp.XXXXXXXXXX'}")
+    if "/" in template and not template.startswith("/tmp/"):
+        return ("write", template)
+    return None
+
+
 # The staples that are not only readers with some options: what those options write, run or change.
 _UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
            "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
-           "timedatectl": _timedatectl, "hash": _hash}
+           "timedatectl": _timedatectl, "hash": _hash, "sysctl": _sysctl, "mount": _mount, "crontab": _crontab,
+           "mktemp": _mktemp}
+
+
+# Readers whose output is only numbers (digits, blanks, signs, separators; never a letter): a count, a time, a size.
+# Shell arithmetic reads a letter in a value as a variable's name, and evaluates that variable's value (an array
+# subscript in it runs its $(...)); a value of digits names nothing. So `n=$(... | wc -l); echo $((n + 1))` runs
+# nothing but the arithmetic (`shell.ShellWalker.arithmetic`). Only the forms whose output is that whatever the input:
+# wc and grep -c print file names beside the counts when they read several files (wc: any file), so only their
+# stdin (or grep's one file) forms; date and stat only formats made of numeric conversions; seq without -f / -s.
+_WC_FLAGS = re.compile(r"-[lcwmL]+|--(lines|bytes|words|chars|max-line-length)")
+_GREP = OptionSpec.of(["-e", "--regexp", "-f", "--file", "-m", "--max-count", "-A", "-B", "-C", "--context",
+                       "--after-context", "--before-context", "--include", "--exclude", "--exclude-dir",
+                       "--binary-files", "-d", "--directories", "-D", "--devices", "--color", "--colour", "--label"],
+                      {"--regexp": "-e", "--file": "-f", "--max-count": "-m", "--directories": "-d"})
+_GREP_NAMES = frozenset({"-H", "--with-filename", "-r", "-R", "--recursive", "--dereference-recursive", "-l", "-L",
+                         "--files-with-matches", "--files-without-match", "--label", "-d", "-T", "--initial-tab"})
+_DATE_NUMBERS = re.compile(r"\+(%[-_0]?[0-9]*[sNYmdHMSjyuwCGgVUWekl]|[ .:,/-])+")
+_STAT = OptionSpec.of(["-c", "--format"], {"--format": "-c"})
+_STAT_NUMBERS = re.compile(r"(%[sYXZWihugbBoad]|[ .:,/-])+")
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _wc_number(args: list[Word]) -> bool:
+    return all(_WC_FLAGS.fullmatch(a) for a in args)
+
+
+def _grep_number(args: list[Word]) -> bool:
+    p = _GREP.parse(args)
+    if not p.has("-c", "--count") or p.has(*_GREP_NAMES):
+        return False
+    files = p.positionals if p.has("-e", "-f") else p.positionals[1:]
+    return len(files) <= 1 and not any(f.dynamic or _GLOB.search(f) for f in files)
+
+
+def _date_number(args: list[Word]) -> bool:
+    p = _DATE.parse(args)
+    return bool(p.positionals) and len(p.positionals) == 1 and bool(_DATE_NUMBERS.fullmatch(p.positionals[0])) \
+        and not p.positionals[0].dynamic and p.flags <= {"-u", "--utc", "--universal"} and set(p.opts) <= {"-d", "-r"}
+
+
+def _stat_number(args: list[Word]) -> bool:
+    p = _STAT.parse(args)
+    fmt = p.get("-c")
+    return fmt is not None and not getattr(fmt, "dynamic", False) and bool(_STAT_NUMBERS.fullmatch(str(fmt))) \
+        and p.flags <= {"-L", "--dereference"} and set(p.opts) == {"-c"}
+
+
+def _seq_number(args: list[Word]) -> bool:
+    return all(a in ("-w", "--equal-width") or (not a.dynamic and _NUMBER.fullmatch(a)) for a in args)
+
+
+def _filter_options(args: list[Word]) -> bool:
+    # `head -n 1`, `tail -1`, `sort -rn`, `sort -k 1,1`: options and their numeric values, no file.
+    return all(a.startswith("-") or re.fullmatch(r"[0-9,.]+", a) for a in args)
+
+
+def _tr_delete(args: list[Word]) -> bool:
+    # `tr -d ' '`, `tr -s ' '`: characters deleted or squeezed, none put in (tr a-z A-Z would translate digits too).
+    return len(args) == 2 and args[0] in ("-d", "-s", "-ds", "--delete", "--squeeze-repeats")
+
+
+# Readers that pass numbers on as numbers (`... | wc -l | tr -d ' '`).
+_KEEPS_NUMBERS = {"cat": lambda args: not args, "head": _filter_options, "tail": _filter_options,
+                  "sort": _filter_options, "tr": _tr_delete}
+
+_NUMBERS = {"wc": _wc_number, "grep": _grep_number, "egrep": _grep_number, "fgrep": _grep_number,
+            "date": _date_number, "stat": _stat_number, "seq": _seq_number}
 
 
 # awk runs commands with system(), `cmd | getline`, `print | "cmd"`; it writes with `print > "file"`.
@@ -232,7 +348,7 @@ class Kill:
             reach = [_kill_reach(t, t in dynamic, programs) for t in targets]
             # A signal a server handles ends nothing: HUP for any, USR1/USR2 for the servers that handle them
             # (a pid, or a pid looked up by name, whose program is one of those).
-            reach = [r for r, t in zip(reach, targets) if not _harmless(sig, _looked_up(t))]
+            reach = [r for r, t in zip(reach, targets) if not leaves_running(sig, _looked_up(t))]
             # In a pod any of them may be its main process; here (the host, or the container the agent runs in)
             # only PID 1, -1 and a server's pid looked up by name are known to be.
             ends_main = any(r is not None for r in reach) if inv.where.in_exec else \
@@ -281,8 +397,8 @@ _USR_SIGNALS = frozenset({"USR1", "USR2", "10", "12"})
 _HANDLES_USR = frozenset({"nginx", "postgres", "postmaster", "gunicorn", "uwsgi", "haproxy", "envoy"})
 
 
-def _harmless(sig: str, program: str | None) -> bool:
-    """Does signal `sig` leave `program` (None: not known) running?"""
+def leaves_running(sig: str, program: str | None) -> bool:
+    """Does signal `sig` (upper case, without SIG) leave `program` (None: not known) running?"""
     return sig in _NO_RESTART_SIGNALS or (sig in _USR_SIGNALS and program in _HANDLES_USR)
 
 
@@ -368,7 +484,7 @@ def _signals(args: list[str]) -> set[str]:
 
 
 def _harmless_all(sigs: set[str]) -> bool:
-    return any(_harmless(sig, None) for sig in sigs)
+    return any(leaves_running(sig, None) for sig in sigs)
 
 
 def _option_values(args: list[str], options: frozenset[str]) -> list[str]:
@@ -397,7 +513,7 @@ _USER_SERVERS = {"postgres": "postgres", "mysql": "mysqld", "redis": "redis-serv
 def _kills_server(name: str, args: list[str], targets: list[str],
                   programs: tuple[str, ...] = SERVER_PROGRAMS) -> bool:
     """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
-    if any(_harmless(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
+    if any(leaves_running(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
                                                                               programs=programs))), None))
            for sig in _signals(args)):
         return False

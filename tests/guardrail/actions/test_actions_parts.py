@@ -10,8 +10,8 @@ from guardrail.actions import normalise
 from guardrail.actions.catalogue import CATALOGUE_PATH, Catalogue, catalogue
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
-from guardrail.actions.classifiers.sql import statements
-from guardrail.actions.invocation import component_of_host
+from guardrail.actions.classifiers.sql import counts_only, statements
+from guardrail.actions.invocation import component_of_host, runs_code
 from guardrail.actions.shell import parse
 from guardrail.actions.words import Word, decode_ansi_c, word_of
 from guardrail.actions.wrappers import WRAPPERS
@@ -139,3 +139,31 @@ def test_actions_are_json_for_the_policy_input() -> None:
     doc = a.to_input()
     assert doc["mutating"] is True and doc["layer"] == "runtime"
     assert doc["keys"] == [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}]
+
+
+@pytest.mark.parametrize("src,splits", [
+    ('checked=$(date +%s)', True), ('checked="$(date +%s)"', False), ("'$(x)'", False), ("a$b", True),
+    ('"$a $b"', False), ("plain", False),
+])
+def test_an_unquoted_expansion_splits_a_word(src: str, splits: bool) -> None:
+    node = parse(f"echo {src}").root_node.children[0].child_by_field_name("argument")
+    assert node is not None and word_of(node).splits is splits
+
+
+@pytest.mark.parametrize("sql,counts", [
+    ("SELECT count(*) FROM messages", True), ("select count(*)::int as n from jobs where status = 'x';", True),
+    ("SELECT COUNT(DISTINCT a) FROM t", True), ("SELECT count(*) FROM t UNION SELECT 'a'", False),
+    ("SELECT count(*), name FROM t", False), ("SELECT count(*) FROM t; SELECT 'a'", False),
+    ("SELECT count(*)::regclass FROM t", False), ("SELECT relname FROM pg_class", False),
+])
+def test_a_count_query_prints_only_numbers(sql: str, counts: bool) -> None:
+    assert counts_only(sql, pg_strings=True) is counts
+
+
+@pytest.mark.parametrize("name,value,runs", [
+    ("PAGER", "cat", False), ("PSQL_PAGER", "", False), ("PAGER", "less -S", False), ("MANPAGER", "more", False),
+    ("PAGER", "sh -c id", True), ("PAGER", "less -k/tmp/keys", True), ("PAGER", "$X", True),
+    ("MANPAGER", "/tmp/pager", True), ("EDITOR", "cat", True),
+])
+def test_a_plain_pager_runs_nothing_else(name: str, value: str, runs: bool) -> None:
+    assert runs_code(name, value) is runs
