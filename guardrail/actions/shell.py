@@ -22,8 +22,8 @@ from tree_sitter import Node
 
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
 from guardrail.actions.model import Action, KeyChange
-from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, substitutions_in,
-                                     word_of)
+from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, hidden_commands,
+                                     unparsed_text, word_of)
 
 if TYPE_CHECKING:
     from guardrail.actions.normalise import Normaliser
@@ -262,7 +262,26 @@ class ShellWalker:
             if n.type == "arithmetic_expansion":
                 text = _txt(n)
                 self.arithmetic(n, text[3:-2] if text.startswith("$((") else text[2:-1])
+            if n.type == "expansion":
+                self.hidden(n, unparsed_text(n))
             stack.extend(reversed(n.children))
+
+    def hidden(self, node: Node, text: str) -> bool:
+        """Run the command substitutions bash finds in text the grammar reads as plain (a backtick or a `$(` in a
+        `${x:-...}` operand, an unquoted heredoc body): see `words.hidden_commands`. True when there is one, or one
+        that is not closed (then opaque)."""
+        found = hidden_commands(text)
+        if found is None:
+            inv = Invocation(argv=[Word.of("`")], where=self.where, raw=_txt(node))
+            self.emit([inv.opaque("substitution", "a backtick or $( here is not closed, so what bash runs is not "
+                                  "known; close it, or quote it if it is meant as text", text=text[:200])])
+            return True
+        for kind, body in found:
+            if kind == "$((":
+                self.arithmetic(node, body)
+            else:
+                self.run(parse(body).root_node, None)
+        return bool(found)
 
     def arithmetic(self, node: Node, text: str, *, strict: bool = True) -> None:
         """Bash evaluates a variable named in arithmetic (`$((x))`, `((x))`, `let`, `for ((...))`) as an expression
@@ -395,7 +414,8 @@ class ShellWalker:
         writes: list[tuple[str, bool]] = []
         conts: list[tuple[str, Node]] = []
         for r in redirects:
-            self.substitutions(r)
+            if r.type != "heredoc_redirect":  # a heredoc's body is expanded in `heredoc`, what follows it when run
+                self.substitutions(r)
             if r.type == "heredoc_redirect":
                 stdin = self.heredoc(r)
                 op = ""
@@ -449,11 +469,14 @@ class ShellWalker:
             text = written
         if any(c.type == "<<-" for c in r.children):
             text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
-        has_sub = body is not None and not quoted and any(True for _ in substitutions_in(body))
-        if misparsed and not quoted and re.search(r"\$[({A-Za-z_]|`", text):
-            has_sub = True  # expansions in a body the parser did not read: computed as it runs
-        if body is not None and not quoted:
-            self.substitutions(body)
+        # expansions in a body the parser did not read: computed as it runs
+        has_sub = misparsed and not quoted and bool(re.search(r"\$[({A-Za-z_]|`", text))
+        if not quoted:
+            # An unquoted body is expanded as a double-quoted string is, quotes aside: its backticks and `$(...)` run
+            # (the grammar parses only some of them, and none in a `<<-` body), and a backslash before $ ` \ or a
+            # newline goes (`\\!` reaches the program as `\!`).
+            has_sub = self.hidden(r, text) or has_sub
+            text = _HEREDOC_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
         return Stdin("heredoc", text=None if has_sub else text, computed=has_sub, producer="<<",
                      decoded=has_sub and _mentions_decoder(text))
 
@@ -570,6 +593,9 @@ def _runs_later_action(inv: Invocation) -> Action:
 def _runs_code_action(inv: Invocation, name: str) -> Action:
     return inv.opaque("environment", f"setting {name} changes which program runs or what it runs (a loader, a "
                       "pager, a prompt, the search path); run the command without it", variable=name)
+
+
+_HEREDOC_ESC = re.compile(r"\\([$`\\\n])")
 
 
 def _heredoc_text(r: Node, start: Node | None) -> str | None:
