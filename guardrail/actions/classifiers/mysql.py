@@ -226,6 +226,8 @@ def _client_command(st: Statement) -> str | None:
     return None
 
 
+# Options that make the client run SQL, a command or a library not on the command line.
+_RUNS_UNSEEN = frozenset({"--defaults-file", "--defaults-extra-file", "--plugin-dir", "--default-auth", "--pager"})
 _DELIMITER = re.compile(r"[ \t]*(?:delimiter|\\d)[ \t]+(\S+)", re.I)
 
 
@@ -310,6 +312,12 @@ class Mysql:
         target = inv.service_target(str(host) if host is not None else None, "mariadb")
         base = {"database": str(db) if db is not None else None, "user": str(p.get("-u")) if p.get("-u") else None}
         execs = p.all("-e")
+        hidden = next((a for a in args if a.split("=", 1)[0] in _RUNS_UNSEEN), None)
+        if hidden is not None:
+            return [inv.action("mysql", "options", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason=f"{hidden.split('=', 1)[0]}: an options file can set init-command (SQL "
+                                             "run on connecting), plugin-dir and default-auth (a library the client "
+                                             "loads), and a pager is a shell command; pass the options themselves")]
         if any(getattr(e, "has_substitution", False) for e in execs):
             return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
                                opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
