@@ -293,8 +293,19 @@ def compound_bodies(stmts: list[Statement]) -> list[Statement]:
                 continue  # a local variable, cursor or condition
             rest = rest[:1]  # opaque: the guard does not read a handler's statement
         if rest:
-            out.append(st if i == 0 and rest is toks else Statement(rest, st.text))
+            out.append(st if i == 0 and rest is toks else Statement(rest, _after(st.text, toks[:i])))
     return out
+
+
+def _after(text: str, head: list[Any]) -> str:
+    """A statement's text past its first tokens (a block head taken off)."""
+    pos = 0
+    for t in head:
+        at = text.find(t.text, pos)
+        if at < 0:
+            return text
+        pos = at + len(t.text)
+    return text[pos:].strip()
 
 
 @register
