@@ -378,6 +378,36 @@ class ShellWalker:
         if len(kids) > 2 and kids[1].type == "!" and kids[2].type == "variable_name" \
                 and not (len(kids) > 3 and kids[3].type in ("*", "@")):  # `${!prefix*}` lists names
             self.evaluated_names(node, [Word.of("$" + _txt(kids[2]), dynamic=True)])
+        sub = next((c for c in kids if c.type == "subscript"), None)
+        if sub is not None:  # `${a[x]}`, `${#a[x]}`: an indexed array's subscript is arithmetic
+            self.subscript(node, sub)
+
+    def subscript(self, node: Node, sub: Node) -> None:
+        base, index = sub.child_by_field_name("name"), sub.child_by_field_name("index")
+        if index is not None and _txt(index) not in ("@", "*") \
+                and "A" not in self.session.attributes.get(_txt(base) if base is not None else "", ""):
+            self.arithmetic(node, _txt(index))
+
+    def read_names(self, node: Node, argv: list[Word]) -> None:
+        """`read NAME`, `mapfile NAME`: a name given by a value is resolved (`read "$x"`), and a line read into a
+        `declare -i` name is evaluated as arithmetic, a subscript and all."""
+        takes_value = "dinNptu" if argv[0] == "read" else "dnOsuCc"
+        names: list[Word] = []
+        skip = False
+        for a in argv[1:]:
+            if skip:
+                skip = False
+            elif a.startswith("-") and len(a) > 1 and not a.dynamic:
+                skip = a[-1] in takes_value
+            else:
+                names.append(a)
+        self.evaluated_names(node, names)
+        ints = [str(n) for n in names if "i" in self.session.attributes.get(str(n), "")]
+        if ints:
+            inv = Invocation(argv=[Word.of(str(argv[0]))], where=self.where, raw=_txt(node))
+            self.emit([inv.opaque("evaluated", f"{ints[0]} is declared -i: bash evaluates what is read into it as "
+                                  "an arithmetic expression, and an array subscript in it (a[$(cmd)]) runs its "
+                                  "command; read into a plain variable", name=ints[0])])
 
     def tested_names(self, node: Node) -> None:
         """`[[ -v NAME ]]`: NAME's subscript is evaluated."""
@@ -442,9 +472,7 @@ class ShellWalker:
         """`a[x]=1` evaluates x (an indexed array's subscript); a value assigned to a `-i` name is arithmetic; the
         value of a `-n` name is a name."""
         if name_node is not None and name_node.type == "subscript":
-            base, index = name_node.child_by_field_name("name"), name_node.child_by_field_name("index")
-            if index is not None and "A" not in self.session.attributes.get(_txt(base) if base else "", ""):
-                self.arithmetic(a, _txt(index))
+            self.subscript(a, name_node)
             return
         attrs = self.session.attributes.get(_txt(name_node) if name_node is not None else "", "")
         if "i" in attrs and value_node is not None and value_node.type != "arithmetic_expansion":
@@ -622,6 +650,8 @@ class ShellWalker:
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
             self.emit([_runs_later_action(inv)])
             return None
+        if str(argv[0]) in ("read", "mapfile", "readarray"):
+            self.read_names(node, argv)
         if str(argv[0]) in ("test", "[", "printf"):
             self.evaluated_names(node, [argv[i + 1] for i in range(1, len(argv) - 1) if argv[i] == "-v"])
         if str(argv[0]) == "let":
