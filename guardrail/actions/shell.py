@@ -652,8 +652,10 @@ class ShellWalker:
             return None
         if str(argv[0]) in ("read", "mapfile", "readarray"):
             self.read_names(node, argv)
-        if str(argv[0]) in ("test", "[", "printf"):
+        if str(argv[0]) in ("test", "["):
             self.evaluated_names(node, [argv[i + 1] for i in range(1, len(argv) - 1) if argv[i] == "-v"])
+        elif str(argv[0]) == "printf" and len(argv) > 2 and argv[1] == "-v":
+            self.evaluated_names(node, [argv[2]])
         if str(argv[0]) == "let":
             self.arithmetic(node, " , ".join(str(a) for a in argv[1:]))
         elif str(argv[0]) in _SETS_NAMES:

@@ -184,6 +184,8 @@ def hidden_commands(text: str) -> list[tuple[str, str]] | None:
     command inside `$(...)`) or ("$((", the expression inside `$((...))`). A backslash quotes the next character.
     None when one is not closed (bash would not run the text as written; what it does is not known here)."""
     found: list[tuple[str, str]] = []
+    if "`" not in text and "$(" not in text:
+        return found
     i, n = 0, len(text)
     while i < n:
         c = text[i]
