@@ -23,8 +23,8 @@ from tree_sitter import Node
 
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
 from guardrail.actions.model import Action, KeyChange
-from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, substitutions_in,
-                                     unquoted_expansions, word_of)
+from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, hidden_commands,
+                                     substitutions_in, unparsed_text, unquoted_expansions, word_of)
 
 if TYPE_CHECKING:
     from guardrail.actions.normalise import Normaliser
@@ -65,6 +65,8 @@ class Session:
     variables: dict[str, str | None] = field(default_factory=dict)
     # Variables this text set to the result of an arithmetic expansion (or assigned inside one): integers.
     integers: set[str] = field(default_factory=set)
+    # Attributes `declare`/`local`/`typeset` gave names in this text (`-i` integer, `-A` associative, `-n` nameref).
+    attributes: dict[str, str] = field(default_factory=dict)
     syntax_errors: list[str] = field(default_factory=list)
     # ERROR nodes the walker read as what bash reads there (a here-string after a redirect: `_herestrings`).
     repaired: set[int] = field(default_factory=set)
@@ -215,6 +217,8 @@ class ShellWalker:
         if t in _WORDISH or t == "test_command":
             if t == "test_command" and _ARITH_TEST.search(_txt(node)):
                 self.arithmetic(node, _txt(node), strict=False)
+            if t == "test_command" and " -v" in _txt(node):
+                self.tested_names(node)
             self.substitutions(node)
             return None
         out = None
@@ -282,7 +286,27 @@ class ShellWalker:
                 text = _txt(n)
                 self.arithmetic(n, text[3:-2] if text.startswith("$((") else text[2:-1])
                 continue
+            if n.type == "expansion":
+                self.hidden(n, unparsed_text(n))
+                self.expansion_evaluates(n)
             stack.extend(reversed(n.children))
+
+    def hidden(self, node: Node, text: str) -> bool:
+        """Run the command substitutions bash finds in text the grammar reads as plain (a backtick or a `$(` in a
+        `${x:-...}` operand, an unquoted heredoc body): see `words.hidden_commands`. True when there is one, or one
+        that is not closed (then opaque)."""
+        found = hidden_commands(text)
+        if found is None:
+            inv = Invocation(argv=[Word.of("`")], where=self.where, raw=_txt(node))
+            self.emit([inv.opaque("substitution", "a backtick or $( here is not closed, so what bash runs is not "
+                                  "known; close it, or quote it if it is meant as text", text=text[:200])])
+            return True
+        for kind, body in found:
+            if kind == "$((":
+                self.arithmetic(node, body)
+            else:
+                self.run(parse(body).root_node, None)
+        return bool(found)
 
     def arithmetic(self, node: Node, text: str, *, strict: bool = True) -> None:
         """Bash evaluates a variable named in arithmetic (`$((x))`, `((x))`, `let`, `for ((...))`) as an expression
@@ -340,6 +364,7 @@ class ShellWalker:
             self.session.integers.add(name)
         else:
             self.session.integers.discard(name)
+        self.assigned_evaluates(a, name_node, value_node, value)
         inv = Invocation(argv=[Word.of(verb)], where=self.where, raw=_txt(a))
         if runs_code(name, _txt(value_node).strip("\"'") if value_node is not None else ""):
             return [_runs_code_action(inv, name)]
@@ -376,12 +401,131 @@ class ShellWalker:
             return
         self.substitutions(node)
         kw = _txt(node.children[0]) if node.children else "declare"
+        self.declared(node, kw)
         assigned = [c for c in node.children if c.type == "variable_assignment"]
         for a in assigned:
             self.emit(self._assignment_action(a, kw))
         if not assigned:
             inv = Invocation(argv=[Word.of(kw)], where=self.where, raw=_txt(node))
             self.emit([inv.action("shell", kw, mutating=False)])
+
+    # ---- names and values bash evaluates as it runs ------------------------------------------------------------
+    # A subscript is arithmetic, and arithmetic evaluates a variable's value as an expression: wherever bash takes a
+    # variable name from a value (`${!x}`, `test -v "$x"`, `declare -n r="$x"`) or evaluates a value as a number
+    # (`declare -i y=x`, `${y:x}`, `a[x]=1`), a value holding `a[$(cmd)]` runs cmd.
+
+    def expansion_evaluates(self, node: Node) -> None:
+        """`${v:OFFSET:LENGTH}` evaluates OFFSET and LENGTH as arithmetic; `${!v}` takes v's value as a name."""
+        kids = node.children
+        colon = next((c for c in kids if c.type == ":"), None)
+        if colon is not None and node.text is not None:
+            close = kids[-1].start_byte if kids[-1].type == "}" else node.end_byte
+            self.arithmetic(node, node.text[colon.end_byte - node.start_byte:close - node.start_byte]
+                            .decode("utf-8", "replace"))
+        if len(kids) > 2 and kids[1].type == "!" and kids[2].type == "variable_name" \
+                and not (len(kids) > 3 and kids[3].type in ("*", "@")):  # `${!prefix*}` lists names
+            self.evaluated_names(node, [Word.of("$" + _txt(kids[2]), dynamic=True)])
+        sub = next((c for c in kids if c.type == "subscript"), None)
+        if sub is not None:  # `${a[x]}`, `${#a[x]}`: an indexed array's subscript is arithmetic
+            self.subscript(node, sub)
+
+    def subscript(self, node: Node, sub: Node) -> None:
+        base, index = sub.child_by_field_name("name"), sub.child_by_field_name("index")
+        if index is not None and _txt(index) not in ("@", "*") \
+                and "A" not in self.session.attributes.get(_txt(base) if base is not None else "", ""):
+            self.arithmetic(node, _txt(index))
+
+    def read_names(self, node: Node, argv: list[Word]) -> None:
+        """`read NAME`, `mapfile NAME`: a name given by a value is resolved (`read "$x"`), and a line read into a
+        `declare -i` name is evaluated as arithmetic, a subscript and all."""
+        takes_value = "dinNptu" if argv[0] == "read" else "dnOsuCc"
+        names: list[Word] = []
+        skip = False
+        for a in argv[1:]:
+            if skip:
+                skip = False
+            elif a.startswith("-") and len(a) > 1 and not a.dynamic:
+                skip = a[-1] in takes_value
+            else:
+                names.append(a)
+        self.evaluated_names(node, names)
+        ints = [str(n) for n in names if "i" in self.session.attributes.get(str(n), "")]
+        if ints:
+            inv = Invocation(argv=[Word.of(str(argv[0]))], where=self.where, raw=_txt(node))
+            self.emit([inv.opaque("evaluated", f"{ints[0]} is declared -i: bash evaluates what is read into it as "
+                                  "an arithmetic expression, and an array subscript in it (a[$(cmd)]) runs its "
+                                  "command; read into a plain variable", name=ints[0])])
+
+    def tested_names(self, node: Node) -> None:
+        """`[[ -v NAME ]]`: NAME's subscript is evaluated."""
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            op = n.child_by_field_name("operator") if n.type == "unary_expression" else None
+            if op is not None and _txt(op) == "-v":
+                self.evaluated_names(n, [word_of(c, self.env) for c in n.named_children if c.id != op.id])
+            stack.extend(n.named_children)
+
+    def evaluated_names(self, node: Node, names: list[Word]) -> None:
+        """Opaque when one of `names` (words bash resolves as variable names) may hold a subscript that runs
+        something: a name known only as it runs, or a subscript that is not plain arithmetic."""
+        for w in names:
+            risk = self._name_risk(self._value_of_word(w))
+            if risk is not None:
+                inv = Invocation(argv=[Word.of(str(w))], where=self.where, raw=_txt(node))
+                self.emit([inv.opaque("evaluated", f"bash resolves {str(w)!r} as a variable name here ({risk}), and "
+                                      "a subscript in a name is evaluated, running a command in it (a[$(cmd)]); "
+                                      "name the variable literally", name=str(w)[:100])])
+                return
+
+    def _value_of_word(self, w: Word) -> str | None:
+        """The text a word stands for: itself when literal, a variable's value for a lone `$v` known here."""
+        if not w.dynamic:
+            return str(w)
+        m = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", str(w))
+        value = self.env.get(m.group(1), self.session.variables.get(m.group(1))) if m else None
+        return value if isinstance(value, str) else None
+
+    def _name_risk(self, name: str | None) -> str | None:
+        if name is None:
+            return "a name not known before it runs"
+        if "[" not in name:
+            return None
+        m = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\[(.*)\]", name, re.S)
+        if m is None:
+            return "not a plain name"
+        return self._arith_risk(m.group(1), True)
+
+    def declared(self, node: Node, kw: str) -> None:
+        """`declare -i/-A/-n NAME`: the attributes, which decide how later assignments are evaluated; and every name
+        it is given, as a name bash resolves (`declare "$x"=1`, `unset 'a[i]'`)."""
+        flags = ""
+        for c in node.children[1:]:
+            text = _txt(c)
+            if c.type == "word" and text[:1] in ("-", "+"):
+                flags += text[1:] if text[0] == "-" and kw in ("declare", "typeset", "local") else ""
+                continue
+            if c.type == "variable_assignment":
+                name_node = c.child_by_field_name("name")
+                name = _txt(name_node) if name_node is not None else text
+            else:
+                w = word_of(c, self.env)
+                name = str(w).split("=", 1)[0]
+                self.evaluated_names(node, [Word.of(name, dynamic=w.dynamic)])
+            if flags:
+                self.session.attributes[name] = flags
+
+    def assigned_evaluates(self, a: Node, name_node: Node | None, value_node: Node | None, value: Word) -> None:
+        """`a[x]=1` evaluates x (an indexed array's subscript); a value assigned to a `-i` name is arithmetic; the
+        value of a `-n` name is a name."""
+        if name_node is not None and name_node.type == "subscript":
+            self.subscript(a, name_node)
+            return
+        attrs = self.session.attributes.get(_txt(name_node) if name_node is not None else "", "")
+        if "i" in attrs and value_node is not None and value_node.type != "arithmetic_expansion":
+            self.arithmetic(a, str(value) if not value.dynamic else _txt(value_node))
+        if "n" in attrs and value_node is not None:
+            self.evaluated_names(a, [value])
 
     # ---- redirections ----------------------------------------------------------------------------------------
 
@@ -461,7 +605,8 @@ class ShellWalker:
         writes: list[tuple[str, bool]] = []
         conts: list[tuple[str, Node]] = []
         for r in redirects:
-            self.substitutions(r)
+            if r.type != "heredoc_redirect":  # a heredoc's body is expanded in `heredoc`, what follows it when run
+                self.substitutions(r)
             if r.type == "heredoc_redirect":
                 stdin = self.heredoc(r)
                 op = ""
@@ -515,11 +660,14 @@ class ShellWalker:
             text = written
         if any(c.type == "<<-" for c in r.children):
             text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
-        has_sub = body is not None and not quoted and any(True for _ in substitutions_in(body))
-        if misparsed and not quoted and re.search(r"\$[({A-Za-z_]|`", text):
-            has_sub = True  # expansions in a body the parser did not read: computed as it runs
-        if body is not None and not quoted:
-            self.substitutions(body)
+        # expansions in a body the parser did not read: computed as it runs
+        has_sub = misparsed and not quoted and bool(re.search(r"\$[({A-Za-z_]|`", text))
+        if not quoted:
+            # An unquoted body is expanded as a double-quoted string is, quotes aside: its backticks and `$(...)` run
+            # (the grammar parses only some of them, and none in a `<<-` body), and a backslash before $ ` \ or a
+            # newline goes (`\\!` reaches the program as `\!`).
+            has_sub = self.hidden(r, text) or has_sub
+            text = _HEREDOC_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
         return Stdin("heredoc", text=None if has_sub else text, computed=has_sub, producer="<<",
                      decoded=has_sub and _mentions_decoder(text))
 
@@ -568,6 +716,12 @@ class ShellWalker:
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
             self.emit([_runs_later_action(inv)])
             return None
+        if str(argv[0]) in ("read", "mapfile", "readarray"):
+            self.read_names(node, argv)
+        if str(argv[0]) in ("test", "["):
+            self.evaluated_names(node, [argv[i + 1] for i in range(1, len(argv) - 1) if argv[i] == "-v"])
+        elif str(argv[0]) == "printf" and len(argv) > 2 and argv[1] == "-v":
+            self.evaluated_names(node, [argv[2]])
         if str(argv[0]) == "let":
             self.arithmetic(node, " , ".join(str(a) for a in argv[1:]))
         elif str(argv[0]) in _SETS_NAMES:
@@ -669,6 +823,9 @@ def _runs_later_action(inv: Invocation) -> Action:
 def _runs_code_action(inv: Invocation, name: str) -> Action:
     return inv.opaque("environment", f"setting {name} changes which program runs or what it runs (a loader, a "
                       "pager, a prompt, the search path); run the command without it", variable=name)
+
+
+_HEREDOC_ESC = re.compile(r"\\([$`\\\n])")
 
 
 def _heredoc_text(r: Node, start: Node | None) -> str | None:

@@ -12,8 +12,8 @@ from typing import Iterator
 
 from tree_sitter import Node
 
-__all__ = ["Word", "word_of", "substitutions_in", "unquoted_expansions", "decode_ansi_c", "DYNAMIC_NODES",
-           "SUBSTITUTIONS"]
+__all__ = ["Word", "word_of", "substitutions_in", "unquoted_expansions", "decode_ansi_c", "hidden_commands",
+           "unparsed_text", "DYNAMIC_NODES", "SUBSTITUTIONS"]
 
 # Node types whose value is only known when the command runs.
 DYNAMIC_NODES = frozenset({
@@ -120,14 +120,15 @@ def _parts(node: Node, env: dict[str, str] | None = None) -> Iterator[tuple[str,
             elif _bound(c, env) is not None:
                 yield _bound(c, env) or "", False, False
             elif c.type in DYNAMIC_NODES:
-                yield _text(c), True, c.type in SUBSTITUTIONS
+                yield _text(c), True, c.type in SUBSTITUTIONS or (c.type == "expansion" and _runs_commands(c))
             else:
                 yield from _parts(c, env)
     elif t == "concatenation":
         for c in node.children:
             yield from _parts(c, env)
     elif t in DYNAMIC_NODES:
-        yield _text(node), True, t in SUBSTITUTIONS or any(True for _ in substitutions_in(node))
+        yield _text(node), True, t in SUBSTITUTIONS or any(True for _ in substitutions_in(node)) \
+            or (t == "expansion" and _runs_commands(node))
     elif node.child_count == 0:
         yield _unquoted(_text(node)), False, False
     else:
@@ -172,3 +173,101 @@ def substitutions_in(node: Node) -> Iterator[Node]:
             yield n
             continue
         stack.extend(reversed(n.children))
+
+
+def _runs_commands(expansion: Node) -> bool:
+    return any(True for _ in substitutions_in(expansion)) or hidden_commands(unparsed_text(expansion)) != []
+
+
+def unparsed_text(node: Node) -> str:
+    """A node's text with the substitutions and inner `${...}` the grammar parsed in it blanked out. In a `${...}`
+    operand what is left can still hold a backtick or a `$(` that bash runs (`${x:-`cmd`}`, `${x#$(cmd)}`): the
+    grammar reads those as a plain word."""
+    if node.text is None:
+        return ""
+    raw = bytearray(node.text)
+    stack = list(node.children)
+    while stack:
+        n = stack.pop()
+        if n.type in SUBSTITUTIONS or n.type in ("expansion", "arithmetic_expansion"):
+            raw[n.start_byte - node.start_byte:n.end_byte - node.start_byte] = b" " * (n.end_byte - n.start_byte)
+            continue
+        stack.extend(n.children)
+    return raw.decode("utf-8", "replace")
+
+
+_BACKTICK_ESC = re.compile(r"\\([\\`$])")
+
+
+def hidden_commands(text: str) -> list[tuple[str, str]] | None:
+    """The command substitutions bash runs in text it expands as a double-quoted string does (an unquoted heredoc
+    body, a `${...}` operand), in order: ("`", the command between backticks, unescaped as bash does), ("$(", the
+    command inside `$(...)`) or ("$((", the expression inside `$((...))`). A backslash quotes the next character.
+    None when one is not closed (bash would not run the text as written; what it does is not known here)."""
+    found: list[tuple[str, str]] = []
+    if "`" not in text and "$(" not in text:
+        return found
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "`":
+            j = _closing_backtick(text, i + 1)
+            if j < 0:
+                return None
+            found.append(("`", _BACKTICK_ESC.sub(r"\1", text[i + 1:j])))
+            i = j + 1
+        elif c == "$" and text.startswith("$(", i):
+            j = _closing_paren(text, i + 1)
+            if j < 0:
+                return None
+            if text.startswith("$((", i) and text[j - 1] == ")" and j > i + 3:
+                found.append(("$((", text[i + 3:j - 1]))
+            else:
+                found.append(("$(", text[i + 2:j]))
+            i = j + 1
+        else:
+            i += 1
+    return found
+
+
+def _closing_backtick(text: str, i: int) -> int:
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == "`":
+            return i
+        i += 1
+    return -1
+
+
+def _closing_paren(text: str, i: int) -> int:
+    """The index of the `)` closing the `(` at i, skipping quoted text, backticks and nested parentheses."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            i = text.find("'", i + 1)
+            if i < 0:
+                return -1
+        elif c == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "`":
+            i = _closing_backtick(text, i + 1)
+            if i < 0:
+                return -1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1

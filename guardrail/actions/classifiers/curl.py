@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from itertools import islice
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -198,6 +199,55 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
                       details=d)
 
 
+# At most this many URLs from one globbed curl URL are judged one by one; beyond it a write is opaque.
+MAX_GLOB = 64
+_GLOB_RANGE = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?|([A-Za-z])-([A-Za-z])(?::([0-9]+))?")
+
+
+def url_globs(url: str) -> list[str] | None:
+    """The URLs curl makes of one with globs (unless -g): `{a,b}` is each alternative, `[1-3]`, `[01-10]`, `[a-z]`
+    and `[a-z:2]` each value of the range; a backslash keeps a following `{}[],` literal. A `[...]` that is no range
+    (an IPv6 host) is kept as written. None when there would be more than MAX_GLOB."""
+    if not any(c in url for c in "{["):
+        return [url]
+    out = [""]
+    i = 0
+    while i < len(url):
+        c = url[i]
+        alts: list[str] | None = None
+        if c == "\\" and i + 1 < len(url) and url[i + 1] in "{}[],":
+            alts, i = [url[i + 1]], i + 2
+        elif c == "{" and "}" in url[i:]:
+            end = url.index("}", i)
+            alts, i = url[i + 1:end].split(","), end + 1
+        elif c == "[" and "]" in url[i:]:
+            end = url.index("]", i)
+            alts = _glob_range(url[i + 1:end])
+            if alts is None:
+                alts, i = [url[i:end + 1]], end + 1
+            else:
+                i = end + 1
+        else:
+            alts, i = [c], i + 1
+        if len(out) * len(alts) > MAX_GLOB:
+            return None
+        out = [o + a for o in out for a in alts]
+    return out
+
+
+def _glob_range(spec: str) -> list[str] | None:
+    """The values of a curl `[x-y]` / `[x-y:step]` range (at most MAX_GLOB + 1 of them), or None if not a range."""
+    m = _GLOB_RANGE.fullmatch(spec)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        width = len(m.group(1)) if m.group(1).startswith("0") else 0
+        values = range(int(m.group(1)), int(m.group(2)) + 1, max(1, int(m.group(3) or 1)))
+        return [str(v).zfill(width) for v in islice(values, MAX_GLOB + 1)]
+    letters = range(ord(m.group(4)), ord(m.group(5)) + 1, max(1, int(m.group(6) or 1)))
+    return [chr(v) for v in letters]
+
+
 def _curl_method(p: Parsed) -> tuple[str, bool]:
     explicit = p.get("-X")
     if explicit is not None:
@@ -239,7 +289,17 @@ class Curl:
             if inv.args_pending:
                 return [inv.opaque("request", "curl with its URL read from stdin at run time", tool="curl")]
             return [inv.action("curl", "help", mutating=False)]
-        out = [http_action(inv, "curl", method, u, body, details=dict(details), method_known=known) for u in urls]
+        out = []
+        for u in urls:
+            many = [u] if p.has("-g", "--globoff") else url_globs(u)
+            if many is None and (method not in _READ_METHODS or not known):
+                return [inv.opaque("request", f"curl expands {u[:80]!r} into more than {MAX_GLOB} URLs (its {{a,b}} "
+                                   "and [x-y] globs); send the requests one by one, or pass -g to turn globbing off",
+                                   tool="curl", url=u)]
+            if many is not None and many != [u]:
+                details["url_glob"] = u
+            out += [http_action(inv, "curl", method, x, body, details=dict(details), method_known=known)
+                    for x in (many or [u])]
         dest = p.get("-o")
         if dest is not None and str(dest) not in NULL_SINKS:
             out.append(file_write(inv, str(dest), by="curl -o"))

@@ -7,6 +7,7 @@ SET GLOBAL lands in the runtime layer (lost on restart; my.cnf is the declared o
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -303,6 +304,88 @@ def _client_command(st: Statement) -> str | None:
     return None
 
 
+# Options that make the client run SQL, a command or a library not on the command line.
+_RUNS_UNSEEN = frozenset({"--defaults-file", "--defaults-extra-file", "--plugin-dir", "--default-auth", "--pager"})
+_DELIMITER = re.compile(r"[ \t]*(?:delimiter|\\d)[ \t]+(\S+)", re.I)
+
+
+def _plain_delimiters(src: str, delimiter: str = ";") -> str:
+    """The mysql client's `DELIMITER x` (or `\\d x`, `--delimiter=x`) makes x end a statement, so that a compound
+    body's own `;` stay inside it: the text with each such delimiter written `;` and the DELIMITER lines dropped (the
+    body's statements are then judged one by one, see `compound_bodies`)."""
+    if delimiter == ";" and not _DELIMITER.search(src):
+        return src
+    out = []
+    for line in src.split("\n"):
+        m = _DELIMITER.match(line)
+        if m:
+            delimiter = m.group(1)
+            out.append("")
+        else:
+            out.append(line.replace(delimiter, ";") if delimiter != ";" else line)
+    return "\n".join(out)
+
+
+# Statements that open a compound block (MariaDB runs `BEGIN NOT ATOMIC ... END`, IF, CASE, LOOP, WHILE, REPEAT and
+# FOR outside stored programs too), the keyword ending each one's head, and those that only close or steer one.
+_OPENS = {"IF": "THEN", "ELSEIF": "THEN", "WHILE": "DO", "FOR": "DO", "CASE": "THEN", "WHEN": "THEN"}
+_BARE_OPENS = {"LOOP", "REPEAT", "ELSE"}
+_STEERS = {"END", "LEAVE", "ITERATE", "UNTIL"}
+
+
+def compound_bodies(stmts: list[Statement]) -> list[Statement]:
+    """The statements a compound statement runs, each judged as it would be on its own: `BEGIN NOT ATOMIC DROP
+    DATABASE d; END` splits at `;` into `BEGIN NOT ATOMIC DROP DATABASE d` and `END`, which read as a transaction;
+    here the first is `DROP DATABASE d`. Block heads (a label, BEGIN [NOT ATOMIC], IF c THEN, WHILE c DO, LOOP,
+    REPEAT, CASE x WHEN c THEN, ELSE) are taken off the front; END ..., LEAVE, ITERATE, UNTIL and local DECLAREs
+    run nothing of their own. A handler (`DECLARE ... HANDLER FOR ... stmt`) is opaque: its statement is not read."""
+    out: list[Statement] = []
+    depth = 0
+    for st in stmts:
+        toks, i = st.toks, 0
+        while i < len(toks):
+            up = toks[i].up
+            if i + 1 < len(toks) and toks[i].kind in ("word", "qid") and toks[i + 1].text == ":":
+                i += 2  # a label
+            elif up == "BEGIN" and st.kw(i + 1) == "NOT" and st.kw(i + 2) == "ATOMIC":
+                depth, i = depth + 1, i + 3
+            elif up == "BEGIN" and depth > 0:
+                depth, i = depth + 1, i + 1
+            elif up in _OPENS:
+                head = st.index(_OPENS[up], start=i + 1)
+                if head < 0:
+                    break
+                depth += up in ("IF", "WHILE", "FOR", "CASE")
+                i = head + 1
+            elif up in _BARE_OPENS:
+                depth += up != "ELSE"
+                i += 1
+            else:
+                break
+        rest = toks[i:]
+        if rest and rest[0].up in _STEERS and depth > 0:
+            depth -= rest[0].up in ("END", "UNTIL")
+            continue
+        if rest and rest[0].up == "DECLARE" and depth > 0:
+            if st.index("HANDLER", start=i) < 0:
+                continue  # a local variable, cursor or condition
+            rest = rest[:1]  # opaque: the guard does not read a handler's statement
+        if rest:
+            out.append(st if i == 0 and rest is toks else Statement(rest, _after(st.text, toks[:i])))
+    return out
+
+
+def _after(text: str, head: list[Any]) -> str:
+    """A statement's text past its first tokens (a block head taken off)."""
+    pos = 0
+    for t in head:
+        at = text.find(t.text, pos)
+        if at < 0:
+            return text
+        pos = at + len(t.text)
+    return text[pos:].strip()
+
+
 @register
 class Mysql:
     """mysql and mariadb clients."""
@@ -329,6 +412,12 @@ class Mysql:
         target = inv.service_target(str(host) if host is not None else None, "mariadb")
         base = {"database": str(db) if db is not None else None, "user": str(p.get("-u")) if p.get("-u") else None}
         execs = p.all("-e")
+        hidden = next((a for a in args if a.split("=", 1)[0] in _RUNS_UNSEEN), None)
+        if hidden is not None:
+            return [inv.action("mysql", "options", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason=f"{hidden.split('=', 1)[0]}: an options file can set init-command (SQL "
+                                             "run on connecting), plugin-dir and default-auth (a library the client "
+                                             "loads), and a pager is a shell command; pass the options themselves")]
         if any(getattr(e, "has_substitution", False) for e in execs):
             return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
                                opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
@@ -348,10 +437,11 @@ class Mysql:
                                    details=base)]
             sources = [st.text]
         out: list[Action] = []
+        delimiter = str(p.get("--delimiter") or ";")
         for src in inits + sources:
-            src = client_terminators(src, "gG", hash_comments=True, exec_comments=True)
+            src = client_terminators(_plain_delimiters(src, delimiter), "gG", hash_comments=True, exec_comments=True)
             judged: list[tuple[Statement, SqlEffect | str]] = []
-            for st_ in statements(src, hash_comments=True, exec_comments=True):
+            for st_ in compound_bodies(statements(src, hash_comments=True, exec_comments=True)):
                 client = _client_command(st_)
                 judged += [(st_, client)] if client is not None else [(st_, eff) for eff in mysql_effect(st_)]
             hold_locks([eff for _, eff in judged if isinstance(eff, SqlEffect)])

@@ -366,6 +366,13 @@ class Psql:
             return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
                                opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
                                details=base)]
+        piped = next((o for o in p.all("-o") if str(o).lstrip().startswith("|") or o.dynamic), None)
+        if piped is not None:
+            # `-o '|cmd'` pipes every result into a shell command, as `\\o |cmd` does.
+            return [inv.action("psql", "output", target=target, mutating=UNKNOWN,
+                               opaque_reason=f"psql -o {str(piped)[:60]!r} sends the output to a shell command (or "
+                                             "to a place known only as it runs); write it to a file instead",
+                               details={**base, "output": str(piped)})]
         if p.all("-f") and str(p.all("-f")[-1]) != "-":
             return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
                                opaque_reason=f"psql -f {p.all('-f')[-1]}: the file's SQL is not visible",

@@ -12,8 +12,9 @@ from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.sql import counts_only, statements
 from guardrail.actions.invocation import component_of_host, runs_code
+from guardrail.actions.classifiers.curl import MAX_GLOB, url_globs
 from guardrail.actions.shell import parse
-from guardrail.actions.words import Word, decode_ansi_c, word_of
+from guardrail.actions.words import Word, decode_ansi_c, hidden_commands, word_of
 from guardrail.actions.wrappers import WRAPPERS
 from guardrail.errors import InputError
 from guardrail.yamlio import load_model
@@ -167,3 +168,24 @@ def test_a_count_query_prints_only_numbers(sql: str, counts: bool) -> None:
 ])
 def test_a_plain_pager_runs_nothing_else(name: str, value: str, runs: bool) -> None:
     assert runs_code(name, value) is runs
+@pytest.mark.parametrize("text,found", [
+    ("`a b`", [("`", "a b")]),
+    ('x $(a "b)" c) y', [("$(", 'a "b)" c')]),
+    ("$((x+1))", [("$((", "x+1")]),
+    ("`echo \\`x\\``", [("`", "echo `x`")]),
+    ("\\$(x) \\`y\\`", []),
+    ("'$(x)' # `y`", [("$(", "x"), ("`", "y")]),  # in a heredoc body quotes and # are plain text
+    ("`open", None),
+])
+def test_hidden_commands_finds_what_bash_runs_in_text_the_grammar_reads_as_plain(
+        text: str, found: list[tuple[str, str]] | None) -> None:
+    assert hidden_commands(text) == found
+
+
+def test_curl_url_globs_expand_as_curl_does() -> None:
+    assert url_globs("http://h/v1/{a,b}") == ["http://h/v1/a", "http://h/v1/b"]
+    assert url_globs("http://h/p[08-10]") == ["http://h/p08", "http://h/p09", "http://h/p10"]
+    assert url_globs("http://h/[a-e:2]") == ["http://h/a", "http://h/c", "http://h/e"]
+    assert url_globs("http://[::1]:80/x") == ["http://[::1]:80/x"]  # an IPv6 host is no range
+    assert url_globs("http://h/\\{a,b\\}") == ["http://h/{a,b}"]
+    assert url_globs("http://h/[1-1000]") is None and url_globs(f"http://h/[1-{MAX_GLOB}]") is not None
