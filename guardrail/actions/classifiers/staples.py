@@ -185,8 +185,31 @@ def _mktemp(args: list[str]) -> tuple[str, str] | None:
     return None
 
 
+def _ifconfig(args: list[str]) -> tuple[str, str] | None:
+    # `ifconfig`, `ifconfig -a`, `ifconfig eth0` show; anything after the interface (down, an address, mtu ...) sets.
+    return ("changes", "ifconfig IFACE ...") if len(_positionals(args)) > 1 else None
+
+
+def _man(args: list[str]) -> tuple[str, str] | None:
+    # -P/--pager, -H/--html (a browser) and --preprocessor name programs man runs.
+    if any(a in ("-P", "-H") or a.startswith(("--pager", "--html", "-P", "-H")) for a in args):
+        return ("runs", "man -P/-H")
+    return None
+
+
+def _less(args: list[str]) -> tuple[str, str] | None:
+    # `+CMD` runs a less command at start: `+!cmd` and `+|cmd` run a shell command, `+s`/`+o` save to a file, and so
+    # does -o/-O/--log-file; -k/--lesskey-file reads key bindings that can run commands.
+    for a in args:
+        if a.startswith("+") and any(c in a for c in "!|") or a.startswith(("+s", "+o", "+O")):
+            return ("runs", "less +CMD")
+        if a.startswith(("-o", "-O", "--log-file", "--LOG-FILE", "-k", "--lesskey")):
+            return ("runs", "less -o/-k")
+    return None
+
+
 # The staples that are not only readers with some options: what those options write, run or change.
-_UNLESS = {"sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
+_UNLESS = {"ifconfig": _ifconfig, "man": _man, "less": _less, "more": _less, "sort": _sort, "uniq": _second_positional, "xxd": _second_positional, "tree": _tree, "yq": _yq,
            "rg": _rg, "journalctl": _journalctl, "dmesg": _dmesg, "date": _date, "hostname": _hostname, "ip": _ip,
            "timedatectl": _timedatectl, "hash": _hash, "sysctl": _sysctl, "mount": _mount, "crontab": _crontab,
            "mktemp": _mktemp}
