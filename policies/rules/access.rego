@@ -81,15 +81,25 @@ deny contains {
 
 sql_tools := {"psql", "mysql", "mariadb", "sql"}
 
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
+# The SQL clients' lockouts and code runs sit behind one test of the tool: a kubectl or curl action (whose tool the
+# rule index cannot rule out for `in`) pays it once, not once per rule.
+lockouts contains why if {
 	input.action.tool in sql_tools
+	some why in sql_lockouts
+}
+
+runs_code contains why if {
+	input.action.tool in sql_tools
+	some why in sql_runs_code
+}
+
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	k.key == "postgres.role.login"
 	k.value == false
 }
 
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	k.key in {"postgres.role.connection_limit", "mariadb.max_user_connections_of_user"}
 	k.value == 0
@@ -98,8 +108,7 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 # A PostgreSQL role's (or database's) CONNECTION LIMIT of 1: one session at a time, so an application's pool (or
 # its workers) cannot connect, the same lockout as a server ceiling of 1. As for 0, whichever role it is: the
 # rule does not judge whose login matters. (-1 is no limit.)
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	k.key in {"postgres.role.connection_limit", "postgres.database.connection_limit"}
 	lib.number(k.value) in {0, 1}
@@ -107,19 +116,16 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 
 # VALID UNTIL a time past or within a day (the classifier reads the date); 'infinity' or a later date repairs an
 # expired login.
-lockouts contains sprintf("a login that expires (VALID UNTIL %s)", [lib.details.login_expires]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("a login that expires (VALID UNTIL %s)", [lib.details.login_expires]) if {
 	lib.details.login_expires
 }
 
-lockouts contains substring(statement, 0, 80) if {
-	input.action.tool in sql_tools
+sql_lockouts contains substring(statement, 0, 80) if {
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*alter\s+database\s+\S+\s+(with\s+)?(allow_connections\s*(=\s*)?(false|off|0)\b|connection\s+limit\s*(=\s*)?0\b)|^\s*alter\s+user\s+.*\baccount\s+lock\b|^\s*drop\s+user\b`, statement)
 }
 
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	some k in input.action.keys
 	k.key == "mariadb.offline_mode"
 	lower(sprintf("%v", [k.value])) in {"on", "1", "true"}
@@ -156,8 +162,7 @@ lockouts contains sprintf("CLIENT KILL of every client a filter matches (%s)", [
 
 # pgbouncer's console: PAUSE and SUSPEND hold every client's queries, DISABLE refuses new clients, KILL drops
 # every client of a database.
-lockouts contains sprintf("pgbouncer %s", [object.get(lib.details, "command", "")]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("pgbouncer %s", [object.get(lib.details, "command", "")]) if {
 	lib.details.stops_clients == true
 }
 
@@ -170,8 +175,7 @@ lockouts contains "FAILOVER (the primary becomes a read-only replica)" if {
 
 # Idle connections closed after a second or so: every pooled connection of the application is dropped between
 # requests. (A session's own SET only reaches that session.)
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	input.action.layer != "session"
 	some k in input.action.keys
 	k.key in {"mariadb.wait_timeout", "mariadb.interactive_timeout"}
@@ -181,8 +185,7 @@ lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 # A lock held through a sleep (`LOCK TABLE t; SELECT pg_sleep(3600)`, `LOCK TABLES t WRITE; SELECT SLEEP(3600)`,
 # `FLUSH TABLES WITH READ LOCK` ...): every client that reads or writes the table waits for as long. The classifier
 # gives the sleep's length in held_s (null when it cannot be read).
-lockouts contains sprintf("a lock held through a sleep of %v s (%s)", [held, substring(object.get(lib.details, "statement", ""), 0, 60)]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("a lock held through a sleep of %v s (%s)", [held, substring(object.get(lib.details, "statement", ""), 0, 60)]) if {
 	"held_s" in object.keys(lib.details)
 	held := lib.details.held_s
 	long_hold(held)
@@ -190,8 +193,7 @@ lockouts contains sprintf("a lock held through a sleep of %v s (%s)", [held, sub
 
 # MySQL ALTER USER clauses that refuse the account's clients (PASSWORD EXPIRE, REQUIRE SSL/X509/SUBJECT ..., a per-hour
 # limit of 100 or less, MAX_USER_CONNECTIONS 1), and CREATE OR REPLACE USER (recreated without its grants).
-lockouts contains sprintf("%s for %s", [lib.details.login_refused, object.get(lib.details, "user", "")]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s for %s", [lib.details.login_refused, object.get(lib.details, "user", "")]) if {
 	lib.details.login_refused
 }
 
@@ -214,8 +216,7 @@ pg_timeout_floor_ms := {
 	"postgres.idle_session_timeout": 10001,
 }
 
-lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
-	input.action.tool in sql_tools
+sql_lockouts contains sprintf("%s = %v", [k.key, k.value]) if {
 	input.action.layer != "session"
 	some k in input.action.keys
 	floor := pg_timeout_floor_ms[k.key]
@@ -255,15 +256,13 @@ code_settings := {"archive_command", "restore_command", "archive_cleanup_command
 	"shared_preload_libraries", "local_preload_libraries", "session_preload_libraries", "dynamic_library_path",
 	"ssl_passphrase_command", "jit_provider", "plugin_dir", "init_file", "plugin_load", "plugin_load_add"}
 
-runs_code contains k.key if {
-	input.action.tool in sql_tools
+sql_runs_code contains k.key if {
 	some k in input.action.keys
 	parts := split(k.key, ".")
 	parts[count(parts) - 1] in code_settings
 }
 
-runs_code contains substring(statement, 0, 80) if {
-	input.action.tool in sql_tools
+sql_runs_code contains substring(statement, 0, 80) if {
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*create\s+(or\s+replace\s+)?(trusted\s+)?(procedural\s+)?language\b|^\s*create\s+extension\s+(if\s+not\s+exists\s+)?"?(plpython[23]?u|plperlu|pltclu|plsh|plr|pllua?u|adminpack|file_fdw|dblink|postgres_fdw)\b|^\s*install\s+(plugin|soname)\b`, statement)
 }
@@ -277,16 +276,14 @@ runs_code contains k.key if {
 
 # The server writing a file of its own choosing (COPY ... TO a path, lo_export, pg_file_write: a data file
 # overwritten), or SQL sent on to another server the guard does not read (dblink).
-runs_code contains substring(statement, 0, 80) if {
-	input.action.tool in sql_tools
+sql_runs_code contains substring(statement, 0, 80) if {
 	statement := object.get(lib.details, "statement", "")
 	regex.match(`(?is)^\s*copy\b.*\bto\s+'|\blo_export\s*\(|\bpg_file_(write|unlink|rename)\s*\(|\bdblink(_exec|_send_query)?\s*\(`, statement)
 }
 
 # LOAD of a library by its path (`LOAD '/tmp/x.so'`): any file, run as native code in the server. A bare name
 # (`LOAD 'auto_explain'`) comes from the server's own library directory.
-runs_code contains sprintf("LOAD '%s'", [lib.details.loads_library]) if {
-	input.action.tool in sql_tools
+sql_runs_code contains sprintf("LOAD '%s'", [lib.details.loads_library]) if {
 	lib.details.loads_library
 }
 

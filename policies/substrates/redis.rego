@@ -10,8 +10,9 @@ setting(name) := k if {
 }
 
 queue_like if {
-	some w in {"queue", "broker", "jobs", "stream", "celery", "rq"}
-	contains(lower(lib.target_name), w)
+	name := lower(lib.target_name)
+	some w in queue_words
+	contains(name, w)
 }
 
 # A policy other than noeviction. A value of any type is read as its text (a flag given no value, null, sets no
