@@ -127,8 +127,9 @@ def _parts(node: Node, env: dict[str, str] | None = None) -> Iterator[tuple[str,
         for c in node.children:
             yield from _parts(c, env)
     elif t in DYNAMIC_NODES:
+        # (the substitutions the grammar parsed, then, in a `${...}`, those it left as plain text)
         yield _text(node), True, t in SUBSTITUTIONS or any(True for _ in substitutions_in(node)) \
-            or (t == "expansion" and _runs_commands(node))
+            or (t == "expansion" and hidden_commands(unparsed_text(node)) != [])
     elif node.child_count == 0:
         yield _unquoted(_text(node)), False, False
     else:

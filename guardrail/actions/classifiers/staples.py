@@ -381,18 +381,19 @@ class Kill:
             targets = _named_targets(inv.name, args)
             details = {"signal": next((a for a in args if a.startswith("-")), "-TERM"), "targets": targets}
             # The container's server process by name: when it exits, the kubelet restarts the container.
-            ends_main = _kills_server(inv.name, args, targets, programs)
+            sigs = _signals(args)
+            ends_main = _kills_server(inv.name, args, sigs, targets, programs)
             server = next((n for t in targets
                            if (n := _server_named(t, pattern=inv.name == "pkill", programs=programs))), "")
             # A postgres child (`pkill -9 -f 'postgres: '`) that dies of a crash signal: the postmaster ends every
             # backend and runs crash recovery, a restart of the database.
-            if not ends_main and inv.name == "pkill" and _signals(args) & _CRASH_SIGNALS \
+            if not ends_main and inv.name == "pkill" and sigs & _CRASH_SIGNALS \
                     and any(_PG_CHILD.match(t) for t in targets):
                 ends_main, server = True, "postgres"
             # Every process of a user (`pkill -u postgres`, no name): in a pod its server may be one of them; on
             # the agent's own machine, a datastore's own user runs that datastore.
             users = _option_values(args, _USER_OPTIONS[inv.name])
-            if not ends_main and users and not targets and not _harmless_all(_signals(args)):
+            if not ends_main and users and not targets and not any(leaves_running(sig, None) for sig in sigs):
                 owned = next((_USER_SERVERS[u] for u in users if u in _USER_SERVERS), "")
                 if inv.where.in_exec or owned:
                     ends_main, server = True, owned
@@ -506,10 +507,6 @@ def _signals(args: list[str]) -> set[str]:
     return sigs | {args[i + 1].upper().removeprefix("SIG") for i, a in enumerate(args[:-1]) if a in ("--signal", "-s")}
 
 
-def _harmless_all(sigs: set[str]) -> bool:
-    return any(leaves_running(sig, None) for sig in sigs)
-
-
 def _option_values(args: list[str], options: frozenset[str]) -> list[str]:
     """The values of these options (`-u postgres`, `-upostgres`, `--uid=postgres`), comma lists split."""
     out: list[str] = []
@@ -533,12 +530,13 @@ _USER_SERVERS = {"postgres": "postgres", "mysql": "mysqld", "redis": "redis-serv
                  "memcache": "memcached", "mongodb": "mongod", "rabbitmq": "rabbitmq-server"}
 
 
-def _kills_server(name: str, args: list[str], targets: list[str],
+def _kills_server(name: str, args: list[str], sigs: set[str], targets: list[str],
                   programs: tuple[str, ...] = SERVER_PROGRAMS) -> bool:
-    """pkill/killall of a server program by name, with a signal that ends it (not HUP, USR1/2, 0, CONT)."""
+    """pkill/killall of a server program by name, with a signal (`sigs`: _signals(args)) that ends it (not HUP,
+    USR1/2, 0, CONT)."""
     if any(leaves_running(sig, next((n for t in targets if (n := _server_named(t, pattern=name == "pkill",
                                                                               programs=programs))), None))
-           for sig in _signals(args)):
+           for sig in sigs):
         return False
     # pkill -P 1: every child of PID 1 (the postmaster's backends and workers; a shell PID 1's server).
     if name == "pkill" and any(a == "-P" and args[i + 1].split(",").count("1") for i, a in enumerate(args[:-1])):
