@@ -296,9 +296,9 @@ class Curl:
                 return [inv.opaque("request", f"curl expands {u[:80]!r} into more than {MAX_GLOB} URLs (its {{a,b}} "
                                    "and [x-y] globs); send the requests one by one, or pass -g to turn globbing off",
                                    tool="curl", url=u)]
-            if many is not None and many != [u]:
-                details["url_glob"] = u
-            out += [http_action(inv, "curl", method, x, body, details=dict(details), method_known=known)
+            # The glob stays on its own URLs' actions (details is shared by every URL of the command).
+            glob = {"url_glob": u} if many is not None and many != [u] else {}
+            out += [http_action(inv, "curl", method, x, body, details={**details, **glob}, method_known=known)
                     for x in (many or [u])]
         dest = p.get("-o")
         if dest is not None and str(dest) not in NULL_SINKS:

@@ -386,6 +386,12 @@ def _after(text: str, head: list[Any]) -> str:
     return text[pos:].strip()
 
 
+
+def _without_password(args):
+    """The client's arguments without its password (`-pSECRET`, `--password=...`): -p's value is attached, so the
+    option specs need not know it, and it is never read."""
+    return [a for a in args if not (a.startswith("-p") and not a.startswith("--p") or a.startswith("--password"))]
+
 @register
 class Mysql:
     """mysql and mariadb clients."""
@@ -395,8 +401,7 @@ class Mysql:
     def prints_number(self, inv: Invocation) -> bool:
         """`mysql -N -e "SELECT COUNT(*) FROM t"`: no column names, a count: a number. Only the connection options
         beside them (no -t/-H/-X format, no -v echo of the query, no --init-command)."""
-        p = _SPEC.parse([a for a in inv.args if not (a.startswith("-p") and not a.startswith("--p")
-                                                     or a.startswith("--password"))])
+        p = _SPEC.parse(_without_password(inv.args))
         sql = p.all("-e")
         return p.has("-N", "--skip-column-names") and p.flags <= _COUNT_FLAGS \
             and set(p.opts) <= {"-e", "-h", "-P", "-u", "-D"} and len(sql) == 1 and not sql[0].dynamic \
@@ -405,8 +410,7 @@ class Mysql:
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [a for a in inv.args]
-        p = _SPEC.parse([a for a in args if not (a.startswith("-p") and not a.startswith("--p")
-                                                 or a.startswith("--password"))])
+        p = _SPEC.parse(_without_password(args))
         host = p.get("-h")
         db = p.get("-D") or (p.positionals[0] if p.positionals else None)
         target = inv.service_target(str(host) if host is not None else None, "mariadb")
@@ -499,8 +503,7 @@ class MysqlAdmin:
     commands = ("mysqladmin", "mariadb-admin")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = _ADMIN_SPEC.parse([a for a in inv.args if not (a.startswith("-p") and not a.startswith("--p")
-                                                           or a.startswith("--password"))])
+        p = _ADMIN_SPEC.parse(_without_password(inv.args))
         host = p.get("-h")
         target = inv.service_target(str(host) if host is not None else None, "mariadb")
         base = {"database": None, "user": str(p.get("-u")) if p.get("-u") else None}

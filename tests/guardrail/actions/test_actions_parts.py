@@ -189,3 +189,9 @@ def test_curl_url_globs_expand_as_curl_does() -> None:
     assert url_globs("http://[::1]:80/x") == ["http://[::1]:80/x"]  # an IPv6 host is no range
     assert url_globs("http://h/\\{a,b\\}") == ["http://h/{a,b}"]
     assert url_globs("http://h/[1-1000]") is None and url_globs(f"http://h/[1-{MAX_GLOB}]") is not None
+
+
+def test_a_url_glob_is_named_on_its_own_urls_only() -> None:
+    acts = normalise('curl -X POST "http://a/x{1,2}" http://b/y')
+    assert [(a.details.get("path"), a.details.get("url_glob")) for a in acts] == [
+        ("/x1", "http://a/x{1,2}"), ("/x2", "http://a/x{1,2}"), ("/y", None)]
