@@ -80,6 +80,12 @@ def kind_of(name: str) -> str:
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?=")
 
 
+def _pairs(words: list[Word]) -> list[tuple[str, str]]:
+    """The KEY=VALUE pairs of comma-separated lists (`app=x,tier=web`, `--limits=cpu=1,memory=1Gi`), in order; a
+    part without `=` names nothing and is skipped."""
+    return [(k, v) for w in words for part in str(w).split(",") for k, eq, v in [part.partition("=")] if eq]
+
+
 def _computed_value(w: Word) -> bool:
     """`KEY="$(date +%s)"`: a literal key, a value computed as the command runs, and one word whatever it holds (the
     expansion quoted, or one the walker knows prints a number): a label's value, not a resource list."""
@@ -297,18 +303,11 @@ class Kubectl:
         elif sub == "selector":
             # The whole selector is replaced by these pairs (one comma-separated list, `app=x,tier=web`): the pods
             # the Service sends traffic to change.
-            for w in rest[1:]:
-                for part in str(w).split(","):
-                    k, eq, v = part.partition("=")
-                    if eq:
-                        a.keys.append(KeyChange(key=f"k8s.spec.selector.{k}", value=v, scope=scope))
+            a.keys += [KeyChange(key=f"k8s.spec.selector.{k}", value=v, scope=scope) for k, v in _pairs(rest[1:])]
         elif sub == "resources":
             for opt in ("--limits", "--requests"):
-                for w in p.all(opt):
-                    for part in str(w).split(","):
-                        k, eq, v = part.partition("=")
-                        if eq:
-                            a.keys.append(KeyChange(key=f"k8s.resources.{opt[2:]}.{k}", value=v, scope=scope))
+                a.keys += [KeyChange(key=f"k8s.resources.{opt[2:]}.{k}", value=v, scope=scope)
+                           for k, v in _pairs(p.all(opt))]
         if a.mutating is True and sub in _TEMPLATE_SETS and a.target.kind in _WORKLOAD_KINDS:
             a.details["restart"] = True  # the pod template changes: the controller replaces every pod
 
@@ -458,10 +457,8 @@ class Kubectl:
         if kind == "resourcequota":
             # `--hard=pods=0,cpu=2`: the limits, keyed as a patch of spec.hard would be.
             scope = self._scope(a)
-            for part in (x for w in p.all("--hard") for x in str(w).split(",")):
-                k, eq, v = part.partition("=")
-                if eq:
-                    a.keys.append(KeyChange(key=f"k8s.spec.hard.{k.strip()}", value=_scalar(v.strip()), scope=scope))
+            a.keys += [KeyChange(key=f"k8s.spec.hard.{k.strip()}", value=_scalar(v.strip()), scope=scope)
+                       for k, v in _pairs(p.all("--hard"))]
         if kind == "serviceaccount token":
             a.layer = Layer.NONE
 
