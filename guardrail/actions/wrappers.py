@@ -394,6 +394,13 @@ def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     return out
 
 
+def _own_actions(inv: Invocation, tool: str) -> list[Action]:
+    """What the wrapper command itself does (`kubectl run` creates a pod, `docker run` a container), as its own
+    classifier reads it, beside what it runs."""
+    classifier = classifier_for(tool)
+    return classifier.classify(inv) if classifier is not None else []
+
+
 # ---- kubectl exec --------------------------------------------------------------------------------------------------
 
 @wrapper("kubectl", "oc")
@@ -408,15 +415,13 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     if overrides is not None:
         return _run_overrides(inv, n, g, words, overrides)
     if verb and g.after_dashdash:
-        classifier = classifier_for("kubectl")
-        own_actions = classifier.classify(inv) if classifier is not None else []
+        own_actions = _own_actions(inv, "kubectl")
         pod = words[len(verb)] if len(words) > len(verb) else ""
         return own_actions + _in_new_pod(inv, n, g, "kubectl " + " ".join(verb), pod, g.after_dashdash, inv.stdin)
     if verb and not g.has("-h", "--help") and (verb == ["debug"] or g.get("--image") is not None):
         # A new pod, job or deployment (or a debug container) with no command: it runs the image's own entrypoint,
         # or an interactive shell, neither of which the guard sees.
-        classifier = classifier_for("kubectl")
-        own_actions = classifier.classify(inv) if classifier is not None else []
+        own_actions = _own_actions(inv, "kubectl")
         what = "kubectl " + " ".join(verb)
         return own_actions + [inv.opaque("image-command", f"{what} without a command runs the image's own "
                                          "entrypoint (or an interactive shell), which the guard cannot see; give the "
@@ -459,8 +464,7 @@ def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], o
     """`kubectl run NAME --overrides='{"spec": {"containers": [{"command": [...], "args": [...]}]}}'`: the pod's
     containers run the overrides' command and args (the words after `--` only where the overrides set none).
     Overrides the guard cannot read (not JSON, or built at run time) are opaque."""
-    classifier = classifier_for("kubectl")
-    own = classifier.classify(inv) if classifier is not None else []
+    own = _own_actions(inv, "kubectl")
     if getattr(overrides, "dynamic", False):
         return own + [inv.opaque("overrides", "kubectl run --overrides built at run time: its pod spec is not visible")]
     try:
@@ -522,8 +526,7 @@ def _container_run(inv: Invocation, n: "Normaliser", args: list[Word]) -> list[A
     mounted into it (`-v /var/lib/postgresql:/x`, `--mount type=bind,...`) are those directories: a file the
     command writes under the mount point is the host's file. With no command the image's own entrypoint runs,
     which the guard cannot see."""
-    classifier = classifier_for(inv.name)
-    own = classifier.classify(inv) if classifier is not None else []
+    own = _own_actions(inv, inv.name)
     p = CONTAINER_RUN.parse(args)
     if not p.positionals:
         return own
