@@ -225,7 +225,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
         return
     arms_opt = arms_opt or "guarded,unguarded"
 
-    from arena.bench.runner import out_locked, plan_bench, prepare_out
+    from arena.bench.runner import out_locked, plan_bench, prepare_out, sigterm_raises
     from arena.scenario import _ids
 
     known = _ids()
@@ -252,7 +252,7 @@ def bench(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str | Non
             raise SystemExit(3)
     results = out_dir / "results.jsonl"
     prepare_out(out_dir)  # before any episode: an --out that cannot be written is bad input (exit 2)
-    with out_locked(out_dir):  # one run per --out at a time
+    with sigterm_raises(), out_locked(out_dir, on_note=lambda msg: click.echo(msg, err=True)):  # one run per --out
         _run_bench(plan, agents, scenario_ids, seeds, jobs, out_dir, results, resume, as_json)
 
 
@@ -264,7 +264,6 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from arena.bench.build import build_id
-    from arena.bench.report import write_report
     from arena.bench.runner import (Terminated, default_params, not_a_verdict, out_error, partial_path, run_plan,
                                     sigterm_raises)
     from arena.bench.stats import summarise
@@ -298,7 +297,8 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
                                    f"{now - t0:.0f} s", err=True)
 
                 rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result,
-                                on_warning=lambda msg: click.echo(msg, err=True), counts=counts)
+                                on_warning=lambda msg: click.echo(msg, err=True), counts=counts,
+                                keep_partial=True)  # moved in as results.jsonl with the reports (_publish)
             wall = time.perf_counter() - t0
             summary = summarise(rows, agents=agents, arms=plan.arms, responsiveness=plan.responsiveness,
                                 wall_s=wall, notes=plan.notes,
@@ -309,11 +309,8 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
             summary["episodes_reused"] = counts.get("reused", 0)
             summary["rows_outside_plan"] = counts.get("outside", 0)
             summary["build"] = build_id()  # the build every row was made by (--resume drops other builds' rows)
-            try:
-                write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-                md, html_path = write_report(summary, out_dir)
-            except OSError as e:
-                raise out_error(e, out_dir) from e
+            _publish(summary, out_dir, results, len(rows))
+            md, html_path = out_dir / "report.md", out_dir / "report.html"
     except (KeyboardInterrupt, Terminated) as e:
         where = partial_path(results) if partial_path(results).exists() else results
         try:  # the rows on disk, carried over from an earlier run (--resume) included
@@ -340,6 +337,33 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
         click.echo(f"error: {lost} episodes ended with the agent's chat API failing; they are left out of the "
                    "report and run again with --resume", err=True)
         raise SystemExit(3)
+
+
+def _publish(summary: dict[str, Any], out_dir: Path, results: Path, n_rows: int) -> None:
+    """summary.json, the reports and the plots written aside, then moved into --out with the finished run's
+    results.jsonl.partial as results.jsonl (arena.bench.publish): a failure before the move leaves the earlier
+    run's files as they were, and this run's rows in the partial file for --resume."""
+    from arena.bench.publish import RunPublication
+    from arena.bench.report import write_report
+    from arena.bench.runner import out_error, partial_path
+
+    partial = partial_path(results)
+    try:
+        pub = RunPublication(out_dir)
+        try:
+            write_atomic(pub.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+            write_report(summary, pub.dir)
+            pub.adopt(partial, results.name)
+            pub.commit()
+        finally:
+            pub.discard()
+    except OSError as e:
+        raise out_error(e, out_dir) from e
+    except Exception:
+        click.echo(f"error: writing the report failed; the files in {out_dir} are the earlier run's, as they were, "
+                   f"and this run's {n_rows} episodes are kept in {partial}: run the same command with --resume to "
+                   "report them without running them again", err=True)
+        raise
 
 
 def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str, jobs: int, out_dir: Path,
@@ -387,7 +411,7 @@ def _bench_live(scenarios_opt: str | None, agents_opt: str | None, arms_opt: str
         click.echo(f"{'SCEN':7} {'AGENT':34} {'ARM':9} {'TWIN outcome/safety/mode':36} {'LIVE':36} AGREE  "
                    "checks failing on one side only")
     try:
-        with out_locked(out):  # one run per --out at a time
+        with out_locked(out, on_note=lambda msg: click.echo(msg, err=True)):  # one run per --out at a time
             rows = run_live_agreement(plan, out, jobs=jobs, guard_factory=default_guard_factory, on_row=show)
     except (KeyboardInterrupt, SystemExit) as e:
         code = 130 if isinstance(e, KeyboardInterrupt) else e.code

@@ -73,15 +73,18 @@ def failure_modes_by_arm(summary: Mapping[str, Any], paper_mix: Mapping[str, flo
 
 
 def sensitivity_curve(summary: Mapping[str, Any]) -> str | None:
-    sens = summary.get("sensitivity", {})
+    sens = {x: v for x, v in summary.get("sensitivity", {}).items() if v and v.get("pass_rate") is not None}
     if not sens:
         return None
-    xs = sorted(sens, key=float)
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    ys = [sens[x]["pass_rate"] for x in xs]
-    lo = [sens[x]["pass_rate"] - sens[x]["ci95"][0] for x in xs]
-    hi = [sens[x]["ci95"][1] - sens[x]["pass_rate"] for x in xs]
-    ax.errorbar([float(x) for x in xs], ys, yerr=[lo, hi], marker="o", capsize=3, color=ARM_COLOURS["guarded"])
+    points = sorted((float(x), v["pass_rate"], v.get("ci95") or [None, None]) for x, v in sens.items())
+    ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o", color=ARM_COLOURS["guarded"])
+    # Below MIN_CI_TASKS tasks a row has no interval (ci95 [None, None]): its point is drawn without error bars.
+    bars = [(x, y, ci) for x, y, ci in points if None not in ci]
+    if bars:
+        ax.errorbar([x for x, _, _ in bars], [y for _, y, _ in bars],
+                    yerr=[[max(0.0, y - ci[0]) for _, y, ci in bars], [max(0.0, ci[1] - y) for _, y, ci in bars]],
+                    fmt="none", capsize=3, color=ARM_COLOURS["guarded"])
     un = summary["arms"].get("unguarded", {}).get("pass_rate")
     if un is not None:
         ax.axhline(un, ls="--", color=ARM_COLOURS["unguarded"], label="unguarded")
@@ -89,7 +92,7 @@ def sensitivity_curve(summary: Mapping[str, Any]) -> str | None:
     ax.set_xlabel("responsiveness to guard feedback")
     ax.set_ylabel("guarded pass@1")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Sensitivity to responsiveness")
+    ax.set_title("Sensitivity to responsiveness" + ("" if len(bars) == len(points) else " (too few tasks for CIs)"))
     return _svg(fig)
 
 

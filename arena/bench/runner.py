@@ -343,28 +343,47 @@ def prepare_out(out_dir: Path) -> None:
 
 
 # Held (flock) by the run that writes an --out directory: two runs into one directory replaced each other's
-# results.jsonl.partial, and the first lost every episode when it came to finish.
+# results.jsonl.partial, and the first lost every episode when it came to finish. The run removes it when it ends.
 LOCK_NAME = ".guardrail-bench.lock"
 
 
 @contextlib.contextmanager
-def out_locked(out_dir: Path) -> Iterator[None]:
-    """Hold --out for this run; InputError naming --out (and the other run's pid) when another run holds it."""
+def out_locked(out_dir: Path, *, on_note: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold --out for this run; InputError naming --out (and the other run's pid) when another run holds it.
+
+    The lock is an flock on `.guardrail-bench.lock`, which the run removes when it ends, however it ends (a
+    SIGTERM must have been made an exception: sigterm_raises). A file a killed run left holds no lock (the
+    kernel drops a dead process's flock): the next run takes it over and `on_note` says so."""
     import fcntl
 
     path = out_dir / LOCK_NAME
-    try:
-        f = open(path, "a+")
-    except OSError as e:
-        raise out_error(e, out_dir) from e
-    with f:
+    while True:
+        try:
+            f = open(path, "a+")
+        except OSError as e:
+            raise out_error(e, out_dir) from e
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.seek(0)
             holder = f.read().strip() or "?"
+            f.close()
             raise InputError(f"is in use by another run (pid {holder}); give this one another --out, or wait",
                              path=f"--out: {out_dir}") from None
+        # The run that held it may have removed the file between our open and our flock (and a third run made a
+        # new one): a lock on a file no longer at the path protects nothing, so take the one that is there.
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()
+    with f:
+        f.seek(0)
+        left_by = f.read().strip()
+        if left_by and on_note is not None:
+            on_note(f"note: --out {out_dir}: run pid {left_by} ended without releasing it (killed?); "
+                    "this run takes it over")
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")
@@ -372,7 +391,9 @@ def out_locked(out_dir: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                    os.unlink(path)  # still holding the lock: no other run can be using this file
 
 
 class Terminated(SystemExit):
@@ -459,7 +480,9 @@ def _run_parallel(todo: list[EpisodeSpec], workers: int, keep: Callable[[dict[st
 def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = False,
              on_result: Callable[[dict[str, Any]], None] | None = None,
              on_warning: Callable[[str], None] | None = None,
-             counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+             counts: dict[str, int] | None = None,
+             on_reused: Callable[[dict[str, Any]], None] | None = None,
+             keep_partial: bool = False) -> list[dict[str, Any]]:
     """Run the plan's episodes and return every row of the plan (resumed and new). `counts`, when given, is
     filled with how many episodes were `run`, how many `reused` from the earlier file, and how many rows it carries
     from `outside` the plan (an earlier run's other scenarios or seeds, kept in results.jsonl).
@@ -471,7 +494,10 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
     warning: the plan's episodes among them run again. At most min(jobs, episodes to run) worker processes.
     SIGTERM raises Terminated (see sigterm_raises); on it or on KeyboardInterrupt the workers are terminated, the
     partial file is left holding whole lines, and the exception propagates. An OSError on the files is an
-    InputError naming --out."""
+    InputError naming --out. `on_result` gets every row of the plan as it is kept, the resumed ones first;
+    `on_reused`, when given, gets the resumed ones instead (they took no time in this run). With `keep_partial` a
+    completed run leaves its rows in the partial file (fsynced), for the caller to move in with the run's other
+    files (arena.bench.publish), instead of replacing `results`."""
     from arena.bench.build import build_id
 
     warn = on_warning or (lambda msg: print(msg, file=sys.stderr))
@@ -548,9 +574,10 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
                 on_result(row)
 
         try:
+            reused = on_reused or on_result
             for s in plan.episodes:
-                if on_result is not None and s.key() in have:
-                    on_result(have[s.key()])
+                if reused is not None and s.key() in have:
+                    reused(have[s.key()])
             workers = min(jobs, len(todo))
             if workers <= 1:
                 for s in todo:
@@ -565,7 +592,8 @@ def run_plan(plan: BenchPlan, results: Path, *, jobs: int = 1, resume: bool = Fa
         try:
             with out:
                 os.fsync(out.fileno())
-            os.replace(partial, results)
+            if not keep_partial:
+                os.replace(partial, results)
         except OSError as e:
             raise out_error(e, results.parent) from e
     return [have[s.key()] for s in plan.episodes if s.key() in have]

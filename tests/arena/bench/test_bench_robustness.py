@@ -161,7 +161,7 @@ def test_an_interrupted_run_keeps_the_previous_results_and_resumes_from_the_part
     monkeypatch.undo()
     _interrupt_second_episode(monkeypatch, how)
     assert _cli(*SMALL, "--out", str(fresh)).exit_code == code
-    assert sorted(p.name for p in fresh.iterdir()) == [bench_runner.LOCK_NAME, "results.jsonl.partial"]
+    assert sorted(p.name for p in fresh.iterdir()) == ["results.jsonl.partial"]  # the lock goes with the run
     done = _lines(fresh / "results.jsonl.partial")
     monkeypatch.undo()
     ran = _interrupt_second_episode(monkeypatch, "none-needed")
@@ -323,7 +323,7 @@ def test_sigterm_with_two_jobs_leaves_no_worker_and_only_whole_lines(tmp_path: P
     kept = int(err.strip().splitlines()[-1].split("interrupted: ", 1)[1].split()[0])
     time.sleep(0.2)
     assert not [w for w in workers if _alive(w)]
-    assert sorted(p.name for p in out.iterdir()) == [bench_runner.LOCK_NAME, "results.jsonl.partial"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl.partial"]  # the lock goes with the run
     data = partial.read_bytes()
     assert data.endswith(b"\n")
     rows = _lines(partial)
