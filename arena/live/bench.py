@@ -12,7 +12,6 @@ minutes per live episode).
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -102,8 +101,15 @@ def run_live_agreement(plan: list[tuple[str, str, str]], out_dir: Path, *, seed:
     pool.shutdown(wait=True)
     summary = {"episodes": len(rows), "agree": sum(1 for r in rows if r["agree"]),
                "rows": [{k: v for k, v in r.items() if k != "episodes"} for r in rows]}
-    write_atomic(out_dir / "agreement.json", json.dumps(summary, indent=2) + "\n")
-    os.replace(partial, out_dir / "results.jsonl")
+    from arena.bench.publish import RunPublication
+
+    pub = RunPublication(out_dir)  # agreement.json and results.jsonl move in together
+    try:
+        write_atomic(pub.dir / "agreement.json", json.dumps(summary, indent=2) + "\n")
+        pub.adopt(partial, "results.jsonl")
+        pub.commit()
+    finally:
+        pub.discard()
     return rows
 
 
