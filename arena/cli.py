@@ -261,7 +261,10 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
     import time
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+    from rich.text import Text
+
+    from arena.bench.eta import BenchETA, format_eta
 
     from arena.bench.build import build_id
     from arena.bench.runner import (Terminated, default_params, not_a_verdict, out_error, partial_path, run_plan,
@@ -278,25 +281,34 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
     # A log, not a terminal (CI): no live bar, so a plain line now and then says the run is alive.
     plain = not as_json and not console.is_terminal
     next_line = t0 + PLAIN_PROGRESS_S
+    eta = BenchETA(plan.episodes)
+
+    class EtaColumn(ProgressColumn):
+        def render(self, _task: Any) -> Text:
+            return Text(format_eta(eta.seconds_left()), style="progress.remaining")
+
     try:
         with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: workers stopped, whole lines kept
             with Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[arms]}"), TimeRemainingColumn(), disable=as_json or plain,
+                          TextColumn("{task.fields[arms]}"), EtaColumn(), disable=as_json or plain,
                           transient=False, console=console) as progress:  # stdout: the summary
                 task = progress.add_task("bench", total=len(plan.episodes), arms="")
 
-                def on_result(row: dict[str, Any]) -> None:
+                def on_result(row: dict[str, Any], *, reused: bool = False) -> None:
                     nonlocal kept, next_line
                     kept += 1
                     tally.add(row)
+                    (eta.reused if reused else eta.ran)(row)
                     progress.update(task, advance=1, arms=tally.text())
                     now = time.perf_counter()
-                    if plain and (now >= next_line or kept == len(plan.episodes)):
+                    if plain and not reused and (now >= next_line or kept == len(plan.episodes)):
                         next_line = now + PLAIN_PROGRESS_S
+                        left = "" if kept == len(plan.episodes) else f"  {format_eta(eta.seconds_left())}"
                         click.echo(f"bench: {kept}/{len(plan.episodes)} episodes  {tally.text()}  "
-                                   f"{now - t0:.0f} s", err=True)
+                                   f"{now - t0:.0f} s{left}", err=True)
 
                 rows = run_plan(plan, results, jobs=jobs, resume=resume, on_result=on_result,
+                                on_reused=lambda row: on_result(row, reused=True),
                                 on_warning=lambda msg: click.echo(msg, err=True), counts=counts,
                                 keep_partial=True)  # moved in as results.jsonl with the reports (_publish)
             wall = time.perf_counter() - t0
