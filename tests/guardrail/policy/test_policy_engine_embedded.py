@@ -3,6 +3,7 @@ normaliser and the public context model), exceptions, unique decision ids, and f
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -279,26 +280,58 @@ def test_a_deny_that_is_not_a_set_is_a_load_error_naming_its_line(tmp_path):
     assert "not a set of findings" in str(e.value)
 
 
-def test_a_runaway_evaluation_does_not_hold_up_the_decisions_after_it(tmp_path):
+class _GatedEngine:
+    """A real compiled engine whose evaluations of the `slow` tool's input run until the test opens the gate: a
+    runaway rule whose length does not depend on the machine's speed."""
+
+    def __init__(self, engine, gate: threading.Event, started: threading.Semaphore):
+        self._engine, self._gate, self._started = engine, gate, started
+
+    def eval_query(self, query, input=None):
+        if '"slow"' in json.dumps(input, default=str):
+            self._started.release()
+            self._gate.wait()
+        return self._engine.eval_query(query, input=input)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_a_runaway_evaluation_does_not_hold_up_the_decisions_after_it(tmp_path, monkeypatch):
     """OPA cannot stop a rule once it runs: the engine it runs on is left to finish (and is closed when it does),
     and later decisions go to a fresh engine built from the same tree instead of queueing behind it."""
-    body = ('decision := {"deny": [], "warn": [], "n": n}\n\n'
-            'n := count([x | some i in numbers.range(1, 800); some j in numbers.range(1, 800); x := i * j]) '
-            'if input.action.tool == "slow" else := 0\n')
+    import guardrail.policy.embedded as embedded
+
+    gate, started = threading.Event(), threading.Semaphore(0)
+    compiled: list[_GatedEngine] = []
+    real_compile = embedded.compile_tree
+
+    def gated_compile(*a, **kw):
+        compiled.append(_GatedEngine(real_compile(*a, **kw), gate, started))
+        return compiled[-1]
+
+    monkeypatch.setattr(embedded, "compile_tree", gated_compile)
     slow = {**MUTATING, "action": {**MUTATING["action"], "tool": "slow"}}
-    e = EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.1, decision_cache=0)
+    e = EmbeddedOPA(_policy(tmp_path, 'decision := {"deny": [], "warn": []}\n'), timeout_s=0.1, decision_cache=0)
     try:
-        first = e.decide(slow)
+        first = e.decide(slow)  # runs until the gate opens: past any deadline
         assert first.outcome is Outcome.DENY and "took longer than 0.1 s" in first.error
-        assert e.abandoned() == 1
+        assert e.abandoned() == 1 and len(compiled) == 2
+        # The deadline is the caller's wait; a generous one here, so that only queueing behind the runaway (which
+        # never ends while the gate is shut) can fail this decision, not a busy machine.
+        e.timeout_s = 120.0
         after = e.decide(MUTATING)
-        # Queued behind the runaway it would fail closed at its own 0.1 s deadline: it is decided, and allowed.
         assert after.outcome is Outcome.ALLOW, after.error
         # A second runaway while the first still runs is not given a third engine: it queues, and fails closed.
+        e.timeout_s = 0.1
         assert e.decide(slow).outcome is Outcome.DENY
-        deadline = time.monotonic() + 60
+        assert len(compiled) == 2 and e.abandoned() == 1
+        gate.set()  # both runaways end
+        assert started.acquire(timeout=120) and started.acquire(timeout=120)
+        deadline = time.monotonic() + 120
         while e.abandoned() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert e.abandoned() == 0  # the first runaway ended, and its engine was closed
     finally:
+        gate.set()
         e.close()
