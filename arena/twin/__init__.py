@@ -5,7 +5,7 @@ the twin); substrates subclass `Substrate` and `Component` and register with `re
 the episode runner (arena/episode.py), the gates (arena/gates.py, through `.world`), tests and benches.
 """
 
-from arena.twin.engine import TwinEnvironment, TwinSpec, build_twin
+from arena.twin.engine import TwinEnvironment, TwinSpec, build_twin, start_at_onset
 from arena.twin.world import Component, Substrate, World, register_substrate
 
 __all__ = ["build_twin", "make_environment", "TwinEnvironment", "TwinSpec", "World", "Component", "Substrate",
@@ -15,8 +15,10 @@ __all__ = ["build_twin", "make_environment", "TwinEnvironment", "TwinSpec", "Wor
 def make_environment(spec: str, context=None, *, seed: int | None = None) -> TwinEnvironment:
     """The `guardrail.environments` entry point `twin`: `--env twin:<scenario>[@seed]` builds that scenario's twin.
 
-    Used by `guardrail mcp --env twin:ia-011` so an external agent can be tried against an incident. The context
-    argument is accepted for the entry-point protocol; the twin takes its wiring from the scenario itself.
+    Used by `guardrail mcp --env twin:ia-011` so an external agent can be tried against an incident. The agent is
+    paged into the running incident: the world starts at the incident's onset (start_at_onset), not at episode
+    start, where `guardrail run`'s agents begin. The context argument is accepted for the entry-point protocol;
+    the twin takes its wiring from the scenario itself.
     """
     from arena.scenario import load_scenario
     from guardrail.errors import InputError
@@ -29,4 +31,4 @@ def make_environment(spec: str, context=None, *, seed: int | None = None) -> Twi
             seed = int(seed_s) if seed_s else 0
         except ValueError:
             raise InputError(f"bad seed {seed_s!r} in --env twin:{spec}", path="--env") from None
-    return build_twin(load_scenario(name).twin, seed)
+    return start_at_onset(build_twin(load_scenario(name).twin, seed))

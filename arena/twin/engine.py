@@ -20,7 +20,7 @@ from arena.twin.world import SUBSTRATES, World
 from verifiers.protocols import (CommandResult, ComponentInfo, EnvironmentDescription, RestartResult,
                                  Sample)
 
-__all__ = ["TwinSpec", "TwinEnvironment", "build_twin"]
+__all__ = ["TwinSpec", "TwinEnvironment", "build_twin", "start_at_onset"]
 
 
 class TwinSpec(BaseModel):
@@ -50,6 +50,9 @@ class TwinEnvironment:
         self.spec = spec
         self.shell = Shell(self.world.clock.sleep, spec.shell_env)
         self._sli = TwinSLISource(world)
+        # When the incident began, as the page tells an operator: episode start, or the onset for a session that
+        # starts there (arena.twin.make_environment).
+        self.incident_start_s = 0.0
         install_generic(self)
         assert world.substrate is not None
         for name, handler in world.substrate.commands().items():
@@ -95,7 +98,7 @@ class TwinEnvironment:
         if self.spec.healthy_history and self.world.profile.prehistory_cycles > 0:
             # Episode start is when the incident began, as the page tells an operator; telemetry before it is
             # the pre-incident baseline Prometheus would keep.
-            extra["incident_start_s"] = 0.0
+            extra["incident_start_s"] = self.incident_start_s
         return extra
 
     # --- helpers ------------------------------------------------------------------------------------------
@@ -123,6 +126,18 @@ def build_twin(spec: TwinSpec | Mapping[str, Any], seed: int = 0, *, start: bool
     if start:
         world.advance_to(0.0)
         sub.inject(0.0)
+    return env
+
+
+def start_at_onset(env: TwinEnvironment) -> TwinEnvironment:
+    """Simulate `env` (at episode start) up to its incident's onset (LoadProfile.onset_s), which becomes the
+    incident's start: where an agent paged into the running incident begins. Otherwise a session's agent would
+    start before the faults land (ia-011's events come at t = 40 s) and apply the right fix to a healthy system,
+    which the faults then undo."""
+    onset = env.world.profile.onset_s
+    if onset > env.clock.now():
+        env.world.advance_to(onset)
+    env.incident_start_s = onset
     return env
 
 

@@ -77,6 +77,13 @@ class LoadProfile(BaseModel):
         return v
 
     @property
+    def onset_s(self) -> float:
+        """When the incident has fully begun: the last scheduled event's episode time (0 when every fault ships at
+        episode start). An episode's agent starts at 0 and meets the onset on the way, as in Incident-Arena; an
+        agent paged into a running incident (an MCP or shell session on the twin) starts here."""
+        return max([0.0] + [e.at_s for e in self.events if e.at_s is not None])
+
+    @property
     def cycle_s(self) -> float:
         """Mean cycle length (exact when every cycle has the same length)."""
         return sum(c[0] + c[2] for c in self.cycles) / len(self.cycles)
