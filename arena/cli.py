@@ -140,8 +140,13 @@ def _run_live(sc: Any, agent: Any, arm: str, seed: int, factory: Any) -> Any:
     from arena.live.world import run_live_episode
 
     install_cleanup()  # Ctrl-C or a SIGTERM stops the stack's servers too
+    from arena.live.progress import StageLog
+
+    # Bringing a stack up takes a minute or more: say what is starting, each server up, and that a long stage
+    # still goes on (stderr; stdout keeps only the episode JSON of --json -).
     try:
-        return run_live_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory)
+        with StageLog(lambda line: click.echo(line, err=True)) as progress:
+            return run_live_episode(sc, agent, arm=arm, seed=seed, guard_factory=factory, progress=progress)
     except InputError:
         raise
     except GuardrailError as e:

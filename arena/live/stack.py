@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 import shutil
 import stat
 import sys
@@ -142,7 +142,8 @@ class LiveStack:
     def __init__(self, substrates: Iterable[str] = ("saleor", "frappe", "slack"), *, shape: LoadShape | None = None,
                  base_dir: Path | None = None, clock=None, keep_dir: bool = False,
                  image_env: dict[str, dict[str, str]] | None = None,
-                 config_overrides: dict[str, dict] | None = None, rbac: tuple[str, ...] = ALL_VERBS):
+                 config_overrides: dict[str, dict] | None = None, rbac: tuple[str, ...] = ALL_VERBS,
+                 progress: Any = None):
         self.specs = [SubstrateSpec.load(n) for n in substrates]
         self.shape = shape or LoadShape()
         self.clock = clock or WallClock()
@@ -152,6 +153,9 @@ class LiveStack:
         # Deep-merged into a config file as it is copied into config/: how a scenario ships its faulty values.
         self.config_overrides = config_overrides or {}
         self.rbac = tuple(rbac)
+        # Told of each stage of up() (`progress(text)`) and of each server up (`progress.note(text)`): an
+        # arena.live.progress.StageLog, or None for silence.
+        self.progress = progress
         self.control: ControlPlane | None = None
         self.dir: Path | None = None
         self.plan = AddressPlan()
@@ -208,10 +212,15 @@ class LiveStack:
             self.control = ControlPlane(self, self.plan["kubernetes"], rbac=self.rbac)
             self.control.start()
             # Prometheus first: its target discovery takes a few seconds, which then overlap the apps' start.
+            self._stage("starting Prometheus and the kube-state-metrics stand-in")
             self._start_prometheus()
+            self._note(f"prometheus up ({self.timings['prometheus.cold_start_s']:.1f} s)")
+            self._stage(f"starting {len(self.supervisor.specs)} app services and the load generator: "
+                        + ", ".join(self.supervisor.specs))
             t0 = self.clock.now()
             self.supervisor.start_all()
             self.timings["apps.start_s"] = self.clock.now() - t0
+            self._note(f"app services up ({self.timings['apps.start_s']:.1f} s)")
             self._write_bin()
             self._watcher = threading.Thread(target=self._watch, name="live-supervisor", daemon=True)
             self._watcher.start()
@@ -221,6 +230,14 @@ class LiveStack:
             self.down()
             raise
         return self
+
+    def _stage(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def _note(self, text: str) -> None:
+        if self.progress is not None:
+            getattr(self.progress, "note", self.progress)(text)
 
     def _plan(self) -> None:
         servers = sorted({s for spec, _ in self.specs for s in spec.servers})
@@ -250,10 +267,16 @@ class LiveStack:
                 self.servers[name] = RedisServer(self.plan[name], self.dir / name, values_path=dest,
                                                  clock=self.clock)
         # Independent servers start side by side; the first failure is raised once all have settled.
+        self._stage(f"starting the servers: {', '.join(self.servers)} (stack directory {self.dir})")
         with ThreadPoolExecutor(max_workers=len(self.servers) or 1) as pool:
-            futures = {name: pool.submit(server.start) for name, server in self.servers.items()}
-        for name, fut in futures.items():
+            futures = {pool.submit(server.start): name for name, server in self.servers.items()}
+            for fut in as_completed(futures):
+                if fut.exception() is None:
+                    self._note(f"{futures[fut]} up ({fut.result():.1f} s)")
+        for fut, name in futures.items():
             self.timings[f"{name}.cold_start_s"] = fut.result()
+        if any(spec.bootstrap for spec, _ in self.specs):
+            self._stage("loading the bootstrap SQL")
         for spec, folder in self.specs:
             for step in spec.bootstrap:
                 sql = (folder / step.file).read_text()
@@ -534,24 +557,46 @@ def _alive(pid: int) -> bool:
 
 
 def _main() -> None:
-    """Start a stack by hand: `python -m arena.live.stack [substrate ...]`; Ctrl-C stops it."""
+    """Start a stack by hand: `python -m arena.live.stack [--keep-dir] [substrate ...]`; Ctrl-C or SIGTERM stops it
+    and removes its directory (a temporary one of 100 MB and more) unless --keep-dir, even while it is starting."""
     import signal
 
-    names = sys.argv[1:] or ["saleor", "frappe", "slack"]
-    stack = LiveStack(names, keep_dir=True).up()
-    print(f"stack dir: {stack.dir}")
+    from arena.live.progress import StageLog
+
+    args = sys.argv[1:]
+    keep = "--keep-dir" in args
+    names = [a for a in args if a != "--keep-dir"] or ["saleor", "frappe", "slack"]
+    done = threading.Event()
+    started = False
+
+    def on_signal(signum, _frame):
+        first = not done.is_set()
+        done.set()
+        if first and not started:
+            raise KeyboardInterrupt  # unwinds up(), which stops what it had started (and removes the directory)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    stack = LiveStack(names, keep_dir=keep, progress=StageLog(lambda line: print(line, file=sys.stderr, flush=True)))
+    try:
+        stack.up()
+        started = True
+    except KeyboardInterrupt:
+        stack.down()  # up() has stopped what it started; this catches a signal that came just after it returned
+        print("interrupted while starting: stopped" + (f"; kept {stack.dir}" if keep and stack.dir else ""),
+              flush=True)
+        raise SystemExit(130) from None
+    print(f"stack dir: {stack.dir}" + ("" if keep else " (removed when the stack stops; --keep-dir keeps it)"))
     for ep in stack.plan.endpoints.values():
         print(f"  {ep.name:<14} {ep.address}:{ep.port}")
     print("shell env (source it):")
     for k, v in stack.shell_env.items():
         print(f"  export {k}={v!r}")
-    print({k: round(v, 2) for k, v in stack.timings.items()})
-    done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print({k: round(v, 2) for k, v in stack.timings.items()}, flush=True)
     done.wait()
     left = stack.down()
-    print("stopped" + (f"; still alive: {left}" if left else ", no process left"))
+    where = f"; its directory {stack.dir} is kept" if keep or left else ", its directory removed"
+    print(("stopped" + (f"; still alive: {left}" if left else ", no process left")) + where, flush=True)
 
 
 if __name__ == "__main__":

@@ -323,7 +323,7 @@ def _phase_lead_wait(now_rel: float, shape: LoadShape, profile) -> float:
 
 def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
                      guard_factory: Callable[..., Any] | None = None, fault_settle_cycles: float = 1.0,
-                     on_ready: Callable[[LiveWorld], None] | None = None):
+                     on_ready: Callable[[LiveWorld], None] | None = None, progress: Any = None):
     """One graded episode on a fresh live stack for `scenario` (its `arena/live/incidents/<id>.yaml` wiring).
 
     Brings the stack up (a server that fails to start raises an EnvironmentError_ naming it and its log), waits
@@ -331,29 +331,45 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
     long-lived sessions exist), lands the fault (the task's
     faultInit commands; a failing one is an error), lets it show for `fault_settle_cycles` load cycles, then runs
     `arena.episode.run_episode` on a `LiveWorld` and tears everything down. `seed` shifts the load seed.
+    `progress` (an arena.live.progress.StageLog) is told of each stage, the stack's included.
     """
     from arena.episode import run_episode
 
     incident = LiveIncident.load(scenario.id)
     shape = incident.shape.model_copy(update={"seed": incident.shape.seed + seed})
-    stack = incident.stack(shape=shape).up()
+    def stage(text: str) -> None:
+        if progress is not None:
+            progress(text)
+
+    stack = incident.stack(shape=shape)
+    stack.progress = progress
+    stack.up()
     try:
         env = LiveEnvironment(stack)
+        stage("waiting for Prometheus to scrape every target")
         if not stack.wait_scraped():
             raise EnvironmentError_(f"prometheus did not scrape every target; see {stack.log_path('prometheus')}")
         # The pool's long-lived sessions open in the warmup and first cycle, before the fault: count from the load
         # generator's start (its first ledger row), which the stack's bring-up and Prometheus' discovery overlap.
         rows, _ = read_ledger(stack.ledger_path)
         lg_t0 = rows[0]["t"] - rows[0]["sent_s"] if rows else env.clock.now()
-        env.clock.sleep(lg_t0 + shape.warmup_s + shape.cycle_s - env.clock.now())
+        warm = lg_t0 + shape.warmup_s + shape.cycle_s - env.clock.now()
+        stage(f"running the load's warmup and first cycle ({max(0.0, warm):.0f} s)")
+        env.clock.sleep(warm)
+        stage(f"landing the fault of {scenario.id}")
         incident.inject(env, stack)
-        env.clock.sleep(fault_settle_cycles * shape.cycle_s)
+        settle = fault_settle_cycles * shape.cycle_s
+        lead = _phase_lead_wait(env.clock.now() + settle - lg_t0, shape, scenario.twin.profile)
+        stage(f"letting the fault show ({settle + lead:.0f} s)")
+        env.clock.sleep(settle)
         env.clock.sleep(_phase_lead_wait(env.clock.now() - lg_t0, shape, scenario.twin.profile))
         world = LiveWorld(stack, env, truth_reader_for(incident, stack), scenario.twin.profile)
         if on_ready is not None:
             on_ready(world)
+        stage(f"the episode: the agent at work ({arm} arm), then the gates")
         res = run_episode(scenario, agent, arm=arm, seed=seed, guard_factory=guard_factory, world=world)
     finally:
+        stage("stopping the stack")
         left = stack.down()
     if left:
         raise EnvironmentError_(f"the live stack left processes behind: {left}")
