@@ -6,7 +6,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -21,6 +20,7 @@ class Server:
         self.connections = 0
         self.name = name
         self.socks: list[socket.socket] = []
+        self.released = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,7 +40,9 @@ class Server:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if self.path.startswith("/slow"):
-                    time.sleep(1.0)
+                    # Answers only once the test is over (stop()): a client's timeout always comes first, however
+                    # slowly a busy machine runs the client.
+                    outer.released.wait(60)
                 if self.path == "/chunked":
                     self.send_response(200)
                     self.send_header("Transfer-Encoding", "chunked")
@@ -83,6 +85,7 @@ class Server:
 
     def stop(self) -> None:
         """Stop, and close every connection, kept-alive ones too (as a process that exits does)."""
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         for sock in self.socks:

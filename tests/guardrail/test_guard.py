@@ -293,13 +293,18 @@ def test_an_engine_pool_never_warms_an_engine_while_it_decides():
     stop = threading.Event()
     inp = {"action": {"verb": "get"}, "context": {"id": "x"}, "command": "get"}
 
+    deciding = threading.Event()
+
     def decide_loop():
         while not stop.is_set():
             pool.decide(inp)
+            deciding.set()
 
     t = threading.Thread(target=decide_loop)
     t.start()
     try:
+        # The warms overlap a running decide loop (a busy machine may start the thread late).
+        assert deciding.wait(60)
         for _ in range(3):
             pool.warm({"id": "x"})
     finally:
