@@ -215,8 +215,9 @@ class LiveStack:
             self._stage("starting Prometheus and the kube-state-metrics stand-in")
             self._start_prometheus()
             self._note(f"prometheus up ({self.timings['prometheus.cold_start_s']:.1f} s)")
-            self._stage(f"starting {len(self.supervisor.specs)} app services and the load generator: "
-                        + ", ".join(self.supervisor.specs))
+            apps = [n for n in self.supervisor.specs if n != "loadgen"]
+            self._stage(f"starting {len(apps)} app service{'s' if len(apps) != 1 else ''} ({', '.join(apps)}) "
+                        "and the load generator")
             t0 = self.clock.now()
             self.supervisor.start_all()
             self.timings["apps.start_s"] = self.clock.now() - t0

@@ -20,7 +20,7 @@ from guardrail.journal import read_journal
 from verifiers.protocols import FeedbackCode, Verdict, VerdictStatus
 
 
-def run_agent(guardrail_cmd, tmp_path, script: str, *extra: str, timeout: float = 60):
+def run_agent(guardrail_cmd, tmp_path, script: str, *extra: str, timeout: float = 300):
     agent = tmp_path / "agent.sh"
     agent.write_text(script)
     journal = tmp_path / "journal.jsonl"
@@ -131,7 +131,7 @@ def test_declare_shim_prints_feedback_then_is_accepted(tmp_path):
                    GUARDRAIL_SHIM_DIR=str(shims))
         proc = subprocess.run(["bash", "-c", "declare_repair_complete first try; echo rc1=$?; "
                                              "declare_repair_complete second try; echo rc2=$?"],
-                              env=env, capture_output=True, text=True, timeout=30)
+                              env=env, capture_output=True, text=True, timeout=300)
     sessions.close()
     assert "rc1=1" in proc.stdout and "rc2=0" in proc.stdout
     assert "NOT_DURABLE" in proc.stderr and "redis.conf" in proc.stderr
@@ -143,7 +143,7 @@ def test_shim_fails_closed_without_a_daemon(tmp_path):
     shims = build_shim_dir(tmp_path / "bin")
     env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(tmp_path / "nothing.sock"))
     proc = subprocess.run(["bash", "-c", "redis-cli PING; echo rc=$?"], env=env, capture_output=True, text=True,
-                          timeout=30)
+                          timeout=300)
     assert "rc=126" in proc.stdout
     assert "cannot reach the guard daemon" in proc.stderr
 
@@ -166,14 +166,14 @@ def test_the_guard_runs_with_its_go_settings_and_the_agent_without(guardrail_cmd
     env = {k: v for k, v in os.environ.items() if k not in {"GOGC", "GOMEMLIMIT", "GUARDRAIL_GO_TUNED",
                                                             "GUARDRAIL_GO_TUNING"}}
     proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "j.jsonl"), "--", "bash", str(agent)],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "agent GOGC=unset GOMEMLIMIT=unset marker=unset" in proc.stdout
     assert "guard GOGC=1000" in proc.stdout and "guard GOMEMLIMIT=512MiB" in proc.stdout
 
     # The operator's own setting wins, and reaches the agent unchanged.
     proc = subprocess.run([guardrail_cmd, "shell", "--journal", str(tmp_path / "k.jsonl"), "--", "bash", str(agent)],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**env, "GOGC": "150"})
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**env, "GOGC": "150"})
     assert proc.returncode == 0, proc.stderr
     assert "agent GOGC=150 GOMEMLIMIT=unset marker=unset" in proc.stdout
     assert "guard GOGC=150" in proc.stdout and "GOMEMLIMIT" not in proc.stdout.split("guard GOGC=150")[1]

@@ -22,13 +22,13 @@ def test_sigkill_mid_command_then_audit(guardrail_cmd, redis_server, tmp_path):
     agent = tmp_path / "agent.sh"
     agent.write_text(f"redis-cli -h 127.0.0.1 -p {p} SET job:1 queued\n"
                      f"redis-cli -h 127.0.0.1 -p {p} CONFIG SET maxmemory 64mb\n"
-                     f"redis-cli -h 127.0.0.1 -p {p} BLPOP never-filled 60\n")
+                     f"redis-cli -h 127.0.0.1 -p {p} BLPOP never-filled 600\n")
     journal = tmp_path / "j.jsonl"
     proc = subprocess.Popen([guardrail_cmd, "shell", "--journal", str(journal), "--", "bash", str(agent)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # generous: each wait ends as soon as its event comes
         while True:
             cmds = [r["command"] for r in read_journal(journal) if r["kind"] == "command"] if journal.exists() else []
             if any("BLPOP" in c for c in cmds):
@@ -36,10 +36,12 @@ def test_sigkill_mid_command_then_audit(guardrail_cmd, redis_server, tmp_path):
             assert proc.poll() is None, "the session ended before the blocking command"
             assert time.monotonic() < deadline, "the blocking command never reached the guard"
             time.sleep(0.05)
-        time.sleep(0.3)  # let redis-cli start blocking: the kill lands mid-command
-        assert redis_server.cli("CLIENT", "LIST").count("cmd=blpop") == 1
+        # Kill once redis-cli blocks, so that the kill lands mid-command (waited for, not a fixed pause).
+        while redis_server.cli("CLIENT", "LIST").count("cmd=blpop") != 1:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-cli never blocked"
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -88,7 +88,7 @@ def test_server_down_fails_closed(tiny):
 
 def test_a_slow_server_times_out_and_fails_closed(tiny):
     release = threading.Event()
-    with StandInOPAServer(before_answer=lambda path: release.wait(5)) as server:
+    with StandInOPAServer(before_answer=lambda path: release.wait(120)) as server:  # answers after the test
         remote = OPAServer(server.url, tiny, timeout_s=0.1)
         try:
             d = remote.decide(MUTATING)
