@@ -143,8 +143,8 @@ scrape_configs:
     try:
         from verifiers.clients.prometheus import PrometheusSLISource
 
-        source = PrometheusSLISource(f"http://127.0.0.1:{prom_port}", timeout_s=5)
-        deadline = time.time() + 20
+        source = PrometheusSLISource(f"http://127.0.0.1:{prom_port}", timeout_s=30)
+        deadline = time.time() + 120  # generous: a busy machine starts Prometheus slowly
         while True:  # wait on up == 1, not a fixed sleep
             try:
                 if source.scalar('up{job="loadgen"}') == 1.0:

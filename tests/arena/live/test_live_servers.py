@@ -27,11 +27,11 @@ def _redis(tmp: Path, values: str) -> RedisServer:
     (tmp / "values.yaml").write_text(values)
     plan = AddressPlan(random.Random())
     return RedisServer(plan.add("redis-queue", 6379), tmp / "redis", values_path=tmp / "values.yaml",
-                       start_timeout_s=5)
+                       start_timeout_s=60)  # generous: ends as soon as redis answers
 
 
 def _cmd(server: RedisServer, *args: str) -> bytes:
-    with socket.create_connection((server.endpoint.address, server.endpoint.port), timeout=2) as s:
+    with socket.create_connection((server.endpoint.address, server.endpoint.port), timeout=30) as s:
         s.sendall(("*%d\r\n" % len(args) + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)).encode())
         return s.recv(4096)
 

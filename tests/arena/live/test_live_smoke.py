@@ -105,7 +105,7 @@ def test_restart_gives_a_new_instance_with_the_same_image(env):
     assert res.new_id in after
     desc = env.describe()
     assert desc.component("svc-message").restarts == 1 and desc.name == "live"
-    deadline = env.clock.now() + 10
+    deadline = env.clock.now() + 120  # generous: ends as soon as the SLI source has it
     seen = None
     while env.clock.now() < deadline:  # the restart reaches the SLI source within a scrape or two
         samples = env.sli("restarts", 30, labels={"component": "svc-message"})
@@ -136,7 +136,7 @@ def test_a_crashed_app_is_started_again_and_counted(env):
     sup = env.stack.supervisor
     before, old = sup.restarts["worker-long"], sup.running["worker-long"]
     os.kill(old.proc.pid, signal.SIGKILL)
-    deadline = env.clock.now() + 15
+    deadline = env.clock.now() + 120  # generous: ends as soon as the app is back
     while env.clock.now() < deadline and not (sup.running["worker-long"] is not old and sup.ready("worker-long")):
         env.clock.sleep(0.25)
     assert sup.running["worker-long"].instance != old.instance and sup.ready("worker-long")

@@ -59,7 +59,7 @@ def test_persistence_reads_a_local_redis_the_way_the_agent_reached_it(redis_serv
     from guardrail.actions import normalise
     from verifiers.persistence import PersistenceReader, changes_of
 
-    env = LocalEnvironment(cwd=tmp_path, timeout_s=5)
+    env = LocalEnvironment(cwd=tmp_path, timeout_s=60)
     reader = PersistenceReader(read_attempts=1, retry_wait_s=0)
     cmd = f"redis-cli -h 127.0.0.1 -p {redis_server.port} CONFIG SET maxmemory 64mb"
     (action,) = [a.model_dump(mode="json") for a in normalise(cmd)]
