@@ -12,6 +12,7 @@ is injected.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
@@ -51,6 +52,7 @@ class BenchETA:
         self._run_s = 0.0  # episode wall time of the episodes run in this invocation
         self._last: float | None = None  # when the last of them finished
         self._elapsed_at_last = 0.0
+        self._lock = threading.Lock()  # the progress bar's refresh thread reads while the main thread records
 
     def _done(self, row: Mapping[str, Any]) -> float | None:
         g = _group(row["scenario"], row["agent"], row["arm"])
@@ -66,16 +68,18 @@ class BenchETA:
 
     def reused(self, row: Mapping[str, Any]) -> None:
         """A row kept from an earlier run: one episode fewer to run, and what it cost; no time spent here."""
-        self._done(row)
+        with self._lock:
+            self._done(row)
 
     def ran(self, row: Mapping[str, Any]) -> None:
         """An episode this run has just finished."""
-        w = self._done(row)
-        now = self._clock()
-        if w is not None:
-            self._run_s += w
-        self._last = now
-        self._elapsed_at_last = now - self._start
+        with self._lock:
+            w = self._done(row)
+            now = self._clock()
+            if w is not None:
+                self._run_s += w
+            self._last = now
+            self._elapsed_at_last = now - self._start
 
     def work_left_s(self) -> float | None:
         """Episode wall time still to run (summed over the episodes, as if one worker ran them), or None while no
@@ -92,11 +96,12 @@ class BenchETA:
 
     def seconds_left(self) -> float | None:
         """Wall seconds until the last episode, or None until this run has finished an episode."""
-        work = self.work_left_s()
-        if work is None or self._last is None or self._run_s <= 0:
-            return None
-        rate = self._elapsed_at_last / self._run_s  # wall s per episode s, as this run has gone so far
-        return max(0.0, work * rate - (self._clock() - self._last))
+        with self._lock:
+            work = self.work_left_s()
+            if work is None or self._last is None or self._run_s <= 0:
+                return None
+            rate = self._elapsed_at_last / self._run_s  # wall s per episode s, as this run has gone so far
+            return max(0.0, work * rate - (self._clock() - self._last))
 
 
 def format_eta(seconds: float | None) -> str:
