@@ -382,8 +382,8 @@ def out_locked(out_dir: Path, *, on_note: Callable[[str], None] | None = None) -
         f.seek(0)
         left_by = f.read().strip()
         if left_by and on_note is not None:
-            on_note(f"note: --out {out_dir}: run pid {left_by} ended without releasing it (killed?); "
-                    "this run takes it over")
+            on_note(f"note: --out {out_dir}: taking over the lock file left by run pid {left_by}, which is no "
+                    "longer running (it was killed, or made by a version that kept the file)")
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")

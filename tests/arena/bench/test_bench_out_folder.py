@@ -174,7 +174,7 @@ def test_a_lock_a_killed_run_left_is_taken_over_with_a_note(tmp_path: Path):
     assert (out / bench_runner.LOCK_NAME).read_text().strip() == str(holder.pid)
     res = _bench(out, IDS[:1])
     assert res.exit_code == 0, res.output
-    assert f"run pid {holder.pid} ended without releasing it" in res.stderr and "takes it over" in res.stderr
+    assert f"taking over the lock file left by run pid {holder.pid}, which is no longer running" in res.stderr
     assert not (out / bench_runner.LOCK_NAME).exists()
     _assert_one_whole_run(out, IDS[:1])
 
