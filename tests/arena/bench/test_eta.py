@@ -104,3 +104,15 @@ def test_the_estimate_counts_down_between_results():
     assert eta.seconds_left() == pytest.approx(9 * 30.0 - 20.0)
     clock.t += 1000.0
     assert eta.seconds_left() == 0.0  # late, never negative
+
+
+def test_the_bench_runs_an_episode_of_every_kind_first_so_the_estimate_knows_each_kinds_cost_early():
+    from arena.bench.runner import _interleaved
+
+    plan = _plan({"ia-fast": 1.0, "ia-slow": 10.0, "ia-mid": 3.0}, 50)  # the plan lists a scenario at a time
+    order = _interleaved(plan)
+    assert sorted(order, key=lambda s: s.key()) == sorted(plan, key=lambda s: s.key())  # the same episodes
+    kinds = {(s.scenario, s.arm) for s in plan}
+    assert {(s.scenario, s.arm) for s in order[:len(kinds)]} == kinds
+    for kind in kinds:  # within a kind, the plan's order
+        assert [s for s in order if (s.scenario, s.arm) == kind] == [s for s in plan if (s.scenario, s.arm) == kind]
