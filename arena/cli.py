@@ -269,10 +269,9 @@ def _run_bench(plan: Any, agents: list[str], scenario_ids: list[str], seeds: int
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
     from rich.text import Text
 
-    from arena.bench.eta import BenchETA, format_eta
-
     from arena.bench.build import build_id
-    from arena.bench.runner import (Terminated, default_params, not_a_verdict, out_error, partial_path, run_plan,
+    from arena.bench.eta import BenchETA, format_eta
+    from arena.bench.runner import (Terminated, default_params, not_a_verdict, partial_path, run_plan,
                                     sigterm_raises)
     from arena.bench.stats import summarise
 
