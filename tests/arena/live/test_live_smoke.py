@@ -57,7 +57,7 @@ def _wait_cycles(env, n: int) -> float:
 
 
 def test_the_stack_runs_healthy_load_and_prometheus_sees_it(env):
-    assert env.stack.wait_scraped(timeout_s=30), "Prometheus never saw up == 1 for every target"
+    assert env.stack.wait_scraped(timeout_s=120), "Prometheus never saw up == 1 for every target"
     up = {r["metric"]["job"] for r in env.stack.prometheus_query("up == 1")}
     assert {"saleor-api", "frappe-web", "worker-long", "svc-message", "loadgen", "prometheus"} <= up
     scraped_at = env.clock.now()
