@@ -108,7 +108,7 @@ class Server:
 
     name: str = "server"
 
-    def __init__(self, endpoint: Endpoint, base: Path, *, clock=None, start_timeout_s: float = 20.0):
+    def __init__(self, endpoint: Endpoint, base: Path, *, clock=None, start_timeout_s: float = 60.0):
         self.endpoint = endpoint
         self.base = Path(base)
         self.clock = clock or WallClock()

@@ -438,7 +438,7 @@ echo
             raise EnvironmentError_(f"prometheus query failed: {body}")
         return body["data"]["result"]
 
-    def wait_scraped(self, timeout_s: float = 20.0) -> bool:
+    def wait_scraped(self, timeout_s: float = 60.0) -> bool:
         """Wait until Prometheus reports `up == 1` for every target."""
         want = len(self.prometheus.targets)
 

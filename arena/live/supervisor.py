@@ -72,7 +72,7 @@ class _Running:
 class Supervisor:
     """Starts, restarts and watches the stack's app processes."""
 
-    def __init__(self, run_dir: Path, *, hosts_file: Path, clock=None, ready_timeout_s: float = 20.0):
+    def __init__(self, run_dir: Path, *, hosts_file: Path, clock=None, ready_timeout_s: float = 60.0):
         self.run_dir = Path(run_dir)
         self.hosts_file = hosts_file
         self.clock = clock or WallClock()
