@@ -26,7 +26,7 @@ from guardrail.actions.model import Action, Layer
 from guardrail.context import IncidentContext
 from guardrail.errors import InputError
 from guardrail.journal import read_journal
-from guardrail.policy.base import Decision, Outcome, PolicyEngine
+from guardrail.policy.base import Decision, Outcome, PolicyEngine, distinct_findings
 from verifiers.datafile import decode_text
 from verifiers.protocols import FeedbackCode, Verdict, VerdictStatus
 
@@ -336,11 +336,12 @@ class StepAudit:
 
     @property
     def denies(self) -> list[dict[str, Any]]:
-        return [f.to_dict() for d in self.decisions for f in d.denies]
+        return [f.to_dict() for f in distinct_findings(f for d in self.decisions for f in d.denies)]
 
     @property
     def warns(self) -> list[dict[str, Any]]:
-        return [f.to_dict() for d in self.decisions for f in d.warns]
+        denies = distinct_findings(f for d in self.decisions for f in d.denies)
+        return [f.to_dict() for f in distinct_findings((f for d in self.decisions for f in d.warns), besides=denies)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
