@@ -63,4 +63,4 @@ def test_each_tour_command_runs_as_written_with_its_documented_exit_code(clone, 
     p = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=900)
     assert p.returncode == expected, f"{command}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
-    assert p.stdout.strip() or command.startswith("guardrail mcp"), f"{command} printed nothing"
+    assert (p.stdout + p.stderr).strip() or command.startswith("guardrail mcp"), f"{command} printed nothing"
