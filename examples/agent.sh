@@ -5,6 +5,8 @@
 # a shim that asks the guard first: a refused command prints `[guardrail SCOPE_DENIED] RULE: what to do instead`
 # and exits 126; an allowed one runs the real binary on PATH (where there is none, the shell says so, as
 # without the guard). The script goes on after a failure, as an agent reading the output would.
+# The allowed commands really run, against your kubectl context and whatever `redis-queue` resolves to: try it
+# where those name nothing (KUBECONFIG=/dev/null), or a test system.
 
 # Look before touching anything.
 kubectl get pods -n payments

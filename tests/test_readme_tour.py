@@ -60,6 +60,8 @@ def test_each_tour_command_runs_as_written_with_its_documented_exit_code(clone, 
         pytest.skip("needs the live stack: real servers `make live-stack` installs as root")
     env = {k: v for k, v in os.environ.items() if k not in ("GUARDRAIL_POLICY_DIR", "GUARDRAIL_SCENARIO_DIR")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    # The shell line's agent runs the real kubectl: no cluster of this machine's user is ever its target here.
+    env["KUBECONFIG"] = str(clone / "no-kubeconfig")
     p = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=900)
     assert p.returncode == expected, f"{command}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
