@@ -131,10 +131,12 @@ def _fits(fmt: str, rec: Any) -> bool:
         return False
     if fmt == "openai":
         return "role" in rec
-    if fmt == "claude-code":
-        return isinstance(rec.get("type"), str)
+    kind = rec.get("type")
+    if fmt == "claude-code":  # entry types come and go with Claude Code's versions; the envelope stays
+        return isinstance(kind, str) and (kind in _CLAUDE_TYPES or "message" in rec or "sessionId" in rec
+                                          or "uuid" in rec)
     if fmt == "codex":  # the first line of an older rollout is the session's meta, with no type
-        return isinstance(rec.get("type"), str) or "type" not in rec
+        return "type" not in rec or (isinstance(kind, str) and ("payload" in rec or kind in _CODEX_ITEMS))
     return False
 
 
@@ -183,12 +185,13 @@ def _detect_json(p: Path, text: str) -> tuple[str, Any]:
     return fmt, jl
 
 
-def _check_lines(p: Path, fmt: str, jl: _JsonLines) -> None:
+def _check_lines(p: Path, fmt: str, jl: _JsonLines, *, detected: bool = False) -> None:
     for n, rec in jl.records:
         if not _fits(fmt, rec):
             what = type(rec).__name__ if not isinstance(rec, dict) else f"keys {', '.join(sorted(rec)[:6])}"
-            raise InputError(f"not a line of a {fmt} transcript ({what}); the file was read as {fmt} from its "
-                             "first line of that format", path=str(p), line=n)
+            how = (f"the file was read as {fmt} from its first line of that format" if detected else
+                   f"--format {fmt}")
+            raise InputError(f"not a line of the {fmt} format ({what}; {how})", path=str(p), line=n)
 
 
 def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str = "command") -> Trajectory:
@@ -214,7 +217,8 @@ def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str 
     text = decode_text(raw, path=p, error=InputError)
     if fmt == "commands":
         return _from_commands(p, text)
-    if fmt == "json":  # auto: which of the JSON formats, by the first line that is one of theirs
+    detected = fmt == "json"
+    if detected:  # auto: which of the JSON formats, by the first line that is one of theirs
         fmt, parsed = _detect_json(p, text)  # type: ignore[assignment]
         if fmt == "journal":
             return _from_journal(p)
@@ -224,7 +228,7 @@ def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str 
         return _from_openai(p, text, command_arg)
     else:
         parsed = _json_lines(p, text)
-    _check_lines(p, fmt, parsed)
+    _check_lines(p, fmt, parsed, detected=detected)
     t = _from_claude_code(p, parsed, command_arg) if fmt == "claude-code" else _from_codex(p, parsed, command_arg)
     if parsed.torn_line is not None:
         t.torn = True
@@ -286,33 +290,22 @@ def _line_index(text: str) -> Callable[[str], int | None]:
     return find
 
 
-def _jsonl_messages(text: str) -> list[Any] | None:
-    """A transcript written one message (a JSON object with a `role`) per line, or None when it is not one."""
-    out = []
-    for ln in text.splitlines():
-        if not ln.strip():
-            continue
-        try:
-            msg = json.loads(ln)
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(msg, dict) or "role" not in msg:
-            return None
-        out.append(msg)
-    return out or None
-
-
 def _from_openai(p: Path, text: str, command_arg: str, doc: Any = None) -> Trajectory:
     if isinstance(doc, _JsonLines):
-        _check_lines(p, "openai", doc)
+        _check_lines(p, "openai", doc, detected=True)
         doc = [rec for _, rec in doc.records]
     elif doc is None:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
-            doc = _jsonl_messages(text)  # one message per line, as transcripts are often logged
-            if doc is None:
+            first = next((ln for ln in text.splitlines() if ln.strip()), "")
+            try:
+                json.loads(first)
+            except json.JSONDecodeError:  # one document, broken where the parser says
                 raise InputError(f"not a JSON chat transcript: {e.msg}", path=str(p), line=e.lineno) from e
+            jl = _json_lines(p, text)  # one message per line, as transcripts are often logged
+            _check_lines(p, "openai", jl)  # a line that is no message is named, not "Extra data"
+            doc = [rec for _, rec in jl.records]
     messages = doc.get("messages") if isinstance(doc, dict) else doc
     if not isinstance(messages, list):
         raise InputError("expected a list of messages, or an object with `messages`", path=str(p), line=1)

@@ -378,10 +378,18 @@ def test_json_lines_of_no_known_format_are_bad_input_naming_the_first_line_that_
     claude = (EXAMPLES / "claude-code-session.jsonl").read_text().splitlines()
     f.write_text("\n".join(claude[:3] + ["[1, 2]"] + claude[3:]) + "\n")
     p = cli(str(f))
-    assert p.returncode == 2 and p.stderr.startswith(f"error: {f}:4: not a line of a claude-code transcript")
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {f}:4: not a line of the claude-code format (list;")
     f.write_text("\n".join(claude[:3] + ["{oops"] + claude[3:]) + "\n")
     p = cli(str(f))
     assert p.returncode == 2 and p.stderr.startswith(f"error: {f}:4: not a JSON line")
     f.write_text("\n".join(claude) + '\n{"type": "assistant", "mess')  # still being written: a torn last line
     rep = json.loads(cli(str(f), "--json").stdout)
     assert rep["summary"]["torn"] is True and [s["command"] for s in rep["steps"]] == SESSION
+
+
+@pytest.mark.parametrize("name,fmt", [("claude-code-session.jsonl", "codex"), ("codex-rollout.jsonl", "claude-code"),
+                                      ("claude-code-session.jsonl", "openai")])
+def test_a_transcript_given_the_wrong_format_is_bad_input_naming_its_first_line(name, fmt):
+    p = cli(str(EXAMPLES / name), "--format", fmt)
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {EXAMPLES / name}:1: not a line of the {fmt} format")
+    assert p.stderr.strip().endswith(f"--format {fmt})")
