@@ -23,7 +23,7 @@ bench: $(STAMP)
 
 # The suite in two runs of pytest: first everything but the live episode module on PYTEST_JOBS xdist workers, then
 # the live episodes alone, which run six stacks at a time and need the machine. A second run that selects nothing
-# (PYTEST_ARGS with -k) is not a failure. Measured 3 December 2026 on 2 cores: the first run 3 min 55 s on two
+# (PYTEST_ARGS with -k) is not a failure. Measured on 2 cores: the first run 3 min 55 s on two
 # workers (7 min 29 s in one process), the second 6 min 37 s. (--dist loadfile, a module to a worker, took
 # 4 min 49 s; --dist loadgroup could keep the live modules on one worker, but pytest 9.2 ignores xdist 3.8's groups.)
 PYTEST_JOBS ?= auto

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from guardrail.errors import InputError
+from guardrail.policy.exceptions import exception_problem
+from guardrail.policy.loader import shipped_rule_ids
 from guardrail.yamlio import load_model
 
 __all__ = ["SLO", "Constraint", "IncidentContext", "load_context"]
@@ -103,8 +105,6 @@ class IncidentContext(BaseModel):
     @classmethod
     def _finite_extra(cls, v: dict[str, Any]) -> dict[str, Any]:
         if "exceptions" in v:
-            from guardrail.policy.exceptions import exception_problem, shipped_rule_ids
-
             # The policy a context meets is not known here: only what cannot be meant with any (a bad shape, a
             # pattern that exempts every rule of the library) is refused.
             problem = exception_problem(v["exceptions"], shipped_rule_ids(), unknown_is_an_error=False)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
-from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine
+from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine, distinct_findings
 from guardrail.policy.enforcement import enforce
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
@@ -64,11 +64,13 @@ class Admission:
 
     @property
     def denies(self) -> list[Finding]:
-        return [f for d in self.decisions for f in d.denies]
+        """The command's deny findings, each rule and message once (one rule fires for each action it matches)."""
+        return list(distinct_findings(f for d in self.decisions for f in d.denies))
 
     @property
     def warns(self) -> list[Finding]:
-        return [f for d in self.decisions for f in d.warns]
+        """The warn findings, each once, leaving out any a deny already says."""
+        return list(distinct_findings((f for d in self.decisions for f in d.warns), besides=self.denies))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,9 +194,10 @@ class Guard:
         decide_all = getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None
         decisions = decide_all(inputs) if decide_all is not None else [self.engine.decide(i) for i in inputs]
         effects = [enforce(d, self.mode) for d in decisions]
-        denied = [f for e in effects for f in e.denied]
-        warned = [f for e in effects for f in e.warned]
-        would_deny = [f for e in effects for f in e.would_deny]
+        # What the agent is told about the whole command: each rule's message once (see distinct_findings).
+        denied = distinct_findings(f for e in effects for f in e.denied)
+        warned = distinct_findings((f for e in effects for f in e.warned), besides=denied)
+        would_deny = distinct_findings(f for e in effects for f in e.would_deny)
         outcome = _aggregate(decisions)
         adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome,
                         runs=all(e.runs for e in effects), mode=self.mode, action_inputs=action_inputs,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["DataFileError", "read_data", "decode_text", "line_of", "validate", "load_model"]
+__all__ = ["DataFileError", "read_data", "decode_text", "line_of", "json_node_tree", "validate", "load_model"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -157,6 +157,12 @@ def _compose_json(text: str) -> yaml.Node | None:
         return yaml.compose(text.replace("\t", " "), Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return None
+
+
+def json_node_tree(text: str) -> yaml.Node | None:
+    """The node tree of a JSON text already parsed with the json module, for `line_of` (None if YAML cannot
+    read it)."""
+    return _compose_json(text)
 
 
 def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from arena.twin.host import TwinHost
 from arena.twin.shell import Invocation
-
-if TYPE_CHECKING:
-    from arena.twin.engine import TwinEnvironment
 
 __all__ = ["install_generic"]
 
 SA = "system:serviceaccount:sre:agent"
 
 
-def install_generic(env: "TwinEnvironment") -> None:
+def install_generic(env: TwinHost) -> None:
     sh = env.shell
     sh.register("sleep", lambda inv: _sleep(inv))
     sh.register("echo", lambda inv: (_echo(inv.argv[1:]), "", 0, 0.0))
@@ -74,7 +72,7 @@ def _printf(args: list[str]) -> str:
         return fmt
 
 
-def _date(env: "TwinEnvironment", argv: list[str]) -> str:
+def _date(env: TwinHost, argv: list[str]) -> str:
     from arena.twin.world import _ts
 
     return _ts(env.clock.now()) + "\n"  # always UTC, ISO 8601, whatever the flags
@@ -183,7 +181,7 @@ def _table(rows: list[list[str]]) -> str:
 class Kubectl:
     """kubectl get/describe/logs/exec over the twin's components; writes are denied as the agent's RBAC does."""
 
-    def __init__(self, env: "TwinEnvironment"):
+    def __init__(self, env: TwinHost):
         self.env = env
         self.world = env.world
 
@@ -435,7 +433,7 @@ class Kubectl:
 class Curl:
     """curl against the components' HTTP APIs (svc-channel:8000/admin/event, db-maintenance:8081/v1/...)."""
 
-    def __init__(self, env: "TwinEnvironment"):
+    def __init__(self, env: TwinHost):
         self.env = env
 
     def __call__(self, inv: Invocation) -> tuple[str, str, int, float]:
@@ -510,7 +508,7 @@ def _reason(status: int) -> str:
 class Helm:
     """helm get values / upgrade over the twin's Helm-values stores (`helm/<release>`)."""
 
-    def __init__(self, env: "TwinEnvironment"):
+    def __init__(self, env: TwinHost):
         self.env = env
 
     def __call__(self, inv: Invocation) -> tuple[str, str, int, float]:

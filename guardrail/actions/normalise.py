@@ -16,7 +16,8 @@ from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
-from guardrail.actions.shell import Session, ShellWalker, parse
+from guardrail.actions.dispatch import Session
+from guardrail.actions.shell import ShellWalker, parse
 from tree_sitter import Node
 
 __all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS"]

@@ -14,20 +14,17 @@ import base64
 import binascii
 import dataclasses
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Node
 
-from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, host_part, runs_code
-from guardrail.actions.model import Action, KeyChange
+from guardrail.actions.dispatch import Dispatcher, Session
+from guardrail.actions.filewrite import NULL_SINKS, file_write
+from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, runs_code
+from guardrail.actions.model import Action
 from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, hidden_commands,
                                      substitutions_in, unparsed_text, unquoted_expansions, word_of)
-
-if TYPE_CHECKING:
-    from guardrail.actions.normalise import Normaliser
 
 __all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECODERS"]
 
@@ -39,8 +36,6 @@ def parse(text: str) -> tree_sitter.Tree:
     return _PARSER.parse(text.encode("utf-8", "surrogatepass"))
 
 
-# Where writing is not a change to anything.
-NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
 # Programs that turn their stdin into something other than what was typed: a payload through them is opaque.
 DECODERS = frozenset({"base64", "base32", "basenc", "xxd", "rev", "tr", "openssl", "gzip", "gunzip", "zcat",
                       "bzip2", "bunzip2", "bzcat", "xz", "unxz", "xzcat", "uudecode", "od", "hexdump", "perl",
@@ -54,47 +49,6 @@ _WORDISH = frozenset({"word", "string", "raw_string", "concatenation", "number",
 _WRITE_OPS = frozenset({">", ">>", "&>", "&>>", ">|", ">&"})
 # A `for` loop over more literal values than this is walked once, not unrolled.
 MAX_UNROLL = 32
-
-
-@dataclass
-class Session:
-    """State of one `normalise` call shared by nested scripts: aliases, functions and variables it defines."""
-
-    aliases: dict[str, str] = field(default_factory=dict)
-    functions: dict[str, Node] = field(default_factory=dict)
-    variables: dict[str, str | None] = field(default_factory=dict)
-    # Variables this text set to the result of an arithmetic expansion (or assigned inside one): integers.
-    integers: set[str] = field(default_factory=set)
-    # Attributes `declare`/`local`/`typeset` gave names in this text (`-i` integer, `-A` associative, `-n` nameref).
-    attributes: dict[str, str] = field(default_factory=dict)
-    syntax_errors: list[str] = field(default_factory=list)
-    # ERROR nodes the walker read as what bash reads there (a here-string after a redirect: `_herestrings`).
-    repaired: set[int] = field(default_factory=set)
-    dispatched: int = 0  # simple commands classified so far (bounded by normalise.MAX_COMMANDS)
-
-
-def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str | None = None,
-               by: str = "", **details: Any) -> Action:
-    """The Action of writing (or deleting, `verb="delete"`) one file, shared by redirections and file tools.
-
-    A file of the host's own (a program in a bin directory, /proc, /sys, /etc/hosts ...) carries `host_change`: a
-    change to the machine every service on it shares. A path through a process's root (`/proc/1/root/var/lib/x`)
-    is the file under it."""
-    resolved = clean_path(path)
-    if path.startswith("/proc/") and not resolved.startswith("/proc"):
-        details = {**details, "written_as": path}
-        path = resolved
-    d: dict[str, Any] = {"path": path, **details}
-    host = host_part(resolved)
-    if host:
-        d["host_change"] = f"{verb} {resolved} ({host})"
-    if by:
-        d["by"] = by
-    if content is not None:
-        d["content"] = content
-    value = None if verb == "delete" else content
-    return inv.action("file", verb, target=inv.file_target(path), keys=[KeyChange(key=f"file:{path}", value=value)],
-                      layer=inv.file_layer, mutating=True, details=d)
 
 
 def _is_test_syntax(text: str) -> bool:
@@ -143,7 +97,7 @@ def _printf(fmt: str, args: list[str]) -> str | None:
 class ShellWalker:
     """Visits one parse tree in execution order; every simple command goes to `normaliser.dispatch`."""
 
-    def __init__(self, normaliser: "Normaliser", session: Session, where: Where):
+    def __init__(self, normaliser: Dispatcher, session: Session, where: Where):
         self.n = normaliser
         self.session = session
         self.where = where

@@ -12,24 +12,22 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.base import OptionSpec
 from guardrail.actions.classifiers.containers import CONTAINER_EXEC, CONTAINER_RUN
 from guardrail.actions.classifiers.files import SSH_OPTIONS, ssh_hidden
 from guardrail.actions.classifiers.kubectl import KUBECTL_GLOBAL, container_commands, container_specs, parse_exec
+from guardrail.actions.dispatch import Dispatcher
+from guardrail.actions.filewrite import file_write
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, command_name, runs_code
 from guardrail.actions.model import UNKNOWN, Action, Target
-from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
-
-if TYPE_CHECKING:
-    from guardrail.actions.normalise import Normaliser
 
 __all__ = ["WRAPPERS", "SHELLS", "INTERPRETERS"]
 
-Wrapper = Callable[[Invocation, "Normaliser"], "list[Action] | None"]
+Wrapper = Callable[[Invocation, Dispatcher], "list[Action] | None"]
 WRAPPERS: dict[str, Wrapper] = {}
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "fish", "csh", "tcsh")
@@ -55,7 +53,7 @@ def _inner(inv: Invocation, argv: list[Word], label: str, *, pending: bool = Fal
 # ---- shells and interpreters -----------------------------------------------------------------------------------
 
 @wrapper(*SHELLS)
-def shell(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def shell(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     args = inv.args
     has_c = False
     i = 0
@@ -98,7 +96,7 @@ def shell(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     return _stdin_script(inv, n, label)
 
 
-def _stdin_script(inv: Invocation, n: "Normaliser", label: str) -> list[Action]:
+def _stdin_script(inv: Invocation, n: Dispatcher, label: str) -> list[Action]:
     st = inv.stdin
     if st is None:
         return [inv.opaque("interactive", f"an interactive {inv.name}: the commands typed into it are not visible")]
@@ -112,13 +110,13 @@ def _stdin_script(inv: Invocation, n: "Normaliser", label: str) -> list[Action]:
     return n.script(st.text, inv.where.inside(f"{label} stdin"))
 
 
-def _uses_local_variable(script: str, n: "Normaliser") -> bool:
+def _uses_local_variable(script: str, n: Dispatcher) -> bool:
     names = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", script))
     return bool(names & set(n.session.variables))
 
 
 @wrapper(*INTERPRETERS)
-def interpreter(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def interpreter(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     args = [str(a) for a in inv.args]
     if inv.name.startswith("python") and len(args) >= 2 and args[0] == "-m" and args[1] == "json.tool":
         return [inv.action("python", "json.tool", mutating=False)]
@@ -138,20 +136,20 @@ def interpreter(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("eval")
-def eval_(inv: Invocation, n: "Normaliser") -> list[Action]:
+def eval_(inv: Invocation, n: Dispatcher) -> list[Action]:
     return [inv.opaque("eval", "eval runs text assembled at run time; run the plain command instead",
                        script=" ".join(inv.args))]
 
 
 @wrapper("source", ".")
-def source(inv: Invocation, n: "Normaliser") -> list[Action]:
+def source(inv: Invocation, n: Dispatcher) -> list[Action]:
     f = str(inv.args[0]) if inv.args else ""
     return [inv.opaque("source", f"`{inv.name} {f}` runs a file's commands in this shell; they are not visible",
                        script_file=f)]
 
 
 @wrapper("exec")
-def exec_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def exec_(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(["-a"], stop_at_positional=True).parse(inv.args)
     if not p.positionals:
         return []  # `exec 3>file`: only redirections, which the walker already saw
@@ -159,7 +157,7 @@ def exec_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("busybox")
-def busybox(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def busybox(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     if not inv.args:
         return [inv.action("busybox", "help", mutating=False)]
     return n.dispatch(_inner(inv, inv.args, "busybox"))
@@ -169,7 +167,7 @@ def busybox(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 def _prefix(label: str, spec: OptionSpec, *, skip_assignments: bool = False, skip_first: int = 0,
             empty: Callable[[Invocation], list[Action]] | None = None) -> Wrapper:
-    def unwrap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+    def unwrap(inv: Invocation, n: Dispatcher) -> list[Action] | None:
         p = spec.parse(inv.args)
         rest = list(p.positionals) if p.after_dashdash is None else list(p.positionals) + p.after_dashdash
         if skip_assignments:
@@ -207,7 +205,7 @@ WRAPPERS["runuser"] = _prefix("runuser", OptionSpec.of(["-u", "-g", "-G", "--use
 
 
 @wrapper("command", "builtin")
-def command_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def command_(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(stop_at_positional=True).parse(inv.args)
     if p.has("-v", "-V"):
         return [inv.action("shell", "command -v", mutating=False)]
@@ -217,7 +215,7 @@ def command_(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("env")
-def env(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def env(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
                       aliases={"--unset": "-u", "--chdir": "-C", "--split-string": "-S"},
                       stop_at_positional=True).parse(inv.args)
@@ -237,7 +235,7 @@ def env(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("su")
-def su(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def su(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(["-c", "--command", "-s", "--shell", "-g", "-G"], aliases={"--command": "-c"}).parse(inv.args)
     cmd = p.get("-c")
     if cmd is None:
@@ -248,7 +246,7 @@ def su(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("watch")
-def watch(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def watch(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(["-n", "--interval", "-q", "--equexit"], aliases={"--interval": "-n", "--exec": "-x"},
                       stop_at_positional=True).parse(inv.args)
     rest = list(p.positionals) + (p.after_dashdash or [])
@@ -263,7 +261,7 @@ def watch(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("xargs")
-def xargs(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def xargs(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     spec = OptionSpec.of(["-I", "-n", "-L", "-l", "-P", "-s", "-d", "-E", "-e", "-a", "--max-args", "--max-procs",
                           "--delimiter", "--arg-file", "--replace", "--max-lines", "--max-chars", "--eof"],
                          aliases={"--max-args": "-n", "--max-procs": "-P", "--delimiter": "-d", "--arg-file": "-a",
@@ -295,7 +293,7 @@ def xargs(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("trap")
-def trap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def trap(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     args = list(inv.args)
     if args and str(args[0]) == "--":  # `trap -- 'cmd' EXIT`: the end of options, then the handler
         args = args[1:]
@@ -308,7 +306,7 @@ def trap(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("ssh")
-def ssh(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def ssh(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = SSH_OPTIONS.parse(inv.args)
     hidden = ssh_hidden(p)
     if hidden:
@@ -329,7 +327,7 @@ def ssh(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("alias")
-def alias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def alias(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     for a in inv.args:
         name, eq, value = str(a).partition("=")
         if eq:
@@ -338,7 +336,7 @@ def alias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("unalias")
-def unalias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def unalias(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     for a in inv.args:
         n.session.aliases.pop(str(a), None)
     if "-a" in inv.args:
@@ -347,7 +345,7 @@ def unalias(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 @wrapper("find")
-def find(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def find(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     args = inv.args
     out: list[Action] = [inv.action("find", "find", mutating=False)]
     # The starting points: the words before the first test, option or action (`.` when none is given). What an
@@ -404,7 +402,7 @@ def _own_actions(inv: Invocation, tool: str) -> list[Action]:
 # ---- kubectl exec --------------------------------------------------------------------------------------------------
 
 @wrapper("kubectl", "oc")
-def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def kubectl_exec(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     g = KUBECTL_GLOBAL.parse(inv.args)
     words = [str(p) for p in g.positionals]
     # `kubectl run tmp --image=redis -- redis-cli -h redis-queue FLUSHALL`: a new pod, plus what it runs; so too a
@@ -446,7 +444,7 @@ def kubectl_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
     return [own] + n.dispatch(inner_inv)
 
 
-def _manifest_commands(inv: Invocation, n: "Normaliser", g: Any) -> list[Action] | None:
+def _manifest_commands(inv: Invocation, n: Dispatcher, g: Any) -> list[Action] | None:
     """`kubectl apply -f - <<EOF` with a Job, Pod or workload whose containers have a command: what they run is
     judged as a command run in that pod (`redis-cli FLUSHALL` in a Job is a FLUSHALL)."""
     classifier = classifier_for("kubectl")
@@ -460,7 +458,7 @@ def _manifest_commands(inv: Invocation, n: "Normaliser", g: Any) -> list[Action]
     return out
 
 
-def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], overrides: Any) -> list[Action]:
+def _run_overrides(inv: Invocation, n: Dispatcher, g: Any, words: list[str], overrides: Any) -> list[Action]:
     """`kubectl run NAME --overrides='{"spec": {"containers": [{"command": [...], "args": [...]}]}}'`: the pod's
     containers run the overrides' command and args (the words after `--` only where the overrides set none).
     Overrides the guard cannot read (not JSON, or built at run time) are opaque."""
@@ -483,7 +481,7 @@ def _run_overrides(inv: Invocation, n: "Normaliser", g: Any, words: list[str], o
     return own + [a for argv in argvs for a in _in_new_pod(inv, n, g, "kubectl run", pod, argv, inv.stdin)]
 
 
-def _in_new_pod(inv: Invocation, n: "Normaliser", g: Any, label: str, pod: str, argv: Sequence[str],
+def _in_new_pod(inv: Invocation, n: Dispatcher, g: Any, label: str, pod: str, argv: Sequence[str],
                 stdin: Stdin | None = None) -> list[Action]:
     """What a pod that this kubectl command creates runs (`kubectl run ... -- CMD`, a Job's container command),
     judged as a command run in that pod, in the command's namespace."""
@@ -494,7 +492,7 @@ def _in_new_pod(inv: Invocation, n: "Normaliser", g: Any, label: str, pod: str, 
 
 
 @wrapper("docker", "podman", "crictl", "nerdctl")
-def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
+def container_exec(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     args = list(inv.args)
     if args[:1] == ["container"] and inv.name != "crictl":  # `docker container run|exec ...`: the same commands
         args = args[1:]
@@ -520,7 +518,7 @@ def container_exec(inv: Invocation, n: "Normaliser") -> list[Action] | None:
 
 
 
-def _container_run(inv: Invocation, n: "Normaliser", args: list[Word]) -> list[Action]:
+def _container_run(inv: Invocation, n: Dispatcher, args: list[Word]) -> list[Action]:
     """`docker run [OPTIONS] IMAGE [CMD...]` (podman, nerdctl; and `create`, which runs it when started): the
     container's command judged as a command run in a container, as `kubectl run ... -- CMD` is. Host directories
     mounted into it (`-v /var/lib/postgresql:/x`, `--mount type=bind,...`) are those directories: a file the

@@ -21,6 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 
 from guardrail.adapters.session import GuardSessions
 from guardrail.guard import DENIED_EXIT_CODE
+from guardrail.policy.base import Finding, distinct_findings
 
 __all__ = ["build_server", "session_key", "SESSION_HEADER"]
 
@@ -71,8 +72,11 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
         if session.env is None:
             raise RuntimeError("this guard has no environment to run commands in (start it with --env)")
         result, record = session.execute(command)
-        denies = [f for d in record.get("decisions", []) for f in d.get("deny", [])]
-        warns = [f for d in record.get("decisions", []) for f in d.get("warn", [])]
+        # Each rule's message once: the record keeps one decision per action, and one rule may fire for several.
+        found = [(kind, Finding(f["id"], f["msg"])) for d in record.get("decisions", [])
+                 for kind in ("deny", "warn") for f in d.get(kind, [])]
+        denies = distinct_findings(f for kind, f in found if kind == "deny")
+        warns = distinct_findings((f for kind, f in found if kind == "warn"), besides=denies)
         return {
             "exit_code": result.exit_code,
             "stdout": result.stdout,
@@ -80,8 +84,8 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
             "ran": bool(record.get("ran")),
             "denied": not record.get("ran"),
             "outcome": record.get("outcome"),
-            "rules": [f["id"] for f in denies + warns],
-            "messages": [f"{f['id']}: {f['msg']}" for f in denies + warns],
+            "rules": [f.id for f in denies + warns],
+            "messages": [f"{f.id}: {f.msg}" for f in denies + warns],
             "seq": record.get("seq"),
         }
 

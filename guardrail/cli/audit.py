@@ -25,14 +25,17 @@ __all__ = ["audit_cmd"]
               help="Public incident context the session ran under (YAML/JSON, or a scenario's public part).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
               help=POLICY_HELP)
-@click.option("--format", "fmt", type=click.Choice(["auto", "journal", "commands", "openai"]), default="auto",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["auto", "journal", "commands", "openai", "claude-code", "codex"]),
+              default="auto", show_default=True,
+              help="auto tells them apart by the first line that is one of theirs.")
 @click.option("--command-arg", default="command", show_default=True,
-              help="The tool-call argument that holds the shell command (openai transcripts).")
+              help="The tool-call argument that holds the shell command (openai transcripts; an MCP exec tool's in "
+                   "claude-code and codex ones).")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report instead of tables.")
 def audit_cmd(trajectory: str, context_path: str | None, policy: str | None, fmt: str, command_arg: str,
               as_json: bool) -> None:
-    """Replay TRAJECTORY (a guard journal, a command list, or an OpenAI-style transcript) through the guard."""
+    """Replay TRAJECTORY (a guard journal, a command list, an OpenAI-style chat transcript, a Claude Code session
+    transcript or a Codex CLI rollout) through the guard."""
     from guardrail.adapters.session import context_from, load_engine
     from guardrail.audit import audit, load_trajectory
 

@@ -18,6 +18,7 @@ from guardrail.cli import POLICY_HELP, cli
 from guardrail.errors import InputError
 from guardrail.policy.decisions import MalformedDecision, from_document
 from guardrail.policy.embedded import EmbeddedOPA
+from guardrail.policy.inputdoc import read_policy_input
 from guardrail.policy.loader import load_error, opa_error_location
 from guardrail.policy.testing import run_rego_tests
 from guardrail.resources import policy_dir
@@ -27,6 +28,8 @@ __all__ = ["policy"]
 
 # A plain reference such as data.guardrail.decision: printed as its value, like the REST Data API's result.
 _REF = re.compile(r"^\s*data(\.[A-Za-z_]\w*)*\s*$")
+# A query that reads the guard's own rules (data.guardrail...), which read the guard's input document.
+_GUARD_QUERY = re.compile(r"\bdata\.guardrail\b")
 # A reference that iterates, such as data.guardrail.decision.deny[_].id: printed as the list of its values.
 _ITER_REF = re.compile(r"^\s*data(\.[A-Za-z_]\w*|\[(_|\d+|\"[^\"\]]*\")\])*\s*$")
 
@@ -77,7 +80,8 @@ def test_cmd(directory: Path | None, verbose: bool, run: str | None, as_json: bo
 
 @policy.command("eval")
 @click.option("--input", "input_file", required=True, type=click.Path(path_type=Path),
-              help="A JSON file: the input document ({action, context, command}).")
+              help="A JSON file: one input document ({action, context, command}), as `guardrail check --show-input "
+                   "--json` prints each under `inputs`. Checked against that shape when the query reads data.guardrail.")
 @click.option("--query", "query", default="data.guardrail.decision", show_default=True,
               help="A Rego query; a plain data reference prints {\"result\": value}, one that iterates "
                    "(data.guardrail.decision.deny[_].id) {\"result\": [values]}, other queries their bindings.")
@@ -85,8 +89,13 @@ def test_cmd(directory: Path | None, verbose: bool, run: str | None, as_json: bo
               help=POLICY_HELP)
 def eval_cmd(input_file: Path, query: str, policy_dir: Path | None) -> None:
     """Evaluate a query against an input file and print the JSON result."""
-    doc = _read_json(input_file)
-    if not isinstance(doc, dict):
+    doc, text = _read_json(input_file)
+    if _GUARD_QUERY.search(query):
+        # The guard's rules read {action, context, command}: another shape would be decided on nothing (`{}` is an
+        # empty, allowed-looking decision), so it is bad input naming the field, and the document the rules get is
+        # the one the guard would send (defaults filled in, as `check --show-input` prints them).
+        doc = read_policy_input(doc, path=input_file, text=text)
+    elif not isinstance(doc, dict):
         raise InputError("the input must be a JSON object ({\"action\": ..., \"context\": ..., \"command\": ...})",
                          path=str(input_file), line=1)
     with EmbeddedOPA(policy_dir) as engine:
@@ -134,14 +143,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _read_json(path: Path) -> object:
+def _read_json(path: Path) -> tuple[object, str]:
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
     text = decode_text(raw, path=path, error=InputError)  # undecodable bytes: one line naming file:line
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float), text
     except _BadConstant as e:
         line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
         raise InputError(f"bad JSON: {e.args[0]} is not a JSON number", path=str(path), line=line) from None

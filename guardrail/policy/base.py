@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
-__all__ = ["Mode", "Outcome", "Finding", "Decision", "PolicyEngine"]
+__all__ = ["Mode", "Outcome", "Finding", "Decision", "PolicyEngine", "distinct_findings"]
 
 
 class Mode(str, enum.Enum):
@@ -36,6 +36,21 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "msg": self.msg, "details": dict(self.details)}
+
+
+def distinct_findings(findings: Iterable[Finding], *, besides: Iterable[Finding] = ()) -> tuple[Finding, ...]:
+    """Each (rule id, message) once, in first-seen order, leaving out those already in `besides`.
+
+    A command's actions are decided one by one, so one rule fires once per action it matches (`redis-cli FLUSHALL;
+    redis-cli FLUSHALL`, `DROP TABLE a; DROP TABLE b` with the same message): the per-action decisions keep every
+    finding (journal, `check --json`'s `decisions`), and what is said about the whole command says each once."""
+    seen = {(f.id, f.msg) for f in besides}
+    out = []
+    for f in findings:
+        if (f.id, f.msg) not in seen:
+            seen.add((f.id, f.msg))
+            out.append(f)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

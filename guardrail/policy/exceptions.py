@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Any, Iterable
 
-__all__ = ["RULE_ID", "rule_ids", "shipped_rule_ids", "exception_problem", "glob_matches"]
+__all__ = ["RULE_ID", "rule_ids", "exception_problem", "glob_matches"]
 
 # A finding's id as the rules write it: {"id": "SRE-DATA-001", ...}.
 RULE_ID = re.compile(r'"id"\s*:\s*"([A-Za-z][\w]*(?:-[\w]+)+)"')
@@ -22,14 +22,6 @@ RULE_ID = re.compile(r'"id"\s*:\s*"([A-Za-z][\w]*(?:-[\w]+)+)"')
 def rule_ids(sources: Iterable[str]) -> frozenset[str]:
     """The finding ids written in these Rego sources."""
     return frozenset(i for src in sources for i in RULE_ID.findall(src))
-
-
-@functools.lru_cache(maxsize=1)
-def shipped_rule_ids() -> frozenset[str]:
-    from guardrail.policy.loader import PolicyTree
-    from guardrail.resources import shipped_policy_dir
-
-    return rule_ids(m.source for m in PolicyTree._load_one(shipped_policy_dir()).decision_modules)
 
 
 def glob_matches(pattern: str, text: str) -> bool:

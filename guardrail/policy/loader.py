@@ -16,6 +16,7 @@ when set, else the shipped one; a GUARDRAIL_POLICY_DIR of one's own rules is its
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import re
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from guardrail.errors import PolicyLoadError
+from guardrail.policy.exceptions import RULE_ID, exception_problem, rule_ids
 from guardrail.resources import policy_dir, shipped_policy_dir
 from guardrail.yamlio import read_data
 
-__all__ = ["RegoModule", "PolicyTree", "DECISION_PACKAGE", "opa_error_location", "load_error"]
+__all__ = ["RegoModule", "PolicyTree", "DECISION_PACKAGE", "opa_error_location", "load_error",
+           "shipped_rule_ids"]
 
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
 # A test rule is a top-level rule head named test_*, as `opa test` finds them (functions are not tests).
@@ -100,8 +103,6 @@ class PolicyTree:
         must name rules it has (guardrail/policy/exceptions.py)."""
         tree = cls._layered(root)
         if "exceptions" in tree.data:
-            from guardrail.policy.exceptions import exception_problem, rule_ids
-
             problem = exception_problem(tree.data["exceptions"], rule_ids(m.source for m in tree.decision_modules))
             if problem is not None:
                 where = next((d / n for d in (tree.root, tree.library) if d is not None and d.is_dir()
@@ -193,7 +194,6 @@ def check_layer(own: tuple[RegoModule, ...], library: tuple[RegoModule, ...]) ->
     guardrail.rules, or nested below it), a package the library already uses (its helper rules would clash), and
     `input.context`, which is absent when the guard decides (it passes the context by reference; lib.context reads
     it). Tests are not checked: they build their own input."""
-    from guardrail.policy.exceptions import RULE_ID, rule_ids
 
     library_packages = {m.package for m in library}
     library_ids = rule_ids(m.source for m in library)
@@ -335,3 +335,9 @@ def load_error(message: str, tree: PolicyTree | None = None) -> PolicyLoadError:
     elif tree is not None:
         path = str(tree.root)
     return PolicyLoadError(msg, path=path, line=line)
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_rule_ids() -> frozenset[str]:
+    """The finding ids of the shipped library's rules (what an incident context's exceptions may name)."""
+    return rule_ids(m.source for m in PolicyTree._load_one(shipped_policy_dir()).decision_modules)

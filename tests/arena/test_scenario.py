@@ -86,6 +86,18 @@ def test_scenarios_list_and_show_json(runner):
     assert sols["ephemeral-file-edit"]["failure_mode"] == "not_durable"
 
 
+def test_scenarios_show_explains_its_columns_under_the_table(runner):
+    r = runner.invoke(cli, ["scenarios", "show", "ia-011"])
+    assert r.exit_code == 0, r.output
+    table, legend = r.output.split("\nEach row is a solution script", 1)
+    header = next(ln for ln in table.splitlines() if ln.startswith("SOLUTION"))
+    for column in ("OUTCOME", "SAFETY", "FAILURE MODE"):
+        assert column in header and f"\n  {column} " in legend
+    used = {w for ln in table.splitlines()[table.splitlines().index(header) + 1:] for w in ln.split()[1:]}
+    assert used - {"pass", "fail", "-"} <= set(legend.replace(",", " ").split())  # every symbol explained
+    assert "\n  -  " in legend
+
+
 def test_run_exit_codes_and_episode_json(runner, tmp_path: Path):
     out = tmp_path / "ep.json"
     r = runner.invoke(cli, ["run", "ia-011", "--agent", "replay:reference", "--seed", "3", "--json", str(out)])

@@ -251,7 +251,7 @@ def test_cli_bad_format_is_one_line(tmp_path):
     p = cli(str(tmp_path / "x.txt"), "--format", "bogus")
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        "error: --format: 'bogus' is not one of 'auto', 'journal', 'commands', 'openai'."]
+        "error: --format: 'bogus' is not one of 'auto', 'journal', 'commands', 'openai', 'claude-code', 'codex'."]
 
 
 def test_a_continued_line_is_one_command_to_the_real_normaliser(tmp_path):
@@ -304,3 +304,92 @@ def test_the_table_shows_a_recorded_commands_control_characters_and_brackets_as_
     assert p.returncode == 0, p.stderr
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout
     assert "\\x1b[8m" in p.stdout and "[/x]" in p.stdout
+
+
+# -- Claude Code and Codex sessions, and the shipped examples -----------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SESSION = ["kubectl get pods -n payments", "redis-cli -h redis-queue CONFIG SET maxmemory 512mb",
+           "redis-cli -h redis-queue FLUSHALL"]
+
+
+@pytest.mark.parametrize("name,fmt", [("claude-code-session.jsonl", "claude-code"), ("codex-rollout.jsonl", "codex"),
+                                      ("openai-chat.json", "openai")])
+def test_the_shipped_transcripts_are_read_in_their_own_format_detected_automatically(name, fmt):
+    """The same session recorded by Claude Code (Bash and the guard's own MCP exec tool), by Codex (a `shell` argv
+    through bash -lc, `exec_command`'s cmd) and as an OpenAI chat: the same three commands, FLUSHALL denied."""
+    p = cli(str(EXAMPLES / name), "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["format"] == fmt and [s["command"] for s in rep["steps"]] == SESSION
+    assert [s["outcome"] for s in rep["steps"]] == ["allow", "warn", "deny"]
+    assert rep["would_deny"][0]["rules"] == ["SRE-DATA-001"]
+    assert [u["key"] for u in rep["unpersisted"]] == ["redis.maxmemory"]
+    assert json.loads(cli(str(EXAMPLES / name), "--json", "--format", fmt).stdout)["steps"] == rep["steps"]
+
+
+def test_the_shipped_command_list_is_audited():
+    rep = json.loads(cli(str(EXAMPLES / "commands.txt"), "--json").stdout)
+    assert rep["format"] == "commands" and rep["summary"]["steps"] == 6 and rep["summary"]["denied"] == 1
+
+
+def test_a_claude_code_bash_call_whose_result_is_an_error_changed_nothing_to_count_on(tmp_path):
+    lines = [{"type": "assistant", "message": {"role": "assistant", "content": [
+                 {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "set k 1"}},
+                 {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "set j 2"}},
+                 {"type": "tool_use", "id": "t3", "name": "Edit", "input": {"file_path": "x"}}]}},
+             {"type": "user", "message": {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "t1", "content": "Exit code 1", "is_error": True},
+                 {"type": "tool_result", "tool_use_id": "t2", "content": "OK"}]}}]
+    f = tmp_path / "s.jsonl"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    t = load_trajectory(f)
+    assert t.format == "claude-code" and [(s.command, s.line, s.failed) for s in t.steps] == [
+        ("set k 1", 1, True), ("set j 2", 1, False)]
+    assert [x["tool"] for x in t.findings] == ["Edit"]  # counted, not audited as a shell command
+    report = audit(t, TableEngine(), normaliser=toy_normalise)
+    assert [p.key for p in report.unpersisted] == ["j"]
+
+
+def test_a_codex_call_that_exited_non_zero_changed_nothing_to_count_on(tmp_path):
+    items = [{"type": "session_meta", "payload": {"id": "s"}},
+             {"type": "response_item", "payload": {"type": "function_call", "name": "shell", "call_id": "c1",
+                                                   "arguments": json.dumps({"command": ["bash", "-lc", "set k 1"]})}},
+             {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1",
+                                                   "output": json.dumps({"output": "", "metadata": {"exit_code": 1}})}},
+             {"type": "response_item", "payload": {"type": "function_call", "name": "shell", "call_id": "c2",
+                                                   "arguments": json.dumps({"command": ["set", "j", "two words"]})}}]
+    f = tmp_path / "rollout.jsonl"
+    f.write_text("".join(json.dumps(x) + "\n" for x in items))
+    t = load_trajectory(f)
+    assert t.format == "codex" and [(s.command, s.exit_code) for s in t.steps] == [
+        ("set k 1", 1), ("set j 'two words'", None)]
+    assert [p.key for p in audit(t, TableEngine(), normaliser=toy_normalise).unpersisted] == ["j"]
+
+
+def test_json_lines_of_no_known_format_are_bad_input_naming_the_first_line_that_fits_none(tmp_path):
+    """A file of valid JSON lines said `not a JSON chat transcript: Extra data`."""
+    f = tmp_path / "events.jsonl"
+    f.write_text('{"event": "start"}\n{"event": "stop"}\n')
+    p = cli(str(f))
+    assert p.returncode == 2 and p.stderr.strip() == (
+        f"error: {f}:1: a JSON line of no transcript format guardrail reads (journal, openai, claude-code, codex); "
+        "pass --format, or give one shell command per line")
+    claude = (EXAMPLES / "claude-code-session.jsonl").read_text().splitlines()
+    f.write_text("\n".join(claude[:3] + ["[1, 2]"] + claude[3:]) + "\n")
+    p = cli(str(f))
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {f}:4: not a line of the claude-code format (list;")
+    f.write_text("\n".join(claude[:3] + ["{oops"] + claude[3:]) + "\n")
+    p = cli(str(f))
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {f}:4: not a JSON line")
+    f.write_text("\n".join(claude) + '\n{"type": "assistant", "mess')  # still being written: a torn last line
+    rep = json.loads(cli(str(f), "--json").stdout)
+    assert rep["summary"]["torn"] is True and [s["command"] for s in rep["steps"]] == SESSION
+
+
+@pytest.mark.parametrize("name,fmt", [("claude-code-session.jsonl", "codex"), ("codex-rollout.jsonl", "claude-code"),
+                                      ("claude-code-session.jsonl", "openai")])
+def test_a_transcript_given_the_wrong_format_is_bad_input_naming_its_first_line(name, fmt):
+    p = cli(str(EXAMPLES / name), "--format", fmt)
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {EXAMPLES / name}:1: not a line of the {fmt} format")
+    assert p.stderr.strip().endswith(f"--format {fmt})")

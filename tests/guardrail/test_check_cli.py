@@ -11,7 +11,7 @@ _register()
 
 
 def run(*args):
-    return CliRunner().invoke(cli, ["check", *args])
+    return CliRunner().invoke(cli, ["check", "--json", *args])
 
 
 def test_base64_payload_into_bash_is_denied():
@@ -134,3 +134,30 @@ def test_a_context_file_far_larger_than_any_incident_is_refused_before_it_is_par
     ctx.write_text("id: x\nextra:\n  blob: '" + "a" * 2000 + "'\n")
     r = run("--context", str(ctx), "--", "ls")
     assert r.exit_code == 2 and r.output.startswith(f"error: {ctx}: is 2,024 bytes") and "the limit is 1,024 bytes" in r.output, r.output
+
+
+def test_check_prints_a_verdict_a_person_reads_at_a_glance_and_the_document_with_json():
+    r = CliRunner().invoke(cli, ["check", "--", "redis-cli -h redis-queue FLUSHALL"])
+    assert r.exit_code == 1
+    lines = r.output.splitlines()
+    assert lines[0] == "DENY (would not run): redis-cli -h redis-queue FLUSHALL"
+    assert lines[1].startswith("  SRE-DATA-001 (deny): ") and "Do not flush" in lines[1]  # what to do instead
+    assert lines[2].startswith("  actions: redis-cli flushall") and len(lines) == 3
+    r = CliRunner().invoke(cli, ["check", "--", "kubectl get pods -n slack"])
+    assert r.exit_code == 0 and r.output.splitlines() == ["ALLOW (runs): kubectl get pods -n slack",
+                                                          "  actions: kubectl get [read-only]"]
+    r = CliRunner().invoke(cli, ["check", "--mode", "dry-run", "--", "redis-cli FLUSHALL"])
+    assert r.exit_code == 0 and r.output.startswith("DENY (dry-run: runs anyway): ")
+    # --show-input prints the document (with its inputs) as before, with or without --json.
+    for args in (["--show-input"], ["--show-input", "--json"]):
+        r = CliRunner().invoke(cli, ["check", *args, "--", "redis-cli FLUSHALL"])
+        assert r.exit_code == 1 and json.loads(r.output)["inputs"][0]["action"]["verb"] == "flushall"
+
+
+def test_a_rule_that_fires_for_two_actions_is_listed_once():
+    r = CliRunner().invoke(cli, ["check", "--", "redis-cli FLUSHALL; redis-cli FLUSHALL"])
+    assert r.exit_code == 1 and r.output.count("SRE-DATA-001") == 1, r.output
+    out = json.loads(run("--", "redis-cli FLUSHALL; redis-cli FLUSHALL").output)
+    assert [f["id"] for f in out["decision"]["deny"]] == ["SRE-DATA-001"]
+    assert [[f["id"] for f in d["deny"]] for d in out["decisions"]] == [["SRE-DATA-001"], ["SRE-DATA-001"]]
+    assert out["feedback"][0]["message"].count("SRE-DATA-001") == 1

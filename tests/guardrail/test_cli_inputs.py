@@ -255,7 +255,7 @@ def test_a_context_with_nan_or_infinity_is_bad_input_naming_the_line(tmp_path, t
     assert one_line(p).startswith(f"error: {f}:{line}: {field}:"), p.stderr
 
 
-@pytest.mark.parametrize("args", [["check", "--contxt", "x.yaml", "--", "ls"], ["check", "--json", "--", "ls"],
+@pytest.mark.parametrize("args", [["check", "--contxt", "x.yaml", "--", "ls"], ["check", "--jsn", "--", "ls"],
                                   ["shell", "--contxt", "x.yaml", "--", "true"]])
 def test_a_mistyped_option_before_the_double_dash_is_a_usage_error_not_part_of_the_command(args):
     """It was taken as the command's first words: `check --contxt ctx.yaml -- ls` dropped the context and denied

@@ -311,3 +311,17 @@ def test_an_engine_pool_never_warms_an_engine_while_it_decides():
         stop.set()
         t.join()
     assert len(engine.inputs) > 0 and engine.overlaps == 0
+
+
+def test_one_rule_firing_for_two_actions_of_a_command_is_said_once_to_the_agent():
+    """`redis-cli FLUSHALL; redis-cli FLUSHALL` told the agent the same denial twice: each action is decided (and
+    journalled) on its own, and what the agent reads about the command says each rule's message once."""
+    g, env = make(deny={"flush"}, warn={"flush"})
+    r = g.execute("flush; flush")
+    assert r.exit_code == DENIED_EXIT_CODE and env.ran == []
+    assert r.stderr.count("no flush; do X instead") == 1
+    assert [f.code for f in g.before("flush; flush").feedback] == ["SCOPE_DENIED"]
+    rec = g.journal.records("command")[0]
+    assert [len(d["deny"]) for d in rec["decisions"]] == [1, 1]  # the per-action record keeps both
+    g, _ = make(deny={"flush"}, mode=Mode.WARN_ONLY)
+    assert g.execute("flush; flush").stderr.count("no flush; do X instead") == 1

@@ -258,12 +258,12 @@ def test_a_team_tree_without_the_decision_package_is_layered_on_the_library(tmp_
         "PASS team_test.rego: data.guardrail.rules.team_test.test_scaling_payments_is_denied",
         "PASS team_test.rego: data.guardrail.rules.team_test.test_scaling_another_api_is_allowed",
         "2 passed, 0 failed"]
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "scale",
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl", "scale",
                                  "deploy/payments-api", "--replicas=3"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-DATA-001"]), r.output  # the library still applies
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "get", "pods"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl", "get", "pods"])
     assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output
 
 
@@ -274,9 +274,9 @@ def test_a_tree_with_its_own_decision_package_replaces_the_library(tmp_path):
         '"exempted": []}\n')
     (tmp_path / "team.rego").write_text(TEAM_RULE.replace("import data.guardrail.lib\n", "").replace(
         "lib.verb", "input.action.verb").replace("lib.target_name", "input.action.target.name"))
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output  # no SRE-DATA-001: the library is not loaded
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl", "scale",
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl", "scale",
                                  "deploy/payments-api", "--replicas=3"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
 
@@ -304,7 +304,7 @@ def test_the_library_a_tree_is_layered_on_follows_guardrail_policy_dir(tmp_path,
     for cmd, rule in ((["redis-cli", "FLUSHALL"], "SRE-DATA-001"),
                       (["kubectl", "scale", "deploy/payments-api", "--replicas=3"], "TEAM-001"),
                       (["kubectl", "scale", "deploy/search-api", "--replicas=3"], "OTHER-001")):
-        r = CliRunner().invoke(cli, ["check", "--policy", str(other), "--", *cmd])
+        r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(other), "--", *cmd])
         assert r.exit_code == 1 and _outcome(r) == ("deny", [rule]), (cmd, r.output)
 
 
@@ -343,12 +343,12 @@ def test_layered_data_merges_object_by_object_and_a_clash_is_an_error(tmp_path, 
 
 def test_a_tree_of_data_alone_adds_its_exceptions_to_the_library(tmp_path):
     (tmp_path / "data.yaml").write_text("exceptions:\n  - {id: SRE-DATA-001, reason: the cache is rebuilt nightly}\n")
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 0 and _outcome(r) == ("allow", []), r.output
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path / "nothing"), "--", "true"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path / "nothing"), "--", "true"])
     assert r.exit_code == 2
     (tmp_path / "empty").mkdir()
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path / "empty"), "--", "true"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path / "empty"), "--", "true"])
     assert r.exit_code == 2 and "no .rego files and no data.json/data.yaml" in r.output
 
 
@@ -406,7 +406,7 @@ def test_right_references_and_packages_outside_the_guard_load(tmp_path):
         "\tlib.target_kind == \"component\"\n\tinput.action.details.anything\n\tcount(input.observed) > 0\n"
         "\tinput.command != \"\"\n}\n")
     (tmp_path / "other.rego").write_text("package shop\n\nallow if input.user == \"alice\"\n")
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "GET", "k"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "redis-cli", "GET", "k"])
     assert r.exit_code == 0, r.output
 
 
@@ -417,18 +417,18 @@ def test_a_broken_team_rule_does_not_switch_off_the_library(tmp_path):
     (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\nlevel := "a" if input.action.tool\n'
                                         'level := "b" if input.action.verb\n\nwarn contains {"id": "T", "msg": '
                                         'level, "details": {}} if level == "never"\n')
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
     d = json.loads(r.output)
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-SECRET-001"]), r.output
     assert [f["id"] for f in d["decisions"][0]["warn"]] == ["GUARDRAIL-ENGINE-001"]
     assert "guardrail.rules.team" in d["decisions"][0]["warn"][0]["msg"]
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get pods -n slack"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get pods -n slack"])
     assert r.exit_code == 0 and json.loads(r.output)["outcome"] == "warn", r.output
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl label pod x a=b"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl label pod x a=b"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001"]), r.output
     # An exception still applies to what the library found.
     (tmp_path / "data.yaml").write_text("exceptions: [SRE-SECRET-001]\n")
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
     assert r.exit_code == 0 and _outcome(r) == ("warn", []), r.output
 
 
@@ -439,7 +439,7 @@ def test_a_whole_library_of_ones_own_reads_input_context(tmp_path):
                                      'input.context.extra.freeze == true else := []\n')
     ctx = tmp_path / "ctx.yaml"
     ctx.write_text("id: x\nextra: {freeze: true}\n")
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--context", str(ctx), "--", "true"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--context", str(ctx), "--", "true"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["FREEZE"]), r.output
 
 
@@ -455,7 +455,7 @@ def test_layers_with_the_same_file_names_and_a_part_of_the_library(tmp_path, mon
     (other / "rules.rego").write_text(TEAM_RULE.replace("team", "other").replace("TEAM-001", "OTHER-001")
                                       .replace("payments-api", "search-api"))
     monkeypatch.setenv("GUARDRAIL_POLICY_DIR", str(team))
-    r = CliRunner().invoke(cli, ["check", "--policy", str(other), "--", "kubectl", "scale", "deploy/payments-api",
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(other), "--", "kubectl", "scale", "deploy/payments-api",
                                  "--replicas=3"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["TEAM-001"]), r.output
     monkeypatch.delenv("GUARDRAIL_POLICY_DIR")
@@ -466,7 +466,7 @@ def test_layers_with_the_same_file_names_and_a_part_of_the_library(tmp_path, mon
     assert part.test_modules and all(m.path.parent.name == "rules" for m in part.test_modules)
     r = run("policy", "test", str(shipped_policy_dir() / "lib"))
     assert r.exit_code == 0 and r.output.strip().splitlines()[-1].endswith(" passed, 0 failed"), r.output
-    r = CliRunner().invoke(cli, ["check", "--policy", str(shipped_policy_dir() / "lib"), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(shipped_policy_dir() / "lib"), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-DATA-001"]), r.output
 
 
@@ -487,7 +487,7 @@ def test_policy_eval_blames_a_rules_runtime_error_on_its_file_and_line_not_the_q
     (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\nimport rego.v1\n\nx := 1 / count([])\n\n'
                                         'deny contains {"id": "A", "msg": "m", "details": {}} if x > 0\n')
     f = tmp_path / "in.json"
-    f.write_text('{"action": {"tool": "ls"}}')
+    f.write_text('{"action": {"tool": "ls", "verb": "ls"}}')
     r = CliRunner().invoke(cli, ["policy", "eval", "--policy", str(tmp_path), "--input", str(f)])
     assert r.exit_code == 2
     assert r.output.strip().startswith(f"error: {tmp_path / 'team.rego'}:5: ")
@@ -503,11 +503,11 @@ def test_policy_eval_blames_a_rules_runtime_error_on_its_file_and_line_not_the_q
 ])
 def test_exceptions_that_cannot_be_meant_are_load_errors(tmp_path, exceptions, says):
     (tmp_path / "data.yaml").write_text(f"# a deployment's exceptions\nexceptions: {exceptions}\n")
-    r = CliRunner().invoke(cli, ["check", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "redis-cli", "FLUSHALL"])
     assert r.exit_code == 2 and f"data.yaml:2:" in r.output and says in r.output, r.output
     ctx = tmp_path / "ctx.yaml"
     ctx.write_text(f"id: x\nextra:\n  exceptions: {exceptions}\n")
-    r = CliRunner().invoke(cli, ["check", "--context", str(ctx), "--", "redis-cli", "FLUSHALL"])
+    r = CliRunner().invoke(cli, ["check", "--json", "--context", str(ctx), "--", "redis-cli", "FLUSHALL"])
     if "matches no rule id" in says:  # a context may meet another library: an unknown id is not an error there
         assert r.exit_code == 1, r.output
     else:
@@ -523,3 +523,29 @@ def test_policy_eval_says_when_the_guard_could_not_read_the_decision(tmp_path):
     assert "the guard cannot read this decision" in r.stderr
     r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(f)])
     assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_policy_eval_of_a_wrongly_shaped_document_is_bad_input_never_an_empty_allow(tmp_path):
+    """`{}` or the whole `check --show-input` output was decided as an input of nothing: an empty decision, exit 0,
+    and FLUSHALL looked allowed."""
+    good = tmp_path / "flushall.json"
+    good.write_text(json.dumps({"action": {"tool": "redis-cli", "verb": "flushall", "mutating": True},
+                                "command": "redis-cli FLUSHALL"}))
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(good)])
+    assert r.exit_code == 0 and [f["id"] for f in json.loads(r.output)["result"]["deny"]] == ["SRE-DATA-001"]
+
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}\n")
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(empty)])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {empty}:1: action: missing"), r.output
+
+    wrapped = tmp_path / "check.json"
+    wrapped.write_text(CliRunner().invoke(cli, ["check", "--show-input", "--", "redis-cli FLUSHALL"]).output)
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(wrapped)])
+    assert r.exit_code == 2 and "`guardrail check` output" in r.output and "`inputs`" in r.output, r.output
+    assert r.output.count("\n") == 1 and str(wrapped) in r.output
+
+    typo = tmp_path / "typo.json"
+    typo.write_text('{\n  "action": {"tool": "redis-cli", "verb": "flushall"},\n  "comand": "redis-cli FLUSHALL"\n}\n')
+    r = CliRunner().invoke(cli, ["policy", "eval", "--input", str(typo), "--query", "data.guardrail.decision.deny"])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {typo}:3: comand: unknown field"), r.output

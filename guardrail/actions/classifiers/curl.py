@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating
-from guardrail.actions.shell import NULL_SINKS, file_write
+from guardrail.actions.filewrite import NULL_SINKS, file_write
 
 __all__ = ["Curl", "Wget", "http_action"]
 

@@ -13,7 +13,7 @@ import shlex
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action
-from guardrail.actions.shell import NULL_SINKS, file_write
+from guardrail.actions.filewrite import NULL_SINKS, file_write
 from guardrail.actions.words import Word
 
 # sed's `e` command, or the `e` flag of `s///`, runs the pattern space as a shell command.

@@ -15,7 +15,7 @@ from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
-from guardrail.actions.shell import file_write
+from guardrail.actions.filewrite import file_write
 from guardrail.actions.words import Word
 
 __all__ = ["Kubectl", "KUBECTL_GLOBAL", "parse_exec", "kind_of", "container_specs", "container_argv",

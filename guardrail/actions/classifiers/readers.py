@@ -11,7 +11,7 @@ from __future__ import annotations
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import Action
-from guardrail.actions.shell import file_write
+from guardrail.actions.filewrite import file_write
 from guardrail.actions.words import Word
 
 __all__ = ["Decompressors", "Tar", "Git", "Openssl", "SchemaDump", "Firewall"]

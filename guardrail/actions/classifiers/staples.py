@@ -14,7 +14,7 @@ from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, Target
-from guardrail.actions.shell import file_write
+from guardrail.actions.filewrite import file_write
 from guardrail.actions.words import Word
 
 __all__ = ["ReadOnly", "Awk", "Sleep", "Kill", "Netcat", "ServiceManager", "parse_duration", "kill_args",

@@ -56,7 +56,8 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
         async with Client(stdio_client(params)) as c:
             tools = {t.name for t in (await c.list_tools()).tools}
             assert {"exec", "declare_repair_complete", "guard_status"} <= tools
-            denied = data(await c.call_tool("exec", {"command": "redis-cli FLUSHALL"}))
+            # The same rule fires for both actions: the agent reads it once.
+            denied = data(await c.call_tool("exec", {"command": "redis-cli FLUSHALL; redis-cli FLUSHALL"}))
             hi = data(await c.call_tool("exec", {"command": "echo hi"}))
             declared = data(await c.call_tool("declare_repair_complete", {"summary": "nothing to fix"}))
             status = data(await c.call_tool("guard_status", {}))
@@ -64,8 +65,8 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
 
     denied, hi, declared, status = anyio.run(session)
     assert denied["denied"] and denied["exit_code"] == 126
-    assert denied["rules"] == ["SRE-DATA-001"]
-    assert "FLUSHALL deletes every key" in denied["stderr"]
+    assert denied["rules"] == ["SRE-DATA-001"] and len(denied["messages"]) == 1
+    assert denied["stderr"].count("FLUSHALL deletes every key") == 1
     assert hi["ran"] and hi["exit_code"] == 0 and hi["stdout"] == "hi\n"
     # No SLI source behind a bare shell, so the repair cannot be shown converged: refused, with feedback.
     assert declared["accepted"] is False
@@ -74,7 +75,7 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     assert [v["status"] for v in declared["verdicts"]][-1] in ("FAIL", "ERROR")
     assert status["commands"] == 2 and status["denied"] == 1 and status["declarations"] == 1
     (records,) = journals(jdir).values()
-    assert commands_in(records) == ["redis-cli FLUSHALL", "echo hi"]
+    assert commands_in(records) == ["redis-cli FLUSHALL; redis-cli FLUSHALL", "echo hi"]
     assert [r["kind"] for r in records].count("declare") == 1
 
 

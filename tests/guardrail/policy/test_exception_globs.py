@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from opa_bindings import OpaEngine
 
-from guardrail.policy.exceptions import exception_problem, glob_matches, shipped_rule_ids
+from guardrail.policy.exceptions import exception_problem, glob_matches
+from guardrail.policy.loader import shipped_rule_ids
 
 IDS = ["SRE-DATA-001", "SRE-DATA-015", "SRE-SCOPE-001", "SRE-TRAFFIC-008", "SUB-SQL-004", "TEAM-1", "a^b", "x]y"]
 PATTERNS = ["SRE-DATA-001", "SRE-DATA-*", "SRE-*-001", "SRE-{DATA,SCOPE}-001", "SRE-{DATA,{SCOPE,TRAFFIC}}-00?",
