@@ -7,24 +7,29 @@ journal, context and environment:
     stdio                        the process serves one client: one session for its lifetime
     HTTP, handshake (legacy)     the transport's `mcp-session-id`
     HTTP, any protocol version   a `guardrail-session` header the client chooses, when it sends one
-    HTTP, stateless, no header   one shared "http-anonymous" session (send `guardrail-session` to separate them)
+    HTTP, stateless, no header   one session per credential ("http-NAME")
+
+Over HTTP every key is namespaced by the credential the gate (guardrail/adapters/http_gate.py) admitted the
+request under: `http-NAME.SESSION`. A header is anyone's to send, so two credentials naming the same session get
+two sessions, never each other's journal.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
+from guardrail.adapters.http_gate import principal_of
 from guardrail.adapters.session import GuardSessions
 from guardrail.guard import DENIED_EXIT_CODE
 
-__all__ = ["build_server", "session_key", "SESSION_HEADER"]
+__all__ = ["build_server", "session_key", "SESSION_HEADER", "MAX_SESSION_NAME"]
 
 SESSION_HEADER = "guardrail-session"
+MAX_SESSION_NAME = 128  # characters of a `guardrail-session` name
 _INSTRUCTIONS = (
     "Run every shell command through the `exec` tool: the guard checks it against the incident's policy before it "
     "runs, and a refused command comes back with the rule and what to do instead. When you believe the incident is "
@@ -33,28 +38,23 @@ _INSTRUCTIONS = (
 )
 
 
-ANONYMOUS = "http-anonymous"
-_warned_anonymous: list[bool] = []
-
-
 def session_key(ctx: Context | None, stdio_key: str) -> str:
     """Which client session a tool call belongs to (see the module docstring)."""
     headers = ctx.headers if ctx is not None else None
     if headers is None:
         return stdio_key
+    request = getattr(getattr(ctx, "request_context", None), "request", None)
+    # Without the gate (an app built in process, e.g. by a test) there is one anonymous credential.
+    principal = principal_of(request) or "noauth"
     chosen = headers.get(SESSION_HEADER)
     if chosen:
-        return f"http-{chosen}"
+        if len(chosen) > MAX_SESSION_NAME:
+            raise ValueError(f"a {SESSION_HEADER} name is at most {MAX_SESSION_NAME} characters")
+        return f"http-{principal}.{chosen}"
     sid = headers.get("mcp-session-id")
     if sid:
-        return f"http-{sid}"
-    if not _warned_anonymous:
-        _warned_anonymous.append(True)
-        sys.stderr.write(f"guardrail mcp: an HTTP client sent neither a {SESSION_HEADER} header nor an "
-                         f"mcp-session-id; every such client shares the session {ANONYMOUS}. Give each agent its "
-                         f"own `{SESSION_HEADER}: NAME` header to keep their journals and checks apart.\n")
-        sys.stderr.flush()
-    return ANONYMOUS
+        return f"http-{principal}.{sid}"
+    return f"http-{principal}"
 
 
 def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:
