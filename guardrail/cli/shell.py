@@ -7,7 +7,9 @@ with the agent's exit code after printing the session's counts on stderr.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -44,7 +46,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
     from guardrail.adapters.session import GuardSessions, context_from, journal_name, load_criteria, load_engine
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
-    from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
+    from guardrail.adapters.shell.shimdir import RESOLVED_FILE
+    from guardrail.adapters.shell.protocol import SECRET_ENV, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs.local import LocalEnvironment
 
     context = context_from(context_path)
@@ -71,16 +74,28 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         sweep_stale_work_dirs(base)
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=bases[0]))
     (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    daemon = GuardDaemon(session, work / "guard.sock")
+    # The daemon proves this secret to every shim, so a socket this session did not make is refused.
+    secret_file = work / "secret"
+    secret = secrets.token_hex(32).encode()
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret + b"\n")
+    daemon = GuardDaemon(session, work / "guard.sock", secret=secret)
     code = 1
     try:
         daemon.start()
         pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
-        shims = build_shim_dir(work / "bin")
         env = goruntime.child_env()  # the agent's own Go programs (kubectl) keep Go's defaults
+        shim_session = secrets.token_hex(8)
+        shims = build_shim_dir(work / "bin", search_path=env.get("PATH", ""), socket_path=daemon.socket_path,
+                               secret_file=str(secret_file), session=shim_session)
+        session.journal.append("shims", directory=str(shims),
+                               resolved=json.loads((shims / RESOLVED_FILE).read_text())["resolved"])
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         env[SOCKET_ENV] = daemon.socket_path
         env[SHIM_DIR_ENV] = str(shims)
+        env[SECRET_ENV] = str(secret_file)
+        env[SESSION_ENV] = shim_session
         try:
             agent = subprocess.Popen(agent_argv(agent_command), env=env)
         except OSError as e:

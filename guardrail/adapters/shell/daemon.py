@@ -2,7 +2,9 @@
 
 Started by `guardrail shell` (guardrail/cli/shell.py) for the lifetime of the wrapped agent, and by
 bench/guard_load.py. Each connection is served on its own thread; the session serialises the guard's
-decisions, so the journal's order is the order of decisions.
+decisions, so the journal's order is the order of decisions. Connections, request lines and stdin payloads are
+bounded (protocol.py's limits), and a request that takes a while gets heartbeats so that its shim can tell a slow
+guard from a stopped one.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import os
 import shlex
 import socketserver
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from guardrail.adapters.session import GuardSession
-from guardrail.adapters.shell.protocol import encode
+from guardrail.adapters.shell.protocol import (HEARTBEAT_S, MAX_CONNECTIONS, MAX_LINE_BYTES, MAX_STDIN_BYTES, encode,
+                                               proof)
 from guardrail.guard import DENIED_EXIT_CODE, Admission
 from verifiers.protocols import CommandResult
 
@@ -48,54 +52,110 @@ class _Connection(socketserver.StreamRequestHandler):
 
     server: "_Server"
 
+    def setup(self) -> None:
+        super().setup()
+        self.busy_since: float | None = None
+        self.wlock = threading.Lock()
+
+    def send(self, reply: dict[str, Any]) -> None:
+        with self.wlock:
+            self.wfile.write(encode(reply))
+            self.wfile.flush()
+
+    def beat(self) -> None:
+        with self.wlock:
+            if self.busy_since is not None:
+                self.wfile.write(b'{"wait":true}\n')
+
     def handle(self) -> None:
+        daemon = self.server.daemon_
+        if not daemon.slots.acquire(blocking=False):
+            try:
+                self.send({"error": f"the guard daemon serves at most {daemon.max_connections} connections at "
+                                    "once; refused"})
+            except OSError:
+                pass
+            return
         pending: dict[int, Admission] = {}
+        daemon.connections.add(self)
         try:
-            for raw in self.rfile:
+            while True:
+                raw = self.rfile.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                if len(raw) > MAX_LINE_BYTES:
+                    # Never truncated and judged: the rest of the line is not read, the connection is dropped.
+                    self.send({"error": f"request over {MAX_LINE_BYTES} bytes: refused"})
+                    break
                 if not raw.strip():
                     continue
+                self.busy_since = time.monotonic()
                 try:
                     msg = json.loads(raw)
                     if not isinstance(msg, dict):
                         raise ValueError("a request is a JSON object")
-                    reply = self.server.daemon_.handle(msg, pending)
+                    reply = daemon.handle(msg, pending)
                 except (ValueError, KeyError, TypeError) as e:
                     reply = {"error": f"bad request: {e}"}
-                self.wfile.write(encode(reply))
-                self.wfile.flush()
+                finally:
+                    with self.wlock:
+                        self.busy_since = None
+                self.send(reply)
         except (ConnectionResetError, BrokenPipeError):
             pass
         finally:
+            daemon.connections.discard(self)
+            daemon.slots.release()
             # A shim that dies between before and after (killed, crashed) leaves its command's result unknown.
             for adm in pending.values():
-                self.server.daemon_.session.journal.append("result", ref=adm.seq, exit_code=None, lost=True,
-                                                           note="the shim went away before reporting a result")
+                daemon.session.journal.append("result", ref=adm.seq, exit_code=None, lost=True,
+                                              note="the shim went away before reporting a result")
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Connections beyond the daemon's bound are accepted only to be told so; the kernel queue holds the burst.
+    request_queue_size = 128
     daemon_: "GuardDaemon"
 
 
 class GuardDaemon:
     """Serves a GuardSession on a unix socket until stopped."""
 
-    def __init__(self, session: GuardSession, socket_path: str | Path):
+    def __init__(self, session: GuardSession, socket_path: str | Path, *, secret: bytes | None = None,
+                 max_connections: int = MAX_CONNECTIONS, heartbeat_s: float = HEARTBEAT_S):
         self.session = session
         self.socket_path = str(socket_path)
+        self.secret = secret
+        self.max_connections = max_connections
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.connections: set[_Connection] = set()
+        self.heartbeat_s = heartbeat_s
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._beats: threading.Thread | None = None
 
     # -- the protocol ------------------------------------------------------------------------------------------
 
     def handle(self, msg: dict[str, Any], pending: dict[int, Admission]) -> dict[str, Any]:
         op = msg.get("op")
+        if op == "hello":
+            nonce = msg.get("nonce")
+            if not isinstance(nonce, str) or not 32 <= len(nonce) <= 128 or \
+                    not all(c in "0123456789abcdefABCDEF" for c in nonce):
+                raise ValueError("a nonce is 32 to 128 hex digits")
+            if self.secret is None:
+                raise ValueError("this daemon has no session secret to prove")
+            return {"proof": proof(self.secret, nonce), "protocol": 2}
         if op == "before":
             argv = msg["argv"]
             if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
                 raise ValueError("argv must be a non-empty list of strings")
             stdin = msg.get("stdin")
+            if isinstance(stdin, str) and len(stdin) > MAX_STDIN_BYTES:
+                raise ValueError(f"a stdin payload over {MAX_STDIN_BYTES} bytes is refused, never cut and judged")
             adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None))
             reply = {"id": adm.seq, "runs": adm.runs, "outcome": adm.outcome.value,
                      "rules": [f.id for f in adm.denies + adm.warns],
@@ -130,9 +190,28 @@ class GuardDaemon:
         os.chmod(self.socket_path, 0o600)  # only this user's processes may ask the guard
         self._thread = threading.Thread(target=self._server.serve_forever, name="guard-daemon", daemon=True)
         self._thread.start()
+        self._stopping.clear()
+        self._beats = threading.Thread(target=self._heartbeats, name="guard-daemon-heartbeat", daemon=True)
+        self._beats.start()
         return self
 
+    def _heartbeats(self) -> None:
+        """Tell every shim whose request has taken heartbeat_s or more that the guard is still at it."""
+        while not self._stopping.wait(self.heartbeat_s):
+            now = time.monotonic()
+            for conn in list(self.connections):
+                since = conn.busy_since
+                if since is not None and now - since >= self.heartbeat_s:
+                    try:
+                        conn.beat()
+                    except OSError:
+                        pass
+
     def stop(self) -> None:
+        self._stopping.set()
+        if self._beats is not None:
+            self._beats.join(timeout=5)
+            self._beats = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
