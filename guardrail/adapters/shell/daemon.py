@@ -84,9 +84,14 @@ class _Connection(socketserver.StreamRequestHandler):
                 if not raw:
                     break
                 if len(raw) > MAX_LINE_BYTES:
-                    # Never truncated and judged: the rest of the line is not read, the connection is dropped.
+                    # Never truncated and judged: the rest of the line is read and thrown away a piece at a time
+                    # (the client then reads the refusal, rather than a reset), and nothing of it is decided.
+                    while raw and not raw.endswith(b"\n"):
+                        raw = self.rfile.readline(64 * 1024)
                     self.send({"error": f"request over {MAX_LINE_BYTES} bytes: refused"})
-                    break
+                    if not raw:
+                        break
+                    continue
                 if not raw.strip():
                     continue
                 self.busy_since = time.monotonic()

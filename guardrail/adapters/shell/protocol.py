@@ -77,7 +77,11 @@ class DaemonClient:
         self._rfile = self._sock.makefile("rb")
         if secret is not None:
             nonce = os.urandom(16).hex()
-            got = self.request({"op": "hello", "nonce": nonce}).get("proof")
+            reply = self.request({"op": "hello", "nonce": nonce})
+            if "error" in reply:  # e.g. over the daemon's bound on connections
+                self.close()
+                raise ConnectionError(f"{path}: {reply['error']}")
+            got = reply.get("proof")
             if not isinstance(got, str) or not hmac.compare_digest(got, proof(secret, nonce)):
                 self.close()
                 raise DaemonAuthError(f"{path}: the server did not prove the session's secret")
