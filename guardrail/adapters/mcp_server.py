@@ -21,9 +21,10 @@ import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from guardrail.adapters.http_gate import principal_of
-from guardrail.adapters.session import GuardSessions
+from guardrail.adapters.session import GuardSession, GuardSessions, SessionLimitError
 from guardrail.guard import DENIED_EXIT_CODE
 
 __all__ = ["build_server", "session_key", "SESSION_HEADER", "MAX_SESSION_NAME"]
@@ -63,11 +64,18 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
     # A stdio server lives for one client, so its session is named once, at start.
     stdio_key = f"stdio-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
+    def session_of(ctx: Context) -> GuardSession:
+        try:
+            return sessions.get(session_key(ctx, stdio_key))
+        except (SessionLimitError, ValueError) as e:
+            # An expected refusal: its message goes to the client, and the server logs no traceback for it.
+            raise ToolError(str(e)) from e
+
     @app.tool(name="exec", description="Run one shell command through the guard. A command the policy refuses "
               f"does not run: it returns exit code {DENIED_EXIT_CODE}, the rule id and a message saying what to "
               "do instead.")
     def exec_(command: str, ctx: Context) -> dict[str, Any]:
-        session = sessions.get(session_key(ctx, stdio_key))
+        session = session_of(ctx)
         if session.env is None:
             raise RuntimeError("this guard has no environment to run commands in (start it with --env)")
         result, record = session.execute(command)
@@ -89,13 +97,13 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
               "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
               "saying what is not yet satisfied; keep working and declare again.")
     def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
-        session = sessions.get(session_key(ctx, stdio_key))
+        session = session_of(ctx)
         outcome = session.declare(summary)
         return {"session": session.key, **outcome.to_dict()}
 
     @app.tool(name="guard_status", description="What the guard has seen in this session: commands, denials, "
               "warnings, declarations, feedback codes, and where the journal is.")
     def guard_status(ctx: Context) -> dict[str, Any]:
-        return sessions.get(session_key(ctx, stdio_key)).status()
+        return session_of(ctx).status()
 
     return app
