@@ -198,6 +198,10 @@ def real_binary(tool, session=""):
     return None
 
 
+class RequestTooLarge(ValueError):
+    pass
+
+
 class Daemon:
     """One connection to the guard daemon (the same protocol as protocol.DaemonClient), authenticated: the
     daemon must prove the session's secret before anything is asked of it, and no wait is unbounded."""
@@ -221,7 +225,13 @@ class Daemon:
         self.sock.settimeout(SILENCE_TIMEOUT_S)
 
     def ask(self, msg, what="answer"):
-        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        try:
+            line = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        except UnicodeEncodeError:  # undecodable bytes in argv (surrogate escapes): sent escaped, as JSON allows
+            line = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE_BYTES:
+            raise RequestTooLarge(f"the request is {len(line)} bytes, over the guard's {MAX_LINE_BYTES}")
+        self.sock.sendall(line)
         while True:
             try:
                 line = self.rfile.readline(MAX_LINE_BYTES + 1)
@@ -329,7 +339,11 @@ def run(tool, args, opts=None):
         if payload is not None:
             msg["stdin"] = payload.decode("utf-8", "replace")
             del payload  # the spool file holds the bytes the tool will read
-        decision = daemon.ask(msg)
+        try:
+            decision = daemon.ask(msg)
+        except RequestTooLarge as e:
+            _say(f"guardrail: {e} (a long argv, or a stdin payload that escapes long); refusing to run {tool}")
+            return DENIED
         if not decision.get("runs"):
             _say(decision.get("message") or f"guardrail: {tool} denied")
             return DENIED
