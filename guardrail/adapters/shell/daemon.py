@@ -71,6 +71,13 @@ class _Connection(socketserver.StreamRequestHandler):
         daemon = self.server.daemon_
         if not daemon.slots.acquire(blocking=False):
             try:
+                # Its first request (a shim's hello) is read first, so that the refusal reaches the client
+                # rather than a reset of the connection it is still writing to.
+                self.connection.settimeout(5.0)
+                try:
+                    self.rfile.readline(4096)
+                except OSError:
+                    pass  # it sent nothing in time: told all the same
                 self.send({"error": f"the guard daemon serves at most {daemon.max_connections} connections at "
                                     "once; refused"})
             except OSError:
