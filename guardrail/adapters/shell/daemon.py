@@ -47,6 +47,10 @@ def command_text(argv: list[str], stdin: str | None = None) -> str:
     return text
 
 
+# Environment variables of the agent that a confined run passes to the real client: connection settings only.
+_CLIENT_ENV = ("PG", "MYSQL_", "MARIADB_", "REDISCLI_", "LIVE_", "LANG", "LC_", "TZ")
+
+
 class _Connection(socketserver.StreamRequestHandler):
     """Serves one shim (or client) connection until it closes."""
 
@@ -106,7 +110,10 @@ class _Connection(socketserver.StreamRequestHandler):
                     msg = json.loads(raw)
                     if not isinstance(msg, dict):
                         raise ValueError("a request is a JSON object")
-                    reply = daemon.handle(msg, pending)
+                    if msg.get("op") == "run":
+                        reply = daemon.run(msg, self.send)
+                    else:
+                        reply = daemon.handle(msg, pending)
                 except (ValueError, KeyError, TypeError) as e:
                     reply = {"error": f"bad request: {e}"}
                 finally:
@@ -136,8 +143,13 @@ class GuardDaemon:
     """Serves a GuardSession on a unix socket until stopped."""
 
     def __init__(self, session: GuardSession, socket_path: str | Path, *, secret: bytes | None = None,
-                 max_connections: int = MAX_CONNECTIONS, heartbeat_s: float = HEARTBEAT_S):
+                 max_connections: int = MAX_CONNECTIONS, heartbeat_s: float = HEARTBEAT_S,
+                 runs_for: dict[str, str | None] | None = None, run_env: dict[str, str] | None = None):
         self.session = session
+        # Confined mode (`guardrail shell --confine`): the tools this daemon runs itself for its shims, each with the
+        # real binary resolved at start; None when the shims run their tools themselves.
+        self.runs_for = runs_for
+        self.run_env = run_env if run_env is not None else dict(os.environ)
         self.socket_path = str(socket_path)
         self.secret = secret
         self.max_connections = max_connections
@@ -191,6 +203,72 @@ class GuardDaemon:
         if op == "status":
             return self.session.status()
         raise ValueError(f"unknown op {op!r}")
+
+    def run(self, msg: dict[str, Any], send: Any) -> dict[str, Any]:
+        """Confined mode: decide a shim's command and, when allowed, run it here (as the guard's user) with its
+        output streamed back as `{"out": 1|2, "data": BASE64}` lines; the reply carries the exit code."""
+        import base64
+        import subprocess
+
+        if self.runs_for is None:
+            raise ValueError("this daemon does not run commands (not confined)")
+        argv = msg["argv"]
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("argv must be a non-empty list of strings")
+        if argv[0] not in self.runs_for:
+            raise ValueError(f"{argv[0]} is not a tool this guard runs")
+        stdin = msg.get("stdin")
+        if isinstance(stdin, str) and len(stdin) > MAX_STDIN_BYTES:
+            raise ValueError(f"a stdin payload over {MAX_STDIN_BYTES} bytes is refused, never cut and judged")
+        adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None))
+        head = {"runs": adm.runs, "outcome": adm.outcome.value, "rules": [f.id for f in adm.denies + adm.warns],
+                "message": "\n".join(f.render() for f in adm.feedback)}
+        if not adm.runs:
+            self.session.journal.append("result", ref=adm.seq, exit_code=DENIED_EXIT_CODE, duration_s=0.0,
+                                        denied=True)
+            return {**head, "exit_code": DENIED_EXIT_CODE}
+        real = self.runs_for[argv[0]]
+        if real is None:
+            self.session.after(adm, CommandResult(command=adm.command, exit_code=127, duration_s=0.0))
+            return {**head, "exit_code": 127, "message": f"{argv[0]}: command not found"}
+        # The agent's environment is not the guard's to trust (LD_PRELOAD would run as the guard's user): only the
+        # clients' own connection settings pass.
+        env = dict(self.run_env)
+        for k, v in (msg.get("env") or {}).items():
+            if isinstance(k, str) and isinstance(v, str) and k.startswith(_CLIENT_ENV):
+                env[k] = v
+        cwd = msg.get("cwd") if isinstance(msg.get("cwd"), str) and os.path.isdir(msg["cwd"]) else "/"
+        start = time.monotonic()
+        child = subprocess.Popen([argv[0], *argv[1:]], executable=real, cwd=cwd, env=env,
+                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def pump(stream: Any, fd: int) -> None:
+            for chunk in iter(lambda: stream.read1(64 * 1024), b""):
+                try:
+                    send({"out": fd, "data": base64.b64encode(chunk).decode()})
+                except OSError:
+                    child.kill()  # the shim is gone: nobody is left to read the command's output
+                    return
+
+        pumps = [threading.Thread(target=pump, args=(child.stdout, 1), daemon=True),
+                 threading.Thread(target=pump, args=(child.stderr, 2), daemon=True)]
+        for t in pumps:
+            t.start()
+        if stdin is not None:
+            try:
+                child.stdin.write(stdin.encode("utf-8", "surrogateescape"))
+                child.stdin.close()
+            except OSError:
+                pass
+        code = child.wait()
+        for t in pumps:
+            t.join()
+        code = code if code >= 0 else 128 - code
+        feedback = self.session.after(adm, CommandResult(command=adm.command, exit_code=code,
+                                                         duration_s=round(time.monotonic() - start, 6)))
+        message = "\n".join(x for x in (head["message"], "\n".join(f.render() for f in feedback)) if x)
+        return {**head, "exit_code": code, "message": message}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 

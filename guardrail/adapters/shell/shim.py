@@ -339,6 +339,8 @@ def run(tool, args, opts=None):
         if payload is not None:
             msg["stdin"] = payload.decode("utf-8", "replace")
             del payload  # the spool file holds the bytes the tool will read
+        if opts.get("via") == "daemon":
+            return run_in_daemon(daemon, tool, msg)
         try:
             decision = daemon.ask(msg)
         except RequestTooLarge as e:
@@ -376,7 +378,43 @@ def run(tool, args, opts=None):
     return code
 
 
-OPTIONS = ("--session", "--socket", "--secret", "--real")
+def run_in_daemon(daemon, tool, msg):
+    """Confined mode: the daemon decides and runs the command (this user cannot run the real tool); its output
+    comes back as it is written, then its exit code."""
+    import base64
+
+    msg = dict(msg, op="run", env=dict(os.environ))
+    try:
+        line = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE_BYTES:
+            raise RequestTooLarge(f"the request is {len(line)} bytes, over the guard's {MAX_LINE_BYTES}")
+        daemon.sock.sendall(line)
+        outs = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
+        while True:
+            try:
+                raw = daemon.rfile.readline(MAX_LINE_BYTES + 1)
+            except socket.timeout:
+                raise ConnectionError("the guard daemon went silent while running the command")
+            if not raw:
+                raise ConnectionError("the guard daemon closed the connection")
+            reply = json.loads(raw)
+            if reply == {"wait": True}:
+                continue
+            if "out" in reply:
+                out = outs.get(reply["out"], sys.stderr.buffer)
+                out.write(base64.b64decode(reply["data"]))
+                out.flush()
+                continue
+            if "error" in reply:
+                raise ConnectionError(reply["error"])
+            _say(reply.get("message"))
+            return int(reply.get("exit_code", DENIED)) if reply.get("runs") else DENIED
+    except (OSError, ConnectionError, ValueError) as e:
+        _say(f"guardrail: the guard daemon failed ({e}); {tool} may not have run")
+        return DENIED
+
+
+OPTIONS = ("--session", "--socket", "--secret", "--real", "--via")
 
 
 def parse(argv):

@@ -99,14 +99,16 @@ def _leads_to(path: str, session: str, shim_dir: str) -> bool:
 
 def build_shim_dir(directory: str | Path, tools: Iterable[str] = SHIMMED_TOOLS, *,
                    python: str | None = None, search_path: str | None = None, socket_path: str | None = None,
-                   secret_file: str | None = None, session: str | None = None) -> Path:
+                   secret_file: str | None = None, session: str | None = None, via_daemon: bool = False,
+                   script: str | Path | None = None) -> Path:
     """Write one executable shim per tool into `directory`, each naming the real binary it resolved on
-    `search_path` (default: this process's PATH), and record the resolution in RESOLVED_FILE; return the dir."""
+    `search_path` (default: this process's PATH), and record the resolution in RESOLVED_FILE; return the dir.
+    With `via_daemon` the shims ask the daemon to run their tool (`guardrail shell --confine`)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     session = session or secrets.token_hex(8)
     py = shlex.quote(python or sys.executable)
-    script = shlex.quote(str(SHIM_SCRIPT))
+    script = shlex.quote(str(script or SHIM_SCRIPT))
     tools = list(tools)
     search = os.environ.get("PATH", "") if search_path is None else search_path
     # Written once without a resolution, so that a hard link to one of them on the PATH is known by its inode.
@@ -120,6 +122,8 @@ def build_shim_dir(directory: str | Path, tools: Iterable[str] = SHIMMED_TOOLS, 
         if secret_file is not None:
             opts.append(f"--secret {shlex.quote(str(secret_file))}")
         opts.append(f"--real {shlex.quote(resolved[tool] or '')}")
+        if via_daemon:  # confined: the agent's user cannot run the real tool; the daemon runs it
+            opts.append("--via daemon")
         _write(d / tool, session, f'exec {py} -S {script} {" ".join(opts)} {shlex.quote(tool)} "$@"\n')
     (d / RESOLVED_FILE).write_text(json.dumps({"session": session, "resolved": resolved}, indent=1) + "\n")
     return d
