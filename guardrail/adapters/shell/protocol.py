@@ -4,6 +4,9 @@
     {"op":"before","argv":[...],"cwd":"...","stdin":"..."?}  -> {"id":N,"runs":bool,"outcome":..,"rules":[..],
                                                                  "message":"..."}
     {"op":"after","id":N,"exit_code":int,"duration_s":f}     -> {"ok":true,"feedback":[..]}
+    {"op":"run","argv":[...],"cwd":"..","env":{..},"stdin":".."?}  (confined mode: the daemon runs the command)
+                                                              -> {"out":1|2,"data":BASE64}... then
+                                                                 {"runs":bool,"exit_code":N,"message":".."}
     {"op":"declare","summary":"..."}                          -> {"accepted":bool,"feedback":[..],"message":".."}
     {"op":"status"}                                           -> the session's counters
     anything malformed                                        -> {"error":"..."}

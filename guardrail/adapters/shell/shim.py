@@ -1,7 +1,7 @@
 """The shim every wrapped tool on the agent's PATH runs: ask the guard daemon, then run the real binary.
 
-Invoked as `python -S shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] TOOL ARGS...` by the
-sh wrappers that guardrail/adapters/shell/shimdir.py writes (kubectl, psql, redis-cli, ...); the options default
+Invoked as `python -S shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] [--via daemon] TOOL
+ARGS...` by the sh wrappers that guardrail/adapters/shell/shimdir.py writes (kubectl, psql, ...); the options default
 to the environment (protocol.py's SESSION_ENV, SOCKET_ENV, SECRET_ENV). Standard library only, so it starts fast
 and needs no site-packages. Speaks protocol.py: `hello` (the daemon proves the session's secret), `before` (argv,
 cwd, and the stdin payload when the tool reads one), then runs the real binary the shim directory resolved at
@@ -9,7 +9,9 @@ start (`--real`; without it, the first one further along PATH that is no shim) w
 `after` with its exit code. A denial prints the rule and message on stderr and exits 126. Everything else that
 goes wrong before the command runs also exits 126 and runs nothing (fail closed): no daemon, a daemon that cannot
 prove the secret or does not answer in time, a stdin payload over the limit, a shim reached again from inside its
-own command. `declare_repair_complete` waits for the guard's verdict instead.
+own command. `declare_repair_complete` waits for the guard's verdict instead. With `--via daemon` (`guardrail
+shell --confine`, where this user cannot run the real tool) the daemon decides and runs the command itself, and
+the shim relays its output and exit code.
 """
 
 import hashlib
@@ -432,6 +434,7 @@ def parse(argv):
 if __name__ == "__main__":
     opts, tool, args = parse(sys.argv[1:])
     if tool is None:
-        _say("usage: shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] TOOL [ARGS...]")
+        _say("usage: shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] [--via daemon] TOOL "
+             "[ARGS...]")
         sys.exit(2)
     sys.exit(run(tool, args, opts))
