@@ -1,8 +1,10 @@
 """`guardrail shell -- AGENT_COMMAND`: run a shell-based agent with the guard's shims first on its PATH.
 
-Attached to the root group by guardrail/cli/commands.py. Starts a GuardDaemon (guardrail/adapters/shell) on a
-private unix socket, writes the shim directory, runs the agent with PATH and GUARDRAIL_SOCKET set, and exits
-with the agent's exit code after printing the session's counts on stderr.
+Attached to the root group by guardrail/cli/commands.py. Writes the session's secret and the shim directory
+(each tool's real binary resolved once), starts a GuardDaemon (guardrail/adapters/shell) on a private unix socket,
+runs the agent with the shims first on its PATH, and exits with the agent's exit code after printing the
+session's counts on stderr. With --confine (root) the agent runs as its own user with the real clients hidden
+from it, and the daemon runs the commands for its shims (docs/security.md).
 """
 
 from __future__ import annotations

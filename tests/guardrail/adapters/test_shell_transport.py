@@ -429,3 +429,25 @@ def test_connections_beyond_the_bound_are_refused_and_a_flood_keeps_fds_and_memo
     assert [e for e in errors if "at most 4 connections" not in e] == [], errors[:3]
     assert fds1 - fds0 < 20, (fds0, fds1)
     assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
+
+
+def test_a_confined_shims_command_runs_in_the_daemon_with_its_output_streamed_back(tmp_path, session_secret):
+    """`--via daemon` (what `guardrail shell --confine` writes): the daemon decides, runs the resolved binary and
+    relays stdout, stderr and the exit code; of the agent's environment only client settings pass."""
+    stub = _exe(tmp_path / "realbin" / "redis-cli",
+                'echo "out $*"\necho "err" >&2\necho "lib=${LD_LIBRARY_PATH-unset} pg=${PGHOST-unset}"\nexit 3\n')
+    secret, secret_file = session_secret
+    sessions = _sessions(tmp_path)
+    with GuardDaemon(sessions.get("s"), tmp_path / "g.sock", secret=secret, runs_for={"redis-cli": str(stub)},
+                     run_env={"PATH": os.environ["PATH"]}) as daemon:
+        env = dict(os.environ, GUARDRAIL_SOCKET=daemon.socket_path, GUARDRAIL_SECRET_FILE=str(secret_file),
+                   LD_LIBRARY_PATH="/agent/libs", PGHOST="db", PATH="/usr/bin:/bin")  # no redis-cli of its own
+        proc = subprocess.run([sys.executable, "-S", shim.__file__, "--via", "daemon", "redis-cli", "GET", "k"],
+                              env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    sessions.close()
+    assert proc.returncode == 3, proc.stderr
+    assert "out GET k" in proc.stdout and "err" in proc.stderr
+    assert "lib=unset pg=db" in proc.stdout  # the loader's variables stay the agent's; PGHOST is a client setting
+    records = read_journal(tmp_path / "journals" / "s.jsonl")
+    assert [r["command"] for r in records if r["kind"] == "command"] == ["redis-cli GET k"]
+    assert [r["exit_code"] for r in records if r["kind"] == "result"] == [3]
