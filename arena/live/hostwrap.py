@@ -90,10 +90,20 @@ def rewrite_env(env: Mapping[str, str], table: Mapping[str, str], *, host_in_arg
 
 
 def _real_binary(tool: str) -> str | None:
-    """The first `tool` on PATH that is not in this wrapper's own directory."""
+    """The first `tool` on PATH that is not in this wrapper's own directory, nor the guard shim that started this
+    wrapper (under `guardrail shell` the shim has judged the command and runs us; running it again would loop)."""
     own = os.environ.get("LIVE_BIN_DIR", "")
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != own)
-    return shutil.which(tool, path=path)
+    judged = None
+    # Only under a shim (its ACTIVE_ENV is set) is the guard's module loaded: it costs a tenth of a second a call.
+    if os.environ.get("GUARDRAIL_SHIM_ACTIVE"):
+        from guardrail.adapters.shell.shimdir import judged_by_active_shim as judged
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not d or d == own:
+            continue
+        found = shutil.which(tool, path=d)
+        if found is not None and not (judged is not None and judged(found, tool, os.environ)):
+            return found
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

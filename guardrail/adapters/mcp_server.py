@@ -7,25 +7,31 @@ journal, context and environment:
     stdio                        the process serves one client: one session for its lifetime
     HTTP, handshake (legacy)     the transport's `mcp-session-id`
     HTTP, any protocol version   a `guardrail-session` header the client chooses, when it sends one
-    HTTP, stateless, no header   one shared "http-anonymous" session (send `guardrail-session` to separate them)
+    HTTP, stateless, no header   one session per credential ("http-NAME")
+
+Over HTTP every key is namespaced by the credential the gate (guardrail/adapters/http_gate.py) admitted the
+request under: `http-NAME.SESSION`. A header is anyone's to send, so two credentials naming the same session get
+two sessions, never each other's journal.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
-from guardrail.adapters.session import GuardSessions
+from guardrail.adapters.http_gate import principal_of
+from guardrail.adapters.session import GuardSession, GuardSessions, SessionLimitError
 from guardrail.guard import DENIED_EXIT_CODE
 from guardrail.policy.base import Finding, distinct_findings
 
-__all__ = ["build_server", "session_key", "SESSION_HEADER"]
+__all__ = ["build_server", "session_key", "SESSION_HEADER", "MAX_SESSION_NAME"]
 
 SESSION_HEADER = "guardrail-session"
+MAX_SESSION_NAME = 128  # characters of a `guardrail-session` name
 _INSTRUCTIONS = (
     "Run every shell command through the `exec` tool: the guard checks it against the incident's policy before it "
     "runs, and a refused command comes back with the rule and what to do instead. When you believe the incident is "
@@ -34,28 +40,23 @@ _INSTRUCTIONS = (
 )
 
 
-ANONYMOUS = "http-anonymous"
-_warned_anonymous: list[bool] = []
-
-
 def session_key(ctx: Context | None, stdio_key: str) -> str:
     """Which client session a tool call belongs to (see the module docstring)."""
     headers = ctx.headers if ctx is not None else None
     if headers is None:
         return stdio_key
+    request = getattr(getattr(ctx, "request_context", None), "request", None)
+    # Without the gate (an app built in process, e.g. by a test) there is one anonymous credential.
+    principal = principal_of(request) or "noauth"
     chosen = headers.get(SESSION_HEADER)
     if chosen:
-        return f"http-{chosen}"
+        if len(chosen) > MAX_SESSION_NAME:
+            raise ValueError(f"a {SESSION_HEADER} name is at most {MAX_SESSION_NAME} characters")
+        return f"http-{principal}.{chosen}"
     sid = headers.get("mcp-session-id")
     if sid:
-        return f"http-{sid}"
-    if not _warned_anonymous:
-        _warned_anonymous.append(True)
-        sys.stderr.write(f"guardrail mcp: an HTTP client sent neither a {SESSION_HEADER} header nor an "
-                         f"mcp-session-id; every such client shares the session {ANONYMOUS}. Give each agent its "
-                         f"own `{SESSION_HEADER}: NAME` header to keep their journals and checks apart.\n")
-        sys.stderr.flush()
-    return ANONYMOUS
+        return f"http-{principal}.{sid}"
+    return f"http-{principal}"
 
 
 def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:
@@ -64,11 +65,18 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
     # A stdio server lives for one client, so its session is named once, at start.
     stdio_key = f"stdio-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
+    def session_of(ctx: Context) -> GuardSession:
+        try:
+            return sessions.get(session_key(ctx, stdio_key))
+        except (SessionLimitError, ValueError) as e:
+            # An expected refusal: its message goes to the client, and the server logs no traceback for it.
+            raise ToolError(str(e)) from e
+
     @app.tool(name="exec", description="Run one shell command through the guard. A command the policy refuses "
               f"does not run: it returns exit code {DENIED_EXIT_CODE}, the rule id and a message saying what to "
               "do instead.")
     def exec_(command: str, ctx: Context) -> dict[str, Any]:
-        session = sessions.get(session_key(ctx, stdio_key))
+        session = session_of(ctx)
         if session.env is None:
             raise RuntimeError("this guard has no environment to run commands in (start it with --env)")
         result, record = session.execute(command)
@@ -93,13 +101,13 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
               "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
               "saying what is not yet satisfied; keep working and declare again.")
     def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
-        session = sessions.get(session_key(ctx, stdio_key))
+        session = session_of(ctx)
         outcome = session.declare(summary)
         return {"session": session.key, **outcome.to_dict()}
 
     @app.tool(name="guard_status", description="What the guard has seen in this session: commands, denials, "
               "warnings, declarations, feedback codes, and where the journal is.")
     def guard_status(ctx: Context) -> dict[str, Any]:
-        return sessions.get(session_key(ctx, stdio_key)).status()
+        return session_of(ctx).status()
 
     return app

@@ -12,19 +12,31 @@ import hashlib
 import queue
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext, load_context
-from guardrail.errors import InputError
+from guardrail.errors import GuardrailError, InputError
 from guardrail.guard import Admission, DeclareOutcome, Guard
 from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Mode, PolicyEngine
 from verifiers.protocols import CommandResult, Environment
 
-__all__ = ["EnginePool", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria"]
+__all__ = ["EnginePool", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria",
+           "SessionLimitError", "MAX_SESSIONS", "IDLE_CLOSE_S"]
+
+# A server's open sessions, each with its journal's file descriptor, its guard and its environment: the bound
+# keeps a flood of session names from exhausting descriptors and memory. A session idle this long gives its
+# place to a new one when the server is full (its journal is closed; the same name later reopens it).
+MAX_SESSIONS = 256
+IDLE_CLOSE_S = 900.0
+
+
+class SessionLimitError(GuardrailError):
+    """A new session was refused: the server already serves its maximum of sessions, none of them idle."""
 
 
 class EnginePool:
@@ -222,8 +234,15 @@ class GuardSessions:
         declaration_checks: Sequence[Any] | None = None,
         criteria: Any = None,
         fsync: bool = True,
+        max_sessions: int | None = MAX_SESSIONS,
+        idle_close_s: float | None = IDLE_CLOSE_S,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.engine = EnginePool(engine)
+        self.max_sessions = max_sessions
+        self.idle_close_s = idle_close_s
+        self._clock = clock
+        self._last_used: dict[str, float] = {}
         self.context = context
         self.journal_dir = Path(journal_dir) if journal_dir is not None else None
         self._env_factory = env_factory
@@ -239,10 +258,36 @@ class GuardSessions:
 
     def get(self, key: str) -> GuardSession:
         with self._lock:
+            now = self._clock()
             s = self._sessions.get(key)
             if s is None:
+                if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+                    self._close_idle(now)
+                    if len(self._sessions) >= self.max_sessions:
+                        raise SessionLimitError(
+                            f"new session refused: this guard already serves {self.max_sessions} sessions, none "
+                            f"idle for {self.idle_close_s:g} s; reuse a session name or retry later")
                 s = self._sessions[key] = self._open(key)
+            self._last_used[key] = now
             return s
+
+    def _close_idle(self, now: float) -> None:
+        """Close the sessions idle for idle_close_s or longer (caller holds self._lock); one in use is kept."""
+        if self.idle_close_s is None:
+            return
+        for key, used in sorted(self._last_used.items(), key=lambda kv: kv[1]):
+            if now - used < self.idle_close_s:
+                break
+            s = self._sessions[key]
+            if not s.lock.acquire(blocking=False):
+                continue
+            try:
+                s.journal.append("session_closed", reason="idle", idle_s=round(now - used, 3),
+                                 note="closed to make room for a new session; the same name reopens this journal")
+                s.journal.close()
+            finally:
+                s.lock.release()
+            del self._sessions[key], self._last_used[key]
 
     def _open(self, key: str) -> GuardSession:
         env = self._env_factory(self.context.model_copy(deep=True)) if self._env_factory else None
@@ -275,3 +320,4 @@ class GuardSessions:
             for s in self._sessions.values():
                 s.journal.close()
             self._sessions.clear()
+            self._last_used.clear()

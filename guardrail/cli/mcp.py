@@ -36,20 +36,42 @@ __all__ = ["mcp"]
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="HTTP port; 0 picks a free one (the server's start-up log names it).")
 @click.option("--path", "http_path", default="/mcp", show_default=True, help="Streamable HTTP endpoint path.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="HTTP: bearer tokens, one a line (`TOKEN` or `NAME:TOKEN`), in a file only you can read. "
+                   "Default: a fresh token, written to a 0600 file whose path is logged on stderr.")
+@click.option("--no-auth", is_flag=True, default=False,
+              help="HTTP on a loopback address only: accept requests without a token (any local process can "
+                   "then run commands through the guard).")
+@click.option("--max-sessions", type=click.IntRange(1, 100_000), default=None,
+              help="Most guard sessions served at once (default 256); a new one beyond is refused.")
+@click.option("--max-request-bytes", type=click.IntRange(1024, 64 * 1024 * 1024), default=None,
+              help="HTTP: largest request body (default 1 MiB); a larger one gets 413 before it is parsed.")
 def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
         mode: str, transport: str,
-        host: str, port: int, http_path: str) -> None:
+        host: str, port: int, http_path: str, token_file: str | None, no_auth: bool, max_sessions: int | None,
+        max_request_bytes: int | None) -> None:
     """Serve exec / declare_repair_complete / guard_status as MCP tools, every call guarded and journalled."""
+    from guardrail.adapters.http_gate import MAX_REQUEST_BYTES, is_loopback, load_token_file
     from guardrail.adapters.mcp_server import build_server
-    from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
+    from guardrail.adapters.session import MAX_SESSIONS, GuardSessions, context_from, load_criteria, load_engine
     from guardrail.envs import resolve_environment
 
+    credentials = None
+    if transport == "http":
+        if no_auth and token_file:
+            raise InputError("--no-auth and --token-file exclude each other", path="--no-auth")
+        if no_auth and not is_loopback(host):
+            raise InputError(f"--no-auth is allowed on a loopback address only, not {host}", path="--no-auth")
+        if token_file:
+            credentials = load_token_file(token_file)
+    elif no_auth or token_file:
+        raise InputError("--token-file and --no-auth apply to --transport http", path="--transport")
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     resolve_environment(env_spec, context)
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path))
+                             criteria=load_criteria(criteria_path), max_sessions=max_sessions or MAX_SESSIONS)
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)
@@ -59,9 +81,50 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
             _check_stdio()
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=port, streamable_http_path=http_path)
+            _serve_http(server, host=host, port=port, path=http_path, credentials=credentials, no_auth=no_auth,
+                        max_body=max_request_bytes or MAX_REQUEST_BYTES, max_sessions=max_sessions or MAX_SESSIONS)
     finally:
         sessions.close()
+
+
+def _serve_http(server, *, host: str, port: int, path: str, credentials, no_auth: bool, max_body: int,
+                max_sessions: int) -> None:
+    """Streamable HTTP behind the gate (guardrail/adapters/http_gate.py): a token on every request."""
+    import shutil
+    import signal
+    import tempfile
+
+    import uvicorn
+
+    from guardrail.adapters.http_gate import HttpGate, write_token_file
+
+    token_dir = None
+    if no_auth:
+        _say("guardrail mcp: WARNING: --no-auth: requests need no token. Any process on this machine, of any "
+             f"user, can run commands through this guard at http://{host}:{port}{path} and act in any session.")
+    elif credentials is None:
+        token_dir = tempfile.mkdtemp(prefix="guardrail-mcp-")  # 0700, this user's
+        token_path, credentials = write_token_file(token_dir)
+        _say(f"guardrail mcp: bearer token in {token_path} (mode 0600); clients send "
+             f"`Authorization: Bearer <its content>`")
+    else:
+        names = ", ".join(name for name, _ in credentials.tokens)
+        _say(f"guardrail mcp: {len(credentials.tokens)} credential(s) from --token-file: {names}")
+    app = server.streamable_http_app(streamable_http_path=path, max_request_body_size=max_body,
+                                     max_sessions=max_sessions, host=host)
+    gated = HttpGate(app, credentials, max_body_bytes=max_body)
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; as an exception, so the token goes with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        uvicorn.Server(uvicorn.Config(gated, host=host, port=port, log_level="info")).run()
+    finally:
+        if token_dir is not None:
+            shutil.rmtree(token_dir, ignore_errors=True)
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _check_journal_dir(d: Path) -> None:

@@ -1,13 +1,18 @@
 """`guardrail shell -- AGENT_COMMAND`: run a shell-based agent with the guard's shims first on its PATH.
 
-Attached to the root group by guardrail/cli/commands.py. Starts a GuardDaemon (guardrail/adapters/shell) on a
-private unix socket, writes the shim directory, runs the agent with PATH and GUARDRAIL_SOCKET set, and exits
-with the agent's exit code after printing the session's counts on stderr.
+Attached to the root group by guardrail/cli/commands.py. Writes the session's secret and the shim directory
+(each tool's real binary resolved once), starts a GuardDaemon (guardrail/adapters/shell) on a private unix socket,
+runs the agent with the shims first on its PATH, and exits with the agent's exit code after printing the
+session's counts on stderr. With --confine (root) the agent runs as its own user with the real clients hidden
+from it, and the daemon runs the commands for its shims (docs/security.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,16 +42,23 @@ __all__ = ["shell"]
 @click.option("--criteria", "criteria_path", type=click.Path(dir_okay=False), default=None,
               help="Verifier criteria overrides (YAML), e.g. convergence: {default_cycle_s: 30, max_wait_cycles: 4}.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
+@click.option("--confine", is_flag=True, default=False,
+              help="Run the agent as its own unprivileged user, with the real clients hidden from it: only the guard "
+                   "runs them, for its shims (needs root; Linux).")
+@click.option("--confine-user", default="guardrail-agent", show_default=True,
+              help="The agent's user under --confine (created as a system user when missing).")
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def shell(context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
-          mode: str,
+          mode: str, confine: bool, confine_user: str,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
     from guardrail.adapters.session import GuardSessions, context_from, journal_name, load_criteria, load_engine
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
-    from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
+    from guardrail.adapters.shell.shimdir import RESOLVED_FILE
+    from guardrail.adapters.shell.protocol import SECRET_ENV, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs.local import LocalEnvironment
 
+    agent_user = confined_user(confine_user) if confine else None
     context = context_from(context_path)
     if journal_path is None:
         journal_path = f"guardrail-journals/shell-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
@@ -71,18 +83,50 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         sweep_stale_work_dirs(base)
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=bases[0]))
     (work / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    daemon = GuardDaemon(session, work / "guard.sock")
+    # The daemon proves this secret to every shim, so a socket this session did not make is refused.
+    secret_file = work / "secret"
+    secret = secrets.token_hex(32).encode()
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret + b"\n")
     code = 1
+    env = goruntime.child_env()  # the agent's own Go programs (kubectl) keep Go's defaults
+    search_path = env.get("PATH", "")
+    shim_session = secrets.token_hex(8)
+    shim_python = shim_script = None
+    if confine:
+        # The agent's user runs the shims: an interpreter and a copy of shim.py it can read (a venv under /root,
+        # say, it cannot).
+        from guardrail.adapters.shell.shimdir import SHIM_SCRIPT
+
+        shim_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
+        shim_script = work / "shim.py"
+        shutil.copyfile(SHIM_SCRIPT, shim_script)
+        os.chmod(shim_script, 0o644)
+    shims = build_shim_dir(work / "bin", search_path=search_path, socket_path=str(work / "guard.sock"),
+                           secret_file=str(secret_file), session=shim_session, via_daemon=confine,
+                           python=shim_python, script=shim_script)
+    resolved = json.loads((shims / RESOLVED_FILE).read_text())["resolved"]
+    daemon = GuardDaemon(session, work / "guard.sock", secret=secret, runs_for=resolved if confine else None,
+                         run_env=dict(env))
     try:
         daemon.start()
         pygc.settle()  # engines and sessions are built: stop re-scanning them (guardrail/pygc.py)
-        shims = build_shim_dir(work / "bin")
-        env = goruntime.child_env()  # the agent's own Go programs (kubectl) keep Go's defaults
+        session.journal.append("shims", directory=str(shims), resolved=resolved, confined=confine)
+        if agent_user is not None:
+            hand_over(work, secret_file, daemon.socket_path, agent_user)
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         env[SOCKET_ENV] = daemon.socket_path
         env[SHIM_DIR_ENV] = str(shims)
+        env[SECRET_ENV] = str(secret_file)
+        env[SESSION_ENV] = shim_session
+        argv = agent_argv(agent_command) if agent_user is None else \
+            confined_argv(agent_command, agent_user, hidden_clients(resolved, search_path))
+        if agent_user is not None:
+            env.update(HOME=agent_user.pw_dir if os.path.isdir(agent_user.pw_dir) else "/tmp",
+                       USER=agent_user.pw_name, LOGNAME=agent_user.pw_name)
         try:
-            agent = subprocess.Popen(agent_argv(agent_command), env=env)
+            agent = subprocess.Popen(argv, env=env)
         except OSError as e:
             click.echo(f"error: cannot start {agent_command[0]}: {e.strerror or e}", err=True)
             sys.exit(2)
@@ -192,3 +236,84 @@ def _check_runnable(program: str) -> None:
             raise InputError("cannot start: not an executable file", path=program)
     elif shutil.which(program) is None and program not in SHIMMED_TOOLS:  # a shim is first on the agent's PATH
         raise InputError("cannot start: command not found on PATH", path=program)
+
+
+# -- confined mode (`--confine`): the agent as its own user, the real clients hidden from it ---------------------
+
+
+def confined_user(name: str) -> pwd.struct_passwd:
+    """The agent's unprivileged user, created as a system user when missing; bad input unless we are root."""
+    if not sys.platform.startswith("linux"):
+        raise InputError("--confine needs Linux (mount namespaces)", path="--confine")
+    if os.geteuid() != 0:
+        raise InputError("--confine needs root: it runs the agent as its own user and hides the real clients "
+                         "from it (run the guard as root, or without --confine)", path="--confine")
+    try:
+        user = pwd.getpwnam(name)
+    except KeyError:
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise InputError(f"cannot create user {name}: {made.stderr.strip() or made.returncode}",
+                             path="--confine-user") from None
+        user = pwd.getpwnam(name)
+    if user.pw_uid == 0 or user.pw_gid == 0:
+        raise InputError(f"{name} is root, or in root's group: the agent's user must be unprivileged",
+                         path="--confine-user")
+    return user
+
+
+def hand_over(work: Path, secret_file: Path, socket_path: str, user: pwd.struct_passwd) -> None:
+    """Let the agent's user reach the socket, its secret and the shims; nothing else of the session directory."""
+    os.chmod(work, 0o711)
+    for p in (secret_file, Path(socket_path)):
+        os.chown(p, user.pw_uid, user.pw_gid)
+    os.chmod(work / "bin", 0o755)
+
+
+def hidden_clients(resolved: dict[str, str | None], search_path: str) -> list[str]:
+    """Every file the agent could run a shimmed tool from: each one of that name on PATH, the file it resolves to,
+    and PostgreSQL's versioned client directories (Debian's psql is a wrapper that runs one of them)."""
+    import glob
+
+    paths: set[str] = set()
+    for tool in resolved:
+        for d in search_path.split(os.pathsep):
+            cand = os.path.join(d, tool) if d else ""
+            if cand and os.path.isfile(cand):
+                paths.update({os.path.abspath(cand), os.path.realpath(cand)})
+        paths.update(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))
+    return sorted(p for p in paths if os.path.isfile(p))
+
+
+# Run as root in a new mount namespace (`unshare --mount --propagation private`): cover each client with /dev/null
+# (exec then fails with EACCES; the guard, outside the namespace, still sees the real file), drop to the agent's
+# user for good (no new privileges: a setuid program cannot lift it back), ask for SIGTERM when the guard dies,
+# and exec the agent.
+_CONFINE = """\
+import ctypes, json, os, signal, subprocess, sys
+guard, uid, gid, hidden = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+for p in hidden:
+    if subprocess.call(["mount", "--bind", "/dev/null", p]) != 0:
+        sys.stderr.write("error: cannot hide %s from the agent\\n" % p)
+        sys.exit(2)
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+libc = ctypes.CDLL(None)
+libc.prctl(38, 1, 0, 0, 0)
+libc.prctl(1, signal.SIGTERM)
+if os.getppid() != guard:
+    sys.exit(143)
+try:
+    os.execvp(sys.argv[5], sys.argv[5:])
+except OSError as e:
+    sys.stderr.write("error: cannot start %s: %s\\n" % (sys.argv[5], e.strerror or e))
+    sys.exit(2)
+"""
+
+
+def confined_argv(agent_command: tuple[str, ...] | list[str], user: pwd.struct_passwd,
+                  hidden: list[str]) -> list[str]:
+    return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-S", "-c", _CONFINE,
+            str(os.getpid()), str(user.pw_uid), str(user.pw_gid), json.dumps(hidden), *agent_command]

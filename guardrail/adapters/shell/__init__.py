@@ -2,7 +2,7 @@
 
     agent ── kubectl ... ──▶ shim (shim.py) ──{"op":"before"}──▶ GuardDaemon (daemon.py, unix socket)
                               │  denied: rule + message on stderr, exit 126            │ Guard.before/after
-                              └─ allowed: run the real binary further along PATH ──{"op":"after"}──▶ journal
+                              └─ allowed: run the real binary resolved at start ──{"op":"after"}──▶ journal
 
 Called by guardrail/cli/shell.py and bench/guard_load.py. The wire protocol is in protocol.py.
 """

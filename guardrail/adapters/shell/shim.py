@@ -1,13 +1,21 @@
 """The shim every wrapped tool on the agent's PATH runs: ask the guard daemon, then run the real binary.
 
-Invoked as `python -S shim.py TOOL ARGS...` by the one-line sh wrappers that guardrail/adapters/shell/shimdir.py
-writes (kubectl, psql, redis-cli, ...). Standard library only, so it starts fast and needs no site-packages.
-Speaks protocol.py: `before` (argv, cwd, and the stdin payload when the tool reads one), then runs the real
-binary found further along PATH (skipping the shim directory) with that same stdin, then `after` with its exit
-code. A denial prints the rule and message on stderr and exits 126. If the daemon cannot be reached the shim
-refuses to run anything (fail closed). `declare_repair_complete` waits for the guard's verdict instead.
+Invoked as `python -S shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] [--via daemon] TOOL
+ARGS...` by the sh wrappers that guardrail/adapters/shell/shimdir.py writes (kubectl, psql, ...); the options default
+to the environment (protocol.py's SESSION_ENV, SOCKET_ENV, SECRET_ENV). Standard library only, so it starts fast
+and needs no site-packages. Speaks protocol.py: `hello` (the daemon proves the session's secret), `before` (argv,
+cwd, and the stdin payload when the tool reads one), then runs the real binary the shim directory resolved at
+start (`--real`; without it, the first one further along PATH that is no shim) with that same stdin, then
+`after` with its exit code. A denial prints the rule and message on stderr and exits 126. Everything else that
+goes wrong before the command runs also exits 126 and runs nothing (fail closed): no daemon, a daemon that cannot
+prove the secret or does not answer in time, a stdin payload over the limit, a shim reached again from inside its
+own command. `declare_repair_complete` waits for the guard's verdict instead. With `--via daemon` (`guardrail
+shell --confine`, where this user cannot run the real tool) the daemon decides and runs the command itself, and
+the shim relays its output and exit code.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -19,8 +27,22 @@ import time
 
 DENIED = 126
 NOT_FOUND = 127
+# These mirror protocol.py (this file is standard library only; a test holds them equal).
 SOCKET_ENV = "GUARDRAIL_SOCKET"
 SHIM_DIR_ENV = "GUARDRAIL_SHIM_DIR"
+SECRET_ENV = "GUARDRAIL_SECRET_FILE"
+SESSION_ENV = "GUARDRAIL_SHIM_SESSION"
+ACTIVE_ENV = "GUARDRAIL_SHIM_ACTIVE"
+MAX_STDIN_BYTES = 1024 * 1024
+MAX_LINE_BYTES = 8 * 1024 * 1024
+CONNECT_TIMEOUT_S = 5.0
+HELLO_TIMEOUT_S = 10.0
+SILENCE_TIMEOUT_S = 30.0
+PROOF_CONTEXT = b"guardrail-daemon-proof:"
+# The first line of every wrapper shimdir.py writes, with its session id: how a wrapper is known for ours.
+SHIM_MARKER = "# guardrail-shim session="
+# Shims nested in one another's commands, any sessions and tools: past this, something loops.
+MAX_SHIM_DEPTH = 8
 DECLARE = "declare_repair_complete"
 # Tools that always take their payload on stdin (restart-svc.sh reads {"db": {...}} from stdin).
 ALWAYS_STDIN = {"restart-svc.sh", "reconfigure-infra.sh"}
@@ -150,7 +172,21 @@ def _curl_reads_stdin(args):
     return False
 
 
-def real_binary(tool):
+def _is_own_shim(path, session):
+    """Whether the file at `path` is a wrapper of this session's shims (its marker line names the session)."""
+    if not session:
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return (SHIM_MARKER + session).encode() in head
+
+
+def real_binary(tool, session=""):
+    """The first `tool` further along PATH that is neither in a shim directory nor a wrapper of this session
+    (the fallback when the wrapper names no resolved binary, e.g. a shim started by hand)."""
     shim_dirs = {os.path.realpath(os.path.dirname(os.path.abspath(__file__)))}
     if os.environ.get(SHIM_DIR_ENV):
         shim_dirs.add(os.path.realpath(os.environ[SHIM_DIR_ENV]))
@@ -158,28 +194,60 @@ def real_binary(tool):
         if not d or os.path.realpath(d) in shim_dirs:
             continue
         cand = os.path.join(d, tool)
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+        if os.path.isfile(cand) and os.access(cand, os.X_OK) and not _is_own_shim(cand, session) and \
+                os.path.dirname(os.path.realpath(cand)) not in shim_dirs:
             return cand
     return None
 
 
+class RequestTooLarge(ValueError):
+    pass
+
+
 class Daemon:
-    """One connection to the guard daemon (the same protocol as protocol.DaemonClient)."""
+    """One connection to the guard daemon (the same protocol as protocol.DaemonClient), authenticated: the
+    daemon must prove the session's secret before anything is asked of it, and no wait is unbounded."""
 
-    def __init__(self, path):
+    def __init__(self, path, secret):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+        self.sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            self.sock.connect(path)
+        except socket.timeout:
+            raise ConnectionError(f"no connection to {path} within {CONNECT_TIMEOUT_S:g} s")
         self.rfile = self.sock.makefile("rb")
+        nonce = os.urandom(16).hex()
+        self.sock.settimeout(HELLO_TIMEOUT_S)
+        reply = self.ask({"op": "hello", "nonce": nonce}, what="prove the session's secret")
+        want = hmac.new(secret, PROOF_CONTEXT + nonce.encode(), hashlib.sha256).hexdigest()
+        got = reply.get("proof")
+        if not isinstance(got, str) or not hmac.compare_digest(got, want):
+            raise ConnectionError(f"the server at {path} could not prove this session's secret: it is not this "
+                                  "session's guard")
+        self.sock.settimeout(SILENCE_TIMEOUT_S)
 
-    def ask(self, msg):
-        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-        line = self.rfile.readline()
-        if not line:
-            raise ConnectionError("the guard daemon closed the connection")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise ConnectionError(reply["error"])
-        return reply
+    def ask(self, msg, what="answer"):
+        try:
+            line = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        except UnicodeEncodeError:  # undecodable bytes in argv (surrogate escapes): sent escaped, as JSON allows
+            line = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE_BYTES:
+            raise RequestTooLarge(f"the request is {len(line)} bytes, over the guard's {MAX_LINE_BYTES}")
+        self.sock.sendall(line)
+        while True:
+            try:
+                line = self.rfile.readline(MAX_LINE_BYTES + 1)
+            except socket.timeout:
+                raise ConnectionError(f"the guard daemon did not {what} within {self.sock.gettimeout():g} s "
+                                      "(stopped or stuck)")
+            if not line:
+                raise ConnectionError("the guard daemon closed the connection")
+            reply = json.loads(line)
+            if reply == {"wait": True}:  # a heartbeat: the guard is still judging
+                continue
+            if "error" in reply:
+                raise ConnectionError(reply["error"])
+            return reply
 
 
 def _say(text):
@@ -197,40 +265,102 @@ def declare(daemon, args):
     return 1
 
 
-def run(tool, args):
-    path = os.environ.get(SOCKET_ENV)
+class PayloadTooLarge(Exception):
+    pass
+
+
+def read_payload():
+    """The tool's stdin, streamed into a temporary file (the real tool reads that same file) and returned with
+    its bytes; over MAX_STDIN_BYTES it is refused, never cut short and judged."""
+    spool = tempfile.TemporaryFile()
+    size = 0
+    src = sys.stdin.buffer
+    while True:
+        chunk = src.read(64 * 1024)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > MAX_STDIN_BYTES:
+            spool.close()
+            raise PayloadTooLarge()
+        spool.write(chunk)
+    spool.seek(0)
+    payload = spool.read()
+    spool.seek(0)
+    return spool, payload
+
+
+def _secret(path):
+    if not path:
+        raise ConnectionError(f"no session secret ({SECRET_ENV} is not set), so the guard daemon cannot be told "
+                              "from an impostor")
+    try:
+        with open(path, "rb") as f:
+            secret = f.read(4096).strip()
+    except OSError as e:
+        raise ConnectionError(f"cannot read the session secret {path}: {e.strerror or e}")
+    if len(secret) < 32:
+        raise ConnectionError(f"the session secret {path} is too short")
+    return secret
+
+
+def run(tool, args, opts=None):
+    opts = opts or {}
+    session = opts.get("session") or os.environ.get(SESSION_ENV, "")
+    path = opts.get("socket") or os.environ.get(SOCKET_ENV)
+    me = f"{session or path or '-'}:{tool}"
+    active = os.environ.get(ACTIVE_ENV, "").split()
+    if me in active:
+        _say(f"guardrail: {tool} was started again from inside its own guarded {tool} (a wrapper on PATH runs "
+             f"'the next {tool} on PATH', which is this guard's shim); refusing to recurse")
+        return DENIED
+    if len(active) >= MAX_SHIM_DEPTH:
+        _say(f"guardrail: {len(active)} guarded commands are already nested ({' '.join(active)}); refusing to run "
+             f"{tool} deeper")
+        return DENIED
     try:
         if not path:
             raise ConnectionError(f"{SOCKET_ENV} is not set")
-        daemon = Daemon(path)
-    except (OSError, ConnectionError) as e:
+        daemon = Daemon(path, _secret(opts.get("secret") or os.environ.get(SECRET_ENV)))
+    except (OSError, ConnectionError, ValueError) as e:
         _say(f"guardrail: cannot reach the guard daemon ({e}); refusing to run {tool}")
         return DENIED
     try:
         if tool == DECLARE:
             return declare(daemon, args)
-        payload = sys.stdin.buffer.read() if reads_stdin(tool, args) else None
+        stdin = payload = None
+        if reads_stdin(tool, args):
+            try:
+                stdin, payload = read_payload()
+            except PayloadTooLarge:
+                _say(f"guardrail: {tool}'s stdin is over {MAX_STDIN_BYTES} bytes, more than the guard reads "
+                     f"before a command runs; refusing to run {tool} (split the input, or pass a file with -f "
+                     "that the policy can judge)")
+                return DENIED
         msg = {"op": "before", "argv": [tool] + args, "cwd": os.getcwd()}
         if payload is not None:
             msg["stdin"] = payload.decode("utf-8", "replace")
-        decision = daemon.ask(msg)
+            del payload  # the spool file holds the bytes the tool will read
+        if opts.get("via") == "daemon":
+            return run_in_daemon(daemon, tool, msg)
+        try:
+            decision = daemon.ask(msg)
+        except RequestTooLarge as e:
+            _say(f"guardrail: {e} (a long argv, or a stdin payload that escapes long); refusing to run {tool}")
+            return DENIED
         if not decision.get("runs"):
             _say(decision.get("message") or f"guardrail: {tool} denied")
             return DENIED
         _say(decision.get("message"))  # warnings, when any
-        real = real_binary(tool)
+        real = (opts["real"] or None) if "real" in opts else real_binary(tool, session)
         if real is None:
             _say(f"{tool}: command not found")
             daemon.ask({"op": "after", "id": decision["id"], "exit_code": NOT_FOUND, "duration_s": 0.0})
             return NOT_FOUND
-        stdin = None
-        if payload is not None:
-            # The payload was consumed to decide on it: hand the real tool the very same bytes.
-            stdin = tempfile.TemporaryFile()
-            stdin.write(payload)
-            stdin.seek(0)
+        env = dict(os.environ)
+        env[ACTIVE_ENV] = " ".join(active + [me])
         start = time.monotonic()
-        child = subprocess.Popen([tool] + args, executable=real, stdin=stdin)
+        child = subprocess.Popen([tool] + args, executable=real, stdin=stdin, env=env)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, _f: child.send_signal(s))
         code = child.wait()
@@ -250,8 +380,61 @@ def run(tool, args):
     return code
 
 
+def run_in_daemon(daemon, tool, msg):
+    """Confined mode: the daemon decides and runs the command (this user cannot run the real tool); its output
+    comes back as it is written, then its exit code."""
+    import base64
+
+    msg = dict(msg, op="run", env=dict(os.environ))
+    try:
+        line = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE_BYTES:
+            raise RequestTooLarge(f"the request is {len(line)} bytes, over the guard's {MAX_LINE_BYTES}")
+        daemon.sock.sendall(line)
+        outs = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
+        while True:
+            try:
+                raw = daemon.rfile.readline(MAX_LINE_BYTES + 1)
+            except socket.timeout:
+                raise ConnectionError("the guard daemon went silent while running the command")
+            if not raw:
+                raise ConnectionError("the guard daemon closed the connection")
+            reply = json.loads(raw)
+            if reply == {"wait": True}:
+                continue
+            if "out" in reply:
+                out = outs.get(reply["out"], sys.stderr.buffer)
+                out.write(base64.b64decode(reply["data"]))
+                out.flush()
+                continue
+            if "error" in reply:
+                raise ConnectionError(reply["error"])
+            _say(reply.get("message"))
+            return int(reply.get("exit_code", DENIED)) if reply.get("runs") else DENIED
+    except (OSError, ConnectionError, ValueError) as e:
+        _say(f"guardrail: the guard daemon failed ({e}); {tool} may not have run")
+        return DENIED
+
+
+OPTIONS = ("--session", "--socket", "--secret", "--real", "--via")
+
+
+def parse(argv):
+    """`[--session ID] [--socket PATH] [--secret FILE] [--real PATH] TOOL ARGS...` -> (opts, tool, args)."""
+    opts = {}
+    i = 0
+    while i + 1 < len(argv) and argv[i] in OPTIONS:
+        opts[argv[i][2:]] = argv[i + 1]
+        i += 2
+    if i >= len(argv):
+        return opts, None, []
+    return opts, argv[i], argv[i + 1:]
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        _say("usage: shim.py TOOL [ARGS...]")
+    opts, tool, args = parse(sys.argv[1:])
+    if tool is None:
+        _say("usage: shim.py [--session ID] [--socket PATH] [--secret FILE] [--real PATH] [--via daemon] TOOL "
+             "[ARGS...]")
         sys.exit(2)
-    sys.exit(run(sys.argv[1], sys.argv[2:]))
+    sys.exit(run(tool, args, opts))

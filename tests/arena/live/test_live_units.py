@@ -310,3 +310,24 @@ def test_stop_running_stacks_tolerates_a_failing_stop_and_stops_the_rest():
     finally:
         stack._RUNNING.discard(a)
     assert sorted(calls) == ["boom", "fine"] and b not in stack._RUNNING
+
+
+def test_the_stacks_client_wrapper_passes_over_the_guard_shim_that_started_it(tmp_path, monkeypatch):
+    """Under `guardrail shell` the psql shim runs the stack's psql wrapper, which runs "the first psql on PATH
+    but itself": the shim again, for ever (21 GB once). It passes over the shim whose command it is part of."""
+    from arena.live import hostwrap
+    from guardrail.adapters.shell import build_shim_dir
+
+    shims = build_shim_dir(tmp_path / "shims", tools=("psql",), search_path="", session="s1")
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "psql").write_text("#!/bin/sh\n")
+    (real / "psql").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{tmp_path / 'stackbin'}:{real}")
+    monkeypatch.setenv("LIVE_BIN_DIR", str(tmp_path / "stackbin"))
+    monkeypatch.delenv("GUARDRAIL_SHIM_ACTIVE", raising=False)
+    assert hostwrap._real_binary("psql") == str(shims / "psql")  # called by the agent itself: through the guard
+    monkeypatch.setenv("GUARDRAIL_SHIM_ACTIVE", "s1:psql")
+    assert hostwrap._real_binary("psql") == str(real / "psql")  # called by that shim: on to the real client
+    monkeypatch.setenv("GUARDRAIL_SHIM_ACTIVE", "other:psql s1:kubectl")
+    assert hostwrap._real_binary("psql") == str(shims / "psql")

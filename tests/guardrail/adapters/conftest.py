@@ -70,3 +70,13 @@ def guardrail_cmd():
 @pytest.fixture
 def free_port_factory():
     return free_port
+
+
+@pytest.fixture
+def session_secret(tmp_path):
+    """A guard session's secret and the 0600 file a shim reads it from (as `guardrail shell` writes them)."""
+    secret = os.urandom(32).hex().encode()
+    path = tmp_path / "secret"
+    path.write_bytes(secret + b"\n")
+    path.chmod(0o600)
+    return secret, path

@@ -79,13 +79,19 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     assert [r["kind"] for r in records].count("declare") == 1
 
 
+TOKEN = "test-token-0123456789abcdef"
+
+
 @pytest.fixture
 def http_server(guardrail_cmd, tmp_path, free_port_factory):
     port = free_port_factory()
     jdir = tmp_path / "journals"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"agents:{TOKEN}\n")
+    tokens.chmod(0o600)
     proc = subprocess.Popen([guardrail_cmd, "mcp", "--transport", "http", "--port", str(port), "--env", "local",
-                             "--journal-dir", str(jdir)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                             "--journal-dir", str(jdir), "--token-file", str(tokens)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}/mcp", jdir
@@ -116,7 +122,7 @@ def test_http_sessions_have_separate_journals(http_server):
     url, jdir = http_server
 
     async def agent(name, commands, mode="legacy", headers=None):
-        http = httpx2.AsyncClient(headers=headers or {})
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}", **(headers or {})})
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
             out = [data(await c.call_tool("exec", {"command": cmd})) for cmd in commands]
             return out, data(await c.call_tool("guard_status", {}))
@@ -134,7 +140,7 @@ def test_http_sessions_have_separate_journals(http_server):
     by_session = {r[0]["session"]: commands_in(r) for r in journals(jdir).values()}
     assert by_session[a_st["session"]] == ["echo alpha", "redis-cli FLUSHALL"]
     assert by_session[b_st["session"]] == ["echo beta"]
-    assert by_session["http-team-c"] == ["echo gamma"]
+    assert by_session["http-agents.team-c"] == ["echo gamma"]
     assert len(by_session) == 3
 
 

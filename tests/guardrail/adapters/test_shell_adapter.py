@@ -117,7 +117,7 @@ class PendingDurability:
         return Verdict(VerdictStatus.PASS, "durability")
 
 
-def test_declare_shim_prints_feedback_then_is_accepted(tmp_path):
+def test_declare_shim_prints_feedback_then_is_accepted(tmp_path, session_secret):
     from guardrail.actions.model import Action
 
     sessions = GuardSessions(load_engine(), IncidentContext(), journal_dir=tmp_path,
@@ -125,8 +125,9 @@ def test_declare_shim_prints_feedback_then_is_accepted(tmp_path):
                              normaliser=lambda c: [Action(tool="shell", verb="x", raw=c, mutating=False)],
                              declaration_checks=[PendingDurability(1)])
     session = sessions.get("declare")
-    with GuardDaemon(session, tmp_path / "g.sock") as daemon:
-        shims = build_shim_dir(tmp_path / "bin")
+    secret, secret_file = session_secret
+    with GuardDaemon(session, tmp_path / "g.sock", secret=secret) as daemon:
+        shims = build_shim_dir(tmp_path / "bin", socket_path=daemon.socket_path, secret_file=str(secret_file))
         env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=daemon.socket_path,
                    GUARDRAIL_SHIM_DIR=str(shims))
         proc = subprocess.run(["bash", "-c", "declare_repair_complete first try; echo rc1=$?; "
@@ -139,9 +140,10 @@ def test_declare_shim_prints_feedback_then_is_accepted(tmp_path):
     assert outcomes == [False, True]
 
 
-def test_shim_fails_closed_without_a_daemon(tmp_path):
-    shims = build_shim_dir(tmp_path / "bin")
-    env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(tmp_path / "nothing.sock"))
+def test_shim_fails_closed_without_a_daemon(tmp_path, session_secret):
+    shims = build_shim_dir(tmp_path / "bin", socket_path=str(tmp_path / "nothing.sock"),
+                           secret_file=str(session_secret[1]))
+    env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}")
     proc = subprocess.run(["bash", "-c", "redis-cli PING; echo rc=$?"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert "rc=126" in proc.stdout

@@ -23,6 +23,7 @@ from guardrail.actions.invocation import STDIN_PATHS
 from guardrail.adapters.session import journal_name
 from guardrail.adapters.shell import shim
 from guardrail.adapters.shell.daemon import STDIN_MARK, command_text
+from guardrail.adapters.shell.protocol import proof
 from guardrail.errors import JournalError
 from guardrail.journal import Journal
 
@@ -86,16 +87,17 @@ def test_curl_reads_stdin_when_a_data_option_names_it(args, reads):
     assert shim._curl_reads_stdin(args) is reads
 
 
-def test_a_shimmed_psql_with_clustered_flags_leaves_the_agents_stdin_alone(tmp_path):
+def test_a_shimmed_psql_with_clustered_flags_leaves_the_agents_stdin_alone(tmp_path, session_secret):
     # `while read` feeds the loop from stdin; a shim that read stdin for `psql -tAc` would swallow the rest of it.
     fake = tmp_path / "fakebin"
     fake.mkdir()
     (fake / "psql").write_text("#!/bin/sh\necho \"psql $*\"\n")
     (fake / "psql").chmod(0o755)
     sock = tmp_path / "g.sock"
-    server = _FakeDaemon(sock, close_after_before=False)
+    server = _FakeDaemon(sock, close_after_before=False, secret=session_secret[0])
     script = "printf 'a\\nb\\nc\\n' | while read x; do psql -tAc \"select '$x'\"; done"
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(sock))
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(sock),
+               GUARDRAIL_SECRET_FILE=str(session_secret[1]))
     proc = subprocess.run(["bash", "-c", script.replace("psql", f"{sys.executable} -S {shim.__file__} psql")],
                           env=env, capture_output=True, text=True, timeout=300)
     server.stop()
@@ -104,9 +106,11 @@ def test_a_shimmed_psql_with_clustered_flags_leaves_the_agents_stdin_alone(tmp_p
 
 
 class _FakeDaemon:
-    """A guard daemon that allows every command; with close_after_before it goes away while the command runs."""
+    """A guard daemon that allows every command; with close_after_before it goes away while the command runs.
+    With `secret` it proves it as the real daemon does; without, it answers a hello with a made-up proof."""
 
-    def __init__(self, path: Path, *, close_after_before: bool):
+    def __init__(self, path: Path, *, close_after_before: bool, secret: bytes | None = None):
+        self.secret = secret
         self.requests: list[dict] = []
         self.close_after_before = close_after_before
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,7 +131,11 @@ class _FakeDaemon:
                 for line in f:
                     msg = json.loads(line)
                     self.requests.append(msg)
-                    if msg["op"] == "before":
+                    if msg["op"] == "hello":
+                        made_up = proof(self.secret or b"not the session's secret", msg["nonce"])
+                        f.write(json.dumps({"proof": made_up}).encode() + b"\n")
+                        f.flush()
+                    elif msg["op"] == "before":
                         f.write(json.dumps({"id": len(self.requests), "runs": True, "message": ""}).encode() + b"\n")
                         f.flush()
                         if self.close_after_before:
@@ -142,15 +150,17 @@ class _FakeDaemon:
         self.sock.close()
 
 
-def test_a_command_that_ran_keeps_its_exit_code_when_the_guard_goes_away_before_its_result(tmp_path):
+def test_a_command_that_ran_keeps_its_exit_code_when_the_guard_goes_away_before_its_result(tmp_path,
+                                                                                            session_secret):
     fake = tmp_path / "fakebin"
     fake.mkdir()
     marker = tmp_path / "ran"
     (fake / "redis-cli").write_text(f"#!/bin/sh\ntouch {marker}\nexit 3\n")
     (fake / "redis-cli").chmod(0o755)
     sock = tmp_path / "g.sock"
-    server = _FakeDaemon(sock, close_after_before=True)
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(sock))
+    server = _FakeDaemon(sock, close_after_before=True, secret=session_secret[0])
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", GUARDRAIL_SOCKET=str(sock),
+               GUARDRAIL_SECRET_FILE=str(session_secret[1]))
     proc = subprocess.run([sys.executable, "-S", shim.__file__, "redis-cli", "SET", "a", "1"], env=env,
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     server.stop()
