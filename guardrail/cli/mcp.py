@@ -13,6 +13,7 @@ import click
 
 from guardrail import pygc
 from guardrail.cli import POLICY_HELP, cli
+from guardrail.cli.observe import observed, slo_options
 from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
@@ -36,9 +37,10 @@ __all__ = ["mcp"]
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="HTTP port; 0 picks a free one (the server's start-up log names it).")
 @click.option("--path", "http_path", default="/mcp", show_default=True, help="Streamable HTTP endpoint path.")
+@slo_options
 def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
         mode: str, transport: str,
-        host: str, port: int, http_path: str) -> None:
+        host: str, port: int, http_path: str, prometheus_url: str | None, slo_path: str | None) -> None:
     """Serve exec / declare_repair_complete / guard_status as MCP tools, every call guarded and journalled."""
     from guardrail.adapters.mcp_server import build_server
     from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
@@ -47,9 +49,10 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     resolve_environment(env_spec, context)
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx), prometheus_url, slo_path,
+                                     load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
-                             env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path))
+                             env_factory=env_factory, mode=Mode(mode), criteria=criteria)
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)
