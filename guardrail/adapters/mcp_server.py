@@ -8,6 +8,12 @@ journal, context and environment:
     HTTP, handshake (legacy)     the transport's `mcp-session-id`
     HTTP, any protocol version   a `guardrail-session` header the client chooses, when it sends one
     HTTP, stateless, no header   one shared "http-anonymous" session (send `guardrail-session` to separate them)
+
+A declaration may be held for minutes (convergence is measured over whole windows). While it is, the tool sends
+MCP progress notifications (when the client's request carried a progressToken): one for every check that starts
+and every measurement convergence makes, and at least one every `progress_every_s` (30 s). It runs on a worker
+thread, so the session's other tools are answered meanwhile (guardrail/adapters/session.py). The answer is the
+short form (DeclareOutcome.brief: verdict, codes, one line per check); the evidence is in the session's journal.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import sys
 import time
 from typing import Any
 
+import anyio
+import anyio.from_thread
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 
 from guardrail.adapters.session import GuardSessions
@@ -57,7 +66,12 @@ def session_key(ctx: Context | None, stdio_key: str) -> str:
     return ANONYMOUS
 
 
-def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:
+# At least one progress notification this often while a declaration is held.
+PROGRESS_EVERY_S = 30.0
+
+
+def build_server(sessions: GuardSessions, *, name: str = "guardrail",
+                 progress_every_s: float = PROGRESS_EVERY_S) -> MCPServer:
     """An MCPServer whose tools go through `sessions`."""
     app: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS)
     # A stdio server lives for one client, so its session is named once, at start.
@@ -88,10 +102,34 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
     @app.tool(name="declare_repair_complete", description="Declare the incident repaired. The guard verifies the "
               "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
               "saying what is not yet satisfied; keep working and declare again.")
-    def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
+    async def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
         session = sessions.get(session_key(ctx, stdio_key))
-        outcome = session.declare(summary)
-        return {"session": session.key, **outcome.to_dict()}
+        sent = [0]
+        latest: list[str] = ["declaration received"]
+        started = time.monotonic()
+
+        async def send(message: str) -> None:
+            sent[0] += 1  # progress must increase with every notification
+            try:
+                await ctx.report_progress(sent[0], None, message)
+            except Exception:  # noqa: BLE001 - a client gone or not listening does not stop the verification
+                pass
+
+        def heard(p: Any) -> None:  # on the worker thread: hand the report to the event loop
+            latest[0] = p.message
+            anyio.from_thread.run(send, p.message)
+
+        async def beat() -> None:
+            while True:
+                await anyio.sleep(progress_every_s)
+                await send(f"still verifying after {time.monotonic() - started:.0f} s: {latest[0]}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beat)
+            outcome = await anyio.to_thread.run_sync(lambda: session.declare(summary, progress=heard))
+            tg.cancel_scope.cancel()
+        return {"session": session.key, "journal": str(session.journal.path) if session.journal.path else None,
+                **outcome.brief()}
 
     @app.tool(name="guard_status", description="What the guard has seen in this session: commands, denials, "
               "warnings, declarations, feedback codes, and where the journal is.")

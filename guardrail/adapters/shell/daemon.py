@@ -13,7 +13,7 @@ import shlex
 import socketserver
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from guardrail.adapters.session import GuardSession
 from guardrail.adapters.shell.protocol import encode
@@ -48,6 +48,13 @@ class _Connection(socketserver.StreamRequestHandler):
 
     server: "_Server"
 
+    def _stream_progress(self, p: Any) -> None:
+        try:
+            self.wfile.write(encode({"progress": p.to_dict()}))
+            self.wfile.flush()
+        except OSError:
+            pass  # the shim went away; the declaration's answer still goes to the journal
+
     def handle(self) -> None:
         pending: dict[int, Admission] = {}
         try:
@@ -58,7 +65,7 @@ class _Connection(socketserver.StreamRequestHandler):
                     msg = json.loads(raw)
                     if not isinstance(msg, dict):
                         raise ValueError("a request is a JSON object")
-                    reply = self.server.daemon_.handle(msg, pending)
+                    reply = self.server.daemon_.handle(msg, pending, progress=self._stream_progress)
                 except (ValueError, KeyError, TypeError) as e:
                     reply = {"error": f"bad request: {e}"}
                 self.wfile.write(encode(reply))
@@ -89,7 +96,10 @@ class GuardDaemon:
 
     # -- the protocol ------------------------------------------------------------------------------------------
 
-    def handle(self, msg: dict[str, Any], pending: dict[int, Admission]) -> dict[str, Any]:
+    def handle(self, msg: dict[str, Any], pending: dict[int, Admission],
+               progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """One request's reply. `progress` hears a held declaration's progress (the connection streams it to the
+        shim as `{"progress": ...}` lines before the reply)."""
         op = msg.get("op")
         if op == "before":
             argv = msg["argv"]
@@ -114,8 +124,8 @@ class GuardDaemon:
             return {"ok": True, "feedback": [f.to_dict() for f in feedback],
                     "message": "\n".join(f.render() for f in feedback)}
         if op == "declare":
-            out = self.session.declare(str(msg.get("summary") or ""))
-            return {**out.to_dict(), "message": "\n".join(f.render() for f in out.feedback)}
+            out = self.session.declare(str(msg.get("summary") or ""), progress=progress)
+            return {**out.brief(), "message": out.message()}
         if op == "status":
             return self.session.status()
         raise ValueError(f"unknown op {op!r}")

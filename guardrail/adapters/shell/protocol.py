@@ -3,7 +3,9 @@
     {"op":"before","argv":[...],"cwd":"...","stdin":"..."?}  -> {"id":N,"runs":bool,"outcome":..,"rules":[..],
                                                                  "message":"..."}
     {"op":"after","id":N,"exit_code":int,"duration_s":f}     -> {"ok":true,"feedback":[..]}
-    {"op":"declare","summary":"..."}                          -> {"accepted":bool,"feedback":[..],"message":".."}
+    {"op":"declare","summary":"..."}                          -> {"progress":{..}} lines while the guard holds it,
+                                                                 then {"accepted":bool,"verdict":..,"codes":[..],
+                                                                 "feedback":[..],"checks":[..],"message":".."}
     {"op":"status"}                                           -> the session's counters
     anything malformed                                        -> {"error":"..."}
 
@@ -37,12 +39,19 @@ class DaemonClient:
         self._sock.connect(path)
         self._rfile = self._sock.makefile("rb")
 
-    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def request(self, msg: dict[str, Any], progress: Any = None) -> dict[str, Any]:
+        """Send one request and return its reply; `progress` (when given) hears each progress line before it."""
         self._sock.sendall(encode(msg))
-        line = self._rfile.readline()
-        if not line:
-            raise ConnectionError("guard daemon closed the connection")
-        return json.loads(line)
+        while True:
+            line = self._rfile.readline()
+            if not line:
+                raise ConnectionError("guard daemon closed the connection")
+            reply = json.loads(line)
+            if isinstance(reply, dict) and set(reply) == {"progress"}:
+                if progress is not None:
+                    progress(reply["progress"])
+                continue
+            return reply
 
     def close(self) -> None:
         self._rfile.close()

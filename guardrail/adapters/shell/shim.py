@@ -5,11 +5,14 @@ writes (kubectl, psql, redis-cli, ...). Standard library only, so it starts fast
 Speaks protocol.py: `before` (argv, cwd, and the stdin payload when the tool reads one), then runs the real
 binary found further along PATH (skipping the shim directory) with that same stdin, then `after` with its exit
 code. A denial prints the rule and message on stderr and exits 126. If the daemon cannot be reached the shim
-refuses to run anything (fail closed). `declare_repair_complete` waits for the guard's verdict instead.
+refuses to run anything (fail closed). `declare_repair_complete` waits for the guard's verdict instead, printing
+a line on stderr every 30 s (GUARDRAIL_PROGRESS_EVERY_S) with the latest progress the daemon streamed, so the agent
+and its operator see a held declaration is being worked on; the answer is short (verdict, codes, one line each).
 """
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +25,8 @@ NOT_FOUND = 127
 SOCKET_ENV = "GUARDRAIL_SOCKET"
 SHIM_DIR_ENV = "GUARDRAIL_SHIM_DIR"
 DECLARE = "declare_repair_complete"
+PROGRESS_ENV = "GUARDRAIL_PROGRESS_EVERY_S"
+PROGRESS_EVERY_S = 30.0
 # Tools that always take their payload on stdin (restart-svc.sh reads {"db": {...}} from stdin).
 ALWAYS_STDIN = {"restart-svc.sh", "reconfigure-infra.sh"}
 
@@ -188,10 +193,53 @@ def _say(text):
         sys.stderr.flush()
 
 
+def _progress_every():
+    try:
+        every = float(os.environ.get(PROGRESS_ENV) or PROGRESS_EVERY_S)
+    except ValueError:
+        every = PROGRESS_EVERY_S
+    return every if every > 0 else PROGRESS_EVERY_S
+
+
+def _await_verdict(daemon, every):
+    """Read the daemon's progress lines until the reply, printing the latest progress every `every` seconds."""
+    started = last = time.monotonic()
+    latest = "verifying the repair"
+    buf = b""
+    while True:
+        nl = buf.find(b"\n")
+        if nl >= 0:
+            line, buf = buf[:nl], buf[nl + 1:]
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if isinstance(msg, dict) and set(msg) == {"progress"}:
+                latest = (msg["progress"] or {}).get("message") or latest
+                continue
+            if "error" in msg:
+                raise ConnectionError(msg["error"])
+            return msg
+        now = time.monotonic()
+        if now - last >= every:
+            _say(f"declare_repair_complete: held by the guard for {now - started:.0f} s: {latest}")
+            last = now
+        ready, _, _ = select.select([daemon.sock], [], [], max(0.0, every - (now - last)))
+        if ready:
+            chunk = daemon.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the guard daemon closed the connection")
+            buf += chunk
+
+
 def declare(daemon, args):
-    out = daemon.ask({"op": "declare", "summary": " ".join(args)})
+    daemon.sock.sendall(json.dumps({"op": "declare", "summary": " ".join(args)},
+                                   separators=(",", ":")).encode() + b"\n")
+    out = _await_verdict(daemon, _progress_every())
     if out.get("accepted"):
-        sys.stdout.write("declare_repair_complete: accepted by the guard\n")
+        unverified = out.get("verdict") == "ACCEPTED_UNVERIFIED"
+        sys.stdout.write("declare_repair_complete: accepted by the guard%s\n"
+                         % (", unverified (see below)" if unverified else ""))
+        _say(out.get("message"))
         return 0
     _say(out.get("message") or "declare_repair_complete: rejected by the guard")
     return 1
