@@ -300,6 +300,7 @@ def _read_documents(p: Path) -> list[tuple[Any, yaml.Node | None]]:
             dup = datafile._duplicate_key(node)
             if dup is not None:
                 raise InputError(f"duplicate key {dup[0]!r} (first given at line {dup[2]})", path=str(p), line=dup[1])
+            _no_aliases(node, p)
             docs.append((loader.construct_document(node), node))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -310,6 +311,24 @@ def _read_documents(p: Path) -> list[tuple[Any, yaml.Node | None]]:
     finally:
         loader.dispose()
     return docs
+
+
+def _no_aliases(root: yaml.Node | None, p: Path) -> None:
+    """Refuse a node reached twice (a YAML alias): a few aliased lines can stand for billions of entries, and an
+    SLO file has no use for them. One pass over the distinct nodes, so this is linear in the file."""
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise InputError("YAML anchors and aliases are not supported in an SLO file: write each SLO out",
+                             path=str(p), line=node.start_mark.line + 1)
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend((k, v))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
 
 
 def _validate(model: type[BaseModel], data: Any, path: str, node: Any) -> Any:

@@ -39,7 +39,7 @@ from verifiers.context import PublicContext
 from verifiers.criteria import ConvergenceCriteria, Criteria
 from verifiers.progress import report
 from verifiers.protocols import Clock, Environment, FeedbackCode, Sample, Verdict, VerdictStatus
-from verifiers.slo import DESCRIBE_KEY, objectives_of
+from verifiers.slo import DESCRIBE_KEY, objectives_of, render
 
 __all__ = [
     "SeriesKey",
@@ -865,6 +865,7 @@ class ConvergenceCheck(VerifierBase):
             a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
                        not_ready=nr)
             latest.append(a)
+            last_series[:] = [series]
             waited = env.clock.now() - checked_at
             report(self.name, f"convergence: {a.consecutive_ok}/{crit.consecutive_cycles} consecutive {unit} in "
                               f"band since the last change ({a.state}); held {waited:.0f} s of at most "
@@ -876,6 +877,7 @@ class ConvergenceCheck(VerifierBase):
             return terminal, a, None
 
         latest: list[Assessment] = []
+        last_series: list[Mapping[SeriesKey, Sequence[Sample]]] = []
         due: list[float | None] = [None]
 
         def recovering() -> bool:
@@ -900,6 +902,13 @@ class ConvergenceCheck(VerifierBase):
         _, a, err = retrying(attempt)
         extra = {"bands": [b.to_dict() for b in bands], "cycle_s": cycle_s, "interval_s": interval,
                  "waited_s": env.clock.now() - started, "window_restarts": len(restarts) - 1, **notes}
+        objectives = objectives_of(desc.extra.get(DESCRIBE_KEY))
+        if objectives:
+            # The SLOs' PromQL as measured (one window per sample), and each one's latest samples.
+            extra["slos"] = [{**o.to_dict(), "promql": render(o.query, cycle_s)} for o in objectives]
+        if last_series:
+            extra["samples"] = {_key_label(k): [[round(x.t_start, 3), round(x.t_end, 3), x.value, x.count]
+                                                for x in v[-6:]] for k, v in last_series[0].items() if v}
         if a is None:
             return Verdict(VerdictStatus.ERROR, self.name,
                            message=f"the SLI source failed {errors[0]} times in a row: {type(err).__name__}: {err}",
