@@ -18,6 +18,7 @@ import math
 from typing import Any, Mapping
 
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from verifiers.clock import RealClock
 from verifiers.promql import PromMetrics, duration as _dur, named_sli_promql
@@ -39,7 +40,11 @@ class PrometheusSLISource:
         self.m = metrics or PromMetrics()
         self.clock = clock or RealClock()
         self.timeout_s = timeout_s
-        self.client = client or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s)
+        # One quick retry at most: the convergence verifier retries on its own schedule (error_limit), so the
+        # client's default three retries with backoff would only make an unreachable Prometheus slow to report.
+        self.client = client or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s,
+                                                  retry=Retry(total=1, backoff_factor=0.1,
+                                                              status_forcelist=[429, 502, 503, 504]))
 
     # -- raw PromQL --------------------------------------------------------------------------------------------
     def instant(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
