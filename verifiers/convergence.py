@@ -922,9 +922,16 @@ class ConvergenceCheck(VerifierBase):
                            message=f"the SLI source failed {errors[0]} times in a row: {type(err).__name__}: {err}",
                            evidence={**extra, "error": f"{type(err).__name__}: {err}"})
         if a.state != "converged" and a.nodata_cycles > crit.inconclusive_limit:
-            return Verdict(VerdictStatus.INCONCLUSIVE, self.name,
-                           message=f"{a.nodata_cycles} {unit.split(' (')[0]} without data for a public SLO",
-                           evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]]})
+            # An SLO with no data cannot be shown to hold (a service nobody reaches has no error ratio at all):
+            # not a pass, so it carries NOT_CONVERGED and the guard does not accept it.
+            missing = sorted({r.band.label() for c in a.cycles for r in c.results
+                              if r.state == "nodata" and r.band.required})
+            return Verdict(VerdictStatus.INCONCLUSIVE, self.name, FeedbackCode.NOT_CONVERGED,
+                           message=f"{a.nodata_cycles} {unit.split(' (')[0]} without data for "
+                                   f"{', '.join(missing) or 'a public SLO'}: the guard cannot tell it has "
+                                   f"recovered. Check that the service gets traffic and that the SLO's query "
+                                   f"returns data, then declare again.",
+                           evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]], "no_data": missing})
         return _verdict(self._with_since_change(env, bands, crit, a), crit, extra=extra, unit=unit)
 
     def _with_since_change(self, env: Environment, bands: Sequence[Band], crit: ConvergenceCriteria,

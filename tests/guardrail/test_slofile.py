@@ -184,3 +184,10 @@ def test_cli_needs_prometheus_for_an_slo_file_and_an_http_url(tmp_path):
     proc = subprocess.run([GUARDRAIL, "mcp", "--prometheus", "prometheus:9090", "--slo", str(f)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and "--prometheus: 'prometheus:9090' is not an http(s) URL" in proc.stderr
+
+
+def test_the_shipped_example_loads():
+    slos = load_slo_file(Path(__file__).resolve().parents[2] / "examples" / "slo.yaml")
+    kinds = {o.sli for o in slos.objectives}
+    assert {"error_ratio", "latency_p99_ms", "throughput_rps", "backlog", "ready_replicas", "goodput"} <= kinds
+    assert slos.consecutive == 3 and slos.window_s == 60

@@ -169,3 +169,13 @@ def test_an_environment_without_an_sli_source_is_answered_at_once_with_what_to_c
     assert v.status is VerdictStatus.INCONCLUSIVE and v.code is FeedbackCode.NO_SLI_SOURCE
     assert "--prometheus URL --slo FILE" in v.message
     assert clock.sleeps == []  # no wait at all
+
+
+def test_an_slo_with_no_data_is_not_accepted_as_converged():
+    # Nobody reaches the service: 0/0 is no error ratio at all, and a gauge at zero proves nothing about it.
+    world = {**_world(fixed_at=0.0), "sum(rate(err[10s])) / sum(rate(all[10s]))": lambda t: float("nan"),
+             "sum(rate(all[10s]))": lambda t: 0.0}
+    v, _, _, _ = _declare(world)
+    assert v.status is VerdictStatus.INCONCLUSIVE and v.code is FeedbackCode.NOT_CONVERGED
+    assert v.evidence["no_data"] == ["error_ratio{slo=api-availability}"]
+    assert "error_ratio{slo=api-availability}" in v.message and "returns data" in v.message
