@@ -636,7 +636,8 @@ def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str
                                                     "settling": [c.to_dict() for c in a.settling],
                                                     "window_start": a.window_start, "now": a.now})
     if a.state == "no_data":
-        return Verdict(VerdictStatus.INCONCLUSIVE, "convergence",
+        # Not a pass: what has no data cannot be shown to hold (see ConvergenceCheck._check), so not accepted.
+        return Verdict(VerdictStatus.INCONCLUSIVE, "convergence", FeedbackCode.NOT_CONVERGED,
                        message="no SLI data for the public SLOs in the window; cannot judge convergence",
                        evidence={**ev_base, "window_start": a.window_start, "now": a.now})
     msg, ev = describe_failure(a, criteria, unit)

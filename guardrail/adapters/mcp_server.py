@@ -101,7 +101,9 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail",
 
     @app.tool(name="declare_repair_complete", description="Declare the incident repaired. The guard verifies the "
               "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
-              "saying what is not yet satisfied; keep working and declare again.")
+              "saying what is not yet satisfied; keep working and declare again. Verifying may take minutes "
+              "(the SLOs must hold for whole windows): progress is reported meanwhile, read-only commands still "
+              "run, and changes are refused until the answer.")
     async def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
         session = sessions.get(session_key(ctx, stdio_key))
         sent = [0]

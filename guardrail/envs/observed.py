@@ -59,4 +59,7 @@ class ObservedEnvironment:
 
     def __getattr__(self, name: str) -> Any:
         # What else the inner environment offers (declared-layer reads, ...) stays reachable through the wrapper.
+        # (Never for dunders or `inner` itself: a copy or unpickle asks for those before __init__ has run.)
+        if name == "inner" or name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self.inner, name)
