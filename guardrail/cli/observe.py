@@ -39,6 +39,29 @@ def merge_criteria(base: dict[str, Any] | None, override: dict[str, Any] | None)
     return out
 
 
+def check_queries(source: Any, slos: Any) -> None:
+    """Ask Prometheus to evaluate every SLO's PromQL once, at start: one it refuses (a typo, a type error) is bad
+    input naming its file and line (exit 2), not an ERROR at the agent's first declaration. A Prometheus that cannot
+    be reached now is said on stderr and is not fatal: it may be back by then, and if not the verdict says ERROR."""
+    from verifiers.clients.prometheus import SLIQueryError
+    from verifiers.slo import render
+
+    for o in slos.objectives:
+        for what, query in (("query", o.query), ("count query", o.count_query)):
+            if not query:
+                continue
+            try:
+                why = source.query_error(render(query, slos.window_s))
+            except SLIQueryError as e:
+                click.echo(f"guardrail: warning: cannot check the SLO queries now, Prometheus did not answer: {e}",
+                           err=True)
+                return
+            if why is not None:
+                path, _, line = o.origin.rpartition(":")
+                raise InputError(f"SLO {o.name}: Prometheus refuses its {what}: {why}", path=path,
+                                 line=int(line) if line.isdigit() else None)
+
+
 def observed(env_factory: Callable[[Any], Any], prometheus_url: str | None, slo_path: str | None,
              criteria: dict[str, Any] | None) -> tuple[Callable[[Any], Any], dict[str, Any] | None]:
     """The env factory wrapped with the SLI source the options name, and the criteria to use."""
@@ -57,6 +80,7 @@ def observed(env_factory: Callable[[Any], Any], prometheus_url: str | None, slo_
     slos = load_slo_file(slo_path) if slo_path is not None else None
     if slos is not None:
         criteria = merge_criteria(slos.criteria(), criteria)
+        check_queries(PrometheusSLISource(prometheus_url, timeout_s=5), slos)
 
     def factory(ctx: Any) -> Any:
         inner = env_factory(ctx)

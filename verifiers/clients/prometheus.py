@@ -14,10 +14,13 @@ each SLI over exactly each segment (increase over the segment's length, at its e
 
 from __future__ import annotations
 
+import ast
+import json
 import math
+import re
 from typing import Any, Mapping
 
-from prometheus_api_client import PrometheusConnect
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
 from verifiers.clock import RealClock
@@ -29,6 +32,15 @@ __all__ = ["PromMetrics", "PrometheusSLISource", "SLIQueryError"]
 
 class SLIQueryError(RuntimeError):
     """Prometheus could not answer (unreachable, bad query, unknown SLI)."""
+
+
+def _api_error(text: str) -> str:
+    """The `error` of a Prometheus API error body, from prometheus_api_client's "HTTP Status Code N (b'...')"."""
+    match = re.search(r"\((b(['\"]).*\2)\)\s*$", text, re.S)
+    try:
+        return str(json.loads(ast.literal_eval(match.group(1)))["error"]) if match else text
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return text
 
 
 class PrometheusSLISource:
@@ -63,6 +75,20 @@ class PrometheusSLISource:
                 step=f"{step:g}", params={"start": f"{start:.3f}", "end": f"{end:.3f}"})
         except Exception as e:  # noqa: BLE001
             raise SLIQueryError(f"{promql}: {type(e).__name__}: {e}") from e
+
+    def query_error(self, promql: str) -> str | None:
+        """Why Prometheus refuses this PromQL (a parse or type error: HTTP 400 `bad_data`), or None when it
+        evaluates it. SLIQueryError when Prometheus cannot be asked at all (unreachable, 5xx)."""
+        try:
+            self.client.custom_query(promql)
+        except PrometheusApiClientException as e:
+            text = str(e)
+            if "HTTP Status Code 400" in text or "HTTP Status Code 422" in text:
+                return _api_error(text)
+            raise SLIQueryError(f"{promql}: {text}") from e
+        except Exception as e:  # noqa: BLE001 - unreachable, timed out: one error type for the caller
+            raise SLIQueryError(f"{type(e).__name__}: {e}") from e
+        return None
 
     def scalar(self, promql: str, at: float | None = None) -> float | None:
         res = self.instant(promql, at)

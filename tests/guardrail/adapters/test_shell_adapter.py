@@ -249,3 +249,14 @@ def test_a_held_declaration_prints_progress_from_the_shim_and_the_session_stays_
     held = [x for x in lines if "held by the guard" in x]
     assert "convergence: 0/2 consecutive windows in band" in held[-1]
     assert "rc=0" in out and "accepted by the guard" in out
+
+
+def test_declare_under_local_without_an_sli_source_is_answered_at_once_naming_what_to_configure(guardrail_cmd,
+                                                                                                  tmp_path):
+    # The default criteria: waiting out a convergence window would take 8 minutes, past the test's timeout.
+    proc, journal = run_agent(guardrail_cmd, tmp_path, "declare_repair_complete all good; echo rc=$?\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "rc=1" in proc.stdout
+    assert "[guardrail NO_SLI_SOURCE]" in proc.stderr and "--prometheus URL --slo FILE" in proc.stderr
+    outcome = [r for r in read_journal(journal) if r["kind"] == "declaration_outcome"]
+    assert [r["accepted"] for r in outcome] == [False]

@@ -12,6 +12,7 @@ observed conditions with generous bounds; no timed assertions.
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 import time
 
@@ -215,3 +216,16 @@ def test_prometheus_unreachable_is_an_error_verdict(tmp_path):
     v = ConvergenceCheck({}).check(env, FakeJournal(env.clock), slos.criteria())
     assert v.status is VerdictStatus.ERROR
     assert "the SLI source failed 3 times in a row" in v.message and "Connection" in v.message
+
+
+def test_promql_prometheus_refuses_is_bad_input_at_start_naming_its_line(shop, tmp_path, guardrail_cmd):
+    _, url = shop
+    slo = tmp_path / "slo.yaml"
+    slo.write_text(SLO_FILE.replace("backlog: {query: 'sum(queue_depth)'", "backlog: {query: 'sum(queue_depth'"))
+    proc = subprocess.run([guardrail_cmd, "mcp", "--env", "local", "--prometheus", url, "--slo", str(slo)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    entry = slo.read_text().splitlines().index("  - name: jobs") + 1
+    assert line.startswith(f"error: {slo}:{entry}: SLO jobs: Prometheus refuses its query: ")
+    assert "parse error" in line and "\\" not in line
