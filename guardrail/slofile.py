@@ -228,7 +228,8 @@ def _sloth(service: str, slos: list[SlothSLO], where: list[str]) -> list[SLObjec
         budget = round(1.0 - slo.objective / 100.0, 12)
         if slo.sli.events is not None:
             ev = slo.sli.events
-            query = f"({ev.error_query}) / ({ev.total_query})"
+            # A service that never failed often has no error series at all: no errors is 0, not "no data".
+            query = f"(({ev.error_query}) or vector(0)) / ({ev.total_query})"
             out.append(SLObjective(f"{service}-{slo.name}", "error_ratio", "<=", budget, query, ev.total_query,
                                    _per_second(ev.total_query), "", origin, slo.description))
         else:

@@ -76,7 +76,7 @@ def test_the_sloth_docs_example_loads_unchanged(tmp_path):
     assert (avail.name, avail.sli, avail.op) == ("k8s-apiserver-requests-availability", "error_ratio", "<=")
     assert avail.limit == pytest.approx(0.001)  # objective 99.9 %: an error budget of 0.1 %
     assert latency.limit == pytest.approx(0.01)
-    assert avail.query == ('(sum(rate(apiserver_request_total{code=~"(5..|429)"}[{{.window}}]))) / '
+    assert avail.query == ('((sum(rate(apiserver_request_total{code=~"(5..|429)"}[{{.window}}]))) or vector(0)) / '
                            '(sum(rate(apiserver_request_total[{{.window}}])))')
     assert avail.count_query == "sum(rate(apiserver_request_total[{{.window}}]))" and avail.count_per_s
     assert avail.origin == f"{f}:7" and latency.origin == f"{f}:27"
