@@ -270,12 +270,12 @@ class Guard:
         """A change while a declaration is being verified would move what the verifiers are measuring (the
         convergence window restarts at every change; persistence was read before it): it waits for the answer.
         Reads run, so the agent can watch the system meanwhile."""
-        pending = self.pending
+        pending = self._pending_now()
         if pending is None or not any(a.get("mutating") is not False for a in action_inputs):
             return None
         return Feedback(FeedbackCode.DECLARATION_PENDING.value,
-                        "a declaration is being verified (since "
-                        f"{pending.get('held_s', 0.0):.0f} s ago: {pending.get('message') or 'starting'}); "
+                        f"a declaration is being verified (for {pending['held_s']:.0f} s: "
+                        f"{pending.get('message') or 'starting'}); "
                         "changes wait for its answer. Read-only commands run meanwhile; change things again "
                         "after the guard has answered.",
                         {"pending": dict(pending)})
@@ -415,7 +415,15 @@ class Guard:
         """Counts, the feedback codes in order (the last FEEDBACK_KEPT; `feedback_counts` has every one) and the
         declarations."""
         return {**self._counts, "feedback": list(self._codes), "feedback_counts": dict(self._code_counts),
-                "declaration_log": list(self.declarations), "declaration_pending": self.pending}
+                "declaration_log": list(self.declarations), "declaration_pending": self._pending_now()}
+
+    def _pending_now(self) -> dict[str, Any] | None:
+        """The declaration being verified, if any, with how long it has been held as of now."""
+        pending = self.pending
+        if pending is None:
+            return None
+        held = round(self.env.clock.now() - float(pending.get("since", 0.0)), 3) if self.env is not None else 0.0
+        return {**pending, "held_s": held}
 
 
 def _failing_cycles_after(verdicts: Sequence[Verdict], t0: float) -> int:
