@@ -105,7 +105,9 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail",
               "(the SLOs must hold for whole windows): progress is reported meanwhile, read-only commands still "
               "run, and changes are refused until the answer.")
     async def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
-        session = sessions.get(session_key(ctx, stdio_key))
+        # Opening a session builds its environment and journal: blocking work, kept off the event loop.
+        key = session_key(ctx, stdio_key)
+        session = await anyio.to_thread.run_sync(sessions.get, key)
         sent = [0]
         latest: list[str] = ["declaration received"]
         started = time.monotonic()
