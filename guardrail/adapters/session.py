@@ -6,9 +6,11 @@ nothing promises that an engine is thread-safe. A session's own commands are ser
 too, so its journal's seq order is the order the guard decided in.
 
 A declaration is not serialised with them: it may be held for minutes while convergence is measured, and the
-session stays answerable meanwhile. Its status shows the declaration's progress, read-only commands run, and a
-command that would change something is refused with DECLARATION_PENDING until the answer (Guard.before). One
-declaration at a time: a second one while the first is held is answered at once with DECLARATION_PENDING.
+session stays answerable meanwhile, when its environment says it can run commands while it is measured
+(`concurrent_commands`: local, Kubernetes, anything over real time; not the twin, whose virtual clock only the
+declaration advances). Its status shows the declaration's progress, read-only commands run, and a command that
+would change something is refused with DECLARATION_PENDING until the answer (Guard.before). One declaration at a
+time: a second one while the first is held is answered at once with DECLARATION_PENDING.
 """
 
 from __future__ import annotations
@@ -212,6 +214,12 @@ class GuardSession:
             self.journal.append("declare_request", summary=summary, refused=fb.code)
             return DeclareOutcome(accepted=False, feedback=[fb])
         try:
+            if not getattr(self.env, "concurrent_commands", False):
+                # An environment that cannot take commands while it is measured (a simulation, whose virtual
+                # clock only the declaration advances, and which takes no wall time): serialised as before.
+                with self.lock:
+                    self.journal.append("declare_request", summary=summary)
+                    return self.guard.on_declare(progress=progress)
             with self.lock:
                 # Any command already deciding finishes first, so the declaration sees everything it ran.
                 self.journal.append("declare_request", summary=summary)

@@ -29,6 +29,9 @@ TIMEOUT_EXIT_CODE = 124
 class LocalEnvironment:
     """Runs each command with `bash -c` in a working directory, with a timeout."""
 
+    # Each command is its own process under a real clock: the session may run reads while a declaration is held.
+    concurrent_commands = True
+
     def __init__(self, *, cwd: str | Path | None = None, timeout_s: float = 120.0, shell: str = "/bin/bash",
                  env: Mapping[str, str] | None = None, clock: WallClock | None = None):
         self.cwd = str(cwd) if cwd is not None else os.getcwd()
