@@ -22,6 +22,7 @@ from guardrail.context import IncidentContext
 from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine, distinct_findings
 from guardrail.policy.enforcement import enforce
+from verifiers.progress import Progress, report, reporting_to
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
 __all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE"]
@@ -84,6 +85,10 @@ class Admission:
         }
 
 
+# The agent's answer to a declaration keeps each message to this many characters; the journal has it all.
+BRIEF_CHARS = 600
+
+
 @dataclass
 class DeclareOutcome:
     """Whether the guard lets a declaration through, and why not."""
@@ -91,10 +96,35 @@ class DeclareOutcome:
     accepted: bool
     feedback: list[Feedback] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
+    # Checks that passed without being able to judge (INCONCLUSIVE with no code): accepted, but never silently.
+    unverified: list[Feedback] = field(default_factory=list)
+    held_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "feedback": [f.to_dict() for f in self.feedback],
-                "verdicts": [v.to_dict() for v in self.verdicts]}
+                "verdicts": [v.to_dict() for v in self.verdicts],
+                "unverified": [f.to_dict() for f in self.unverified]}
+
+    def brief(self) -> dict[str, Any]:
+        """What the agent reads: the verdict, the codes, one line per check (its status and message, which says
+        what would satisfy it). The evidence (queries, samples, windows) is in the journal's verdict records."""
+        def line(text: str) -> str:
+            one = " ".join(text.split())
+            return one if len(one) <= BRIEF_CHARS else one[:BRIEF_CHARS - 3] + "..."
+
+        verdict = ("ACCEPTED" if self.accepted and not self.unverified else
+                   "ACCEPTED_UNVERIFIED" if self.accepted else "REJECTED")
+        return {"accepted": self.accepted, "verdict": verdict, "codes": [f.code for f in self.feedback],
+                "feedback": [{"code": f.code, "message": line(f.message)} for f in self.feedback],
+                "checks": [{"verifier": v.verifier, "status": v.status.value,
+                            "code": v.code.value if v.code else None, "summary": line(v.message)}
+                           for v in self.verdicts],
+                "unverified": [{"code": f.code, "message": line(f.message)} for f in self.unverified],
+                "held_s": round(self.held_s, 3)}
+
+    def message(self) -> str:
+        """The answer as text, one line per code (the shell shim prints it)."""
+        return "\n".join(f.render() for f in self.feedback + self.unverified)
 
 
 class DeclarationCheck(Protocol):
@@ -109,6 +139,13 @@ def _aggregate(decisions: Sequence[Decision]) -> Outcome:
     if any(d.outcome is Outcome.WARN or d.warns for d in decisions):
         return Outcome.WARN
     return Outcome.ALLOW
+
+
+def _rejects(v: Verdict) -> bool:
+    """FAIL and ERROR reject; so does an INCONCLUSIVE that carries a code (the verifier says the declaration
+    cannot be judged as things stand, e.g. NO_SLI_SOURCE). One with no code passes, listed as unverified."""
+    return v.status in (VerdictStatus.FAIL, VerdictStatus.ERROR) or (
+        v.status is VerdictStatus.INCONCLUSIVE and v.code is not None)
 
 
 def _feedback_from_verdict(v: Verdict) -> Feedback:
@@ -164,6 +201,9 @@ class Guard:
         # that runs for days must not grow its status reply without end), and the count of each over the session.
         self._codes: deque[str] = deque(maxlen=FEEDBACK_KEPT)
         self._code_counts: Counter[str] = Counter()
+        # Set while on_declare verifies (it may wait minutes): commands that would change what it measures are
+        # refused meanwhile (before()), and status shows how far it has got.
+        self.pending: dict[str, Any] | None = None
 
     @classmethod
     def standard(cls, engine: PolicyEngine, context: IncidentContext, *, env: Environment | None = None,
@@ -202,6 +242,11 @@ class Guard:
         adm = Admission(command=command, actions=actions, decisions=decisions, outcome=outcome,
                         runs=all(e.runs for e in effects), mode=self.mode, action_inputs=action_inputs,
                         observed=observed)
+        held = self._held_back(action_inputs)
+        if held is not None:
+            if self.mode is Mode.ENFORCE:
+                adm.runs = False
+            adm.feedback.append(held)
         self._counts["commands"] += 1
         if denied:
             self._counts["denied"] += 1
@@ -213,6 +258,8 @@ class Guard:
             self._counts["warned"] += 1
             adm.feedback.append(Feedback("WARN", _deny_message(warned), {"rules": [f.id for f in warned]}))
         extra = {"observed": observed} if observed and any(observed) else {}
+        if held is not None:
+            extra["held"] = held.code
         rec = self.journal.append(
             "command", command=command, actions=action_inputs,
             decisions=[d.to_dict() for d in decisions], outcome=outcome.value, mode=self.mode.value,
@@ -221,6 +268,20 @@ class Guard:
         adm.seq = rec["seq"]
         self._note_codes(adm.feedback)
         return adm
+
+    def _held_back(self, action_inputs: list[dict[str, Any]]) -> Feedback | None:
+        """A change while a declaration is being verified would move what the verifiers are measuring (the
+        convergence window restarts at every change; persistence was read before it): it waits for the answer.
+        Reads run, so the agent can watch the system meanwhile."""
+        pending = self._pending_now()
+        if pending is None or not any(a.get("mutating") is not False for a in action_inputs):
+            return None
+        return Feedback(FeedbackCode.DECLARATION_PENDING.value,
+                        f"a declaration is being verified (for {pending['held_s']:.0f} s: "
+                        f"{pending.get('message') or 'starting'}); "
+                        "changes wait for its answer. Read-only commands run meanwhile; change things again "
+                        "after the guard has answered.",
+                        {"pending": dict(pending)})
 
     def _observe(self, action_inputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """What the suite reads before a mutating command is decided (the state it would change, the session's
@@ -291,8 +352,10 @@ class Guard:
 
     # -- the declaration ---------------------------------------------------------------------------------------
 
-    def on_declare(self) -> DeclareOutcome:
-        """Run the declaration checks in order; the first failure rejects with its feedback code."""
+    def on_declare(self, progress: Callable[[Progress], None] | None = None) -> DeclareOutcome:
+        """Run the declaration checks in order; the first failure rejects with its feedback code. `progress`
+        hears each check start and what a waiting check reports (verifiers.progress) while the guard holds the
+        declaration."""
         self._counts["declarations"] += 1
         t0 = self.env.clock.now() if self.env is not None else 0.0
         self.journal.append("declare")
@@ -301,27 +364,48 @@ class Guard:
             checks = _default_declaration_checks(self.context)
         verdicts: list[Verdict] = []
         feedback: list[Feedback] = []
-        for chk in checks:
-            if self.env is None:
-                break
-            v = _safe_check(chk, self.env, self.journal, self._criteria)
-            verdicts.append(v)
-            self.journal.append("verdict", **v.to_dict())
-            if v.status in (VerdictStatus.FAIL, VerdictStatus.ERROR):
-                feedback.append(_feedback_from_verdict(v))
-                break
+        unverified: list[Feedback] = []
+        clock = self.env.clock if self.env is not None else None
+
+        def listen(p: Progress) -> None:
+            self.pending = {"since": round(t0, 3), "held_s": round(clock.now() - t0, 3) if clock else 0.0,
+                            **p.to_dict()}
+            if progress is not None:
+                progress(p)
+
+        self.pending = {"since": round(t0, 3), "held_s": 0.0, "stage": "declare", "message": "starting"}
+        try:
+            with reporting_to(listen):
+                for chk in checks:
+                    if self.env is None:
+                        break
+                    name = getattr(chk, "name", type(chk).__name__)
+                    report(name, f"checking {name}")
+                    v = _safe_check(chk, self.env, self.journal, self._criteria)
+                    verdicts.append(v)
+                    self.journal.append("verdict", **v.to_dict())
+                    if _rejects(v):
+                        feedback.append(_feedback_from_verdict(v))
+                        break
+                    if v.status is VerdictStatus.INCONCLUSIVE:
+                        unverified.append(_feedback_from_verdict(v))
+        finally:
+            self.pending = None
         accepted = not feedback
         if not accepted:
             self._counts["declarations_rejected"] += 1
         for f in feedback:
             self.journal.append("feedback", **f.to_dict())
         self._note_codes(feedback)
-        self.journal.append("declaration_outcome", accepted=accepted)
         t1 = self.env.clock.now() if self.env is not None else 0.0
+        self.journal.append("declaration_outcome", accepted=accepted, held_s=round(t1 - t0, 6),
+                            **({"unverified": [f.code for f in unverified]} if unverified else {}))
         self.declarations.append({"t": round(t0, 6), "held_s": round(t1 - t0, 6), "accepted": accepted,
                                   "codes": [f.code for f in feedback],
-                                  "held_failing_cycles": _failing_cycles_after(verdicts, t0)})
-        return DeclareOutcome(accepted=accepted, feedback=feedback, verdicts=verdicts)
+                                  "held_failing_cycles": _failing_cycles_after(verdicts, t0),
+                                  **({"unverified": [f.code for f in unverified]} if unverified else {})})
+        return DeclareOutcome(accepted=accepted, feedback=feedback, verdicts=verdicts, unverified=unverified,
+                              held_s=t1 - t0)
 
     # -- reporting ---------------------------------------------------------------------------------------------
 
@@ -334,7 +418,15 @@ class Guard:
         """Counts, the feedback codes in order (the last FEEDBACK_KEPT; `feedback_counts` has every one) and the
         declarations."""
         return {**self._counts, "feedback": list(self._codes), "feedback_counts": dict(self._code_counts),
-                "declaration_log": list(self.declarations)}
+                "declaration_log": list(self.declarations), "declaration_pending": self._pending_now()}
+
+    def _pending_now(self) -> dict[str, Any] | None:
+        """The declaration being verified, if any, with how long it has been held as of now."""
+        pending = self.pending
+        if pending is None:
+            return None
+        held = round(self.env.clock.now() - float(pending.get("since", 0.0)), 3) if self.env is not None else 0.0
+        return {**pending, "held_s": held}
 
 
 def _failing_cycles_after(verdicts: Sequence[Verdict], t0: float) -> int:

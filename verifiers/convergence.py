@@ -37,7 +37,9 @@ from verifiers.bands import (
 from verifiers.base import VerifierBase, last_mutation_t
 from verifiers.context import PublicContext
 from verifiers.criteria import ConvergenceCriteria, Criteria
+from verifiers.progress import report
 from verifiers.protocols import Clock, Environment, FeedbackCode, Sample, Verdict, VerdictStatus
+from verifiers.slo import DESCRIBE_KEY, objectives_of, render
 
 __all__ = [
     "SeriesKey",
@@ -51,6 +53,8 @@ __all__ = [
     "wait_for_segment_end",
     "segment_end_due",
     "incident_start",
+    "no_sli_source",
+    "CONFIGURE_SLIS",
 ]
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -564,7 +568,11 @@ def _trend(a: Assessment, band: Band) -> str:
     return f"{'improving' if better else 'worsening'} ({delta / (len(vals) - 1):+.4g}/cycle)"
 
 
-def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str, dict[str, Any]]:
+CYCLES = "full load cycles (peak and trough)"
+
+
+def describe_failure(a: Assessment, criteria: ConvergenceCriteria,
+                     unit: str = CYCLES) -> tuple[str, dict[str, Any]]:
     """The message an agent gets: which SLI, its value, the band, the trend, and an ETA for a draining backlog."""
     need = criteria.consecutive_cycles
     evidence: dict[str, Any] = {
@@ -596,8 +604,8 @@ def describe_failure(a: Assessment, criteria: ConvergenceCriteria) -> tuple[str,
                      f"({len(a.cycles)} judged)"
                      if a.consecutive_ok else
                      f"no full load cycle in band since the last change yet ({len(a.cycles)} judged)")
-    msg = (f"SLIs not converged: {'; '.join(parts)}. The guard accepts after {need} consecutive full load cycles "
-           f"(peak and trough) in band since your last change; {a.consecutive_ok}/{need} so far.")
+    msg = (f"SLIs not converged: {'; '.join(parts)}. The guard accepts after {need} consecutive {unit} "
+           f"in band since your last change; {a.consecutive_ok}/{need} so far.")
     return msg, evidence
 
 
@@ -616,21 +624,23 @@ def evaluate(
     return _verdict(a, criteria)
 
 
-def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str, Any] = ()) -> Verdict:
+def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str, Any] = (),
+             unit: str = CYCLES) -> Verdict:
     ev_base = dict(extra)
     if a.state == "converged":
         return Verdict(VerdictStatus.PASS, "convergence",
-                       message=f"SLIs in band for {a.consecutive_ok} consecutive full load cycles since the last "
-                               f"change", evidence={**ev_base, "cycles": [c.to_dict() for c in a.cycles[-6:]],
+                       message=f"SLIs in band for {a.consecutive_ok} consecutive {unit.split(' (')[0]} since the "
+                               f"last change", evidence={**ev_base, "cycles": [c.to_dict() for c in a.cycles[-6:]],
                                                     "consecutive_ok": a.consecutive_ok,
                                                     "pooled": {k: dict(v) for k, v in a.pooled.items()},
                                                     "settling": [c.to_dict() for c in a.settling],
                                                     "window_start": a.window_start, "now": a.now})
     if a.state == "no_data":
-        return Verdict(VerdictStatus.INCONCLUSIVE, "convergence",
+        # Not a pass: what has no data cannot be shown to hold (see ConvergenceCheck._check), so not accepted.
+        return Verdict(VerdictStatus.INCONCLUSIVE, "convergence", FeedbackCode.NOT_CONVERGED,
                        message="no SLI data for the public SLOs in the window; cannot judge convergence",
                        evidence={**ev_base, "window_start": a.window_start, "now": a.now})
-    msg, ev = describe_failure(a, criteria)
+    msg, ev = describe_failure(a, criteria, unit)
     # Too few full cycles yet is not a pass: the guard cannot accept what it has not seen hold.
     return Verdict(VerdictStatus.FAIL, "convergence", FeedbackCode.NOT_CONVERGED, msg, {**ev_base, **ev})
 
@@ -687,6 +697,24 @@ def incident_start(env: Environment, context: PublicContext) -> float | None:
     return None
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None
+
+
+# What an operator configures so that the guard can judge convergence (docs/production.md).
+CONFIGURE_SLIS = "--prometheus URL --slo FILE"
+
+
+def no_sli_source(env_name: str) -> Verdict:
+    """The answer when the environment has no SLI source: at once, with what to configure. Never a wait."""
+    return Verdict(
+        VerdictStatus.INCONCLUSIVE, "convergence", FeedbackCode.NO_SLI_SOURCE,
+        f"convergence cannot be judged: the {env_name!r} environment has no SLI source. The operator must start "
+        f"the guard with `{CONFIGURE_SLIS}` (the team's SLOs as PromQL, see docs/production.md). Nothing you change "
+        f"can satisfy this; report it to your operator.",
+        {"environment": env_name, "configure": CONFIGURE_SLIS})
+
+
 class ConvergenceCheck(VerifierBase):
     """Waits, in the environment's clock, until SLIs hold their bands for N consecutive full load cycles."""
 
@@ -707,6 +735,15 @@ class ConvergenceCheck(VerifierBase):
     def bands(self, env: Environment, criteria: ConvergenceCriteria) -> tuple[list[Band], dict[str, Any]]:
         notes: dict[str, Any] = {}
         slo = slo_bands(self.context)
+        # SLOs the environment's SLI source answers (an SLO file): the contract, as the context's public SLOs are.
+        # One without a limit is held to the baseline, or else must have settled (a backlog with no ceiling).
+        objectives = objectives_of(env.describe().extra.get(DESCRIBE_KEY))
+        unlimited: list[Band] = []
+        for o in objectives:
+            if o.limit is not None:
+                slo.append(Band(o.sli, o.op, float(o.limit), o.labels, None, "slo", True))
+            elif o.sli == "backlog":
+                unlimited.append(Band(o.sli, "stable", criteria.backlog_settled_abs, o.labels, None, "default", True))
         start = incident_start(env, self.context)
         base: list[Band] = []
         if start is None:
@@ -716,23 +753,44 @@ class ConvergenceCheck(VerifierBase):
             window = max(0.0, now - start) + criteria.baseline_window_s
             series: dict[SeriesKey, list[Sample]] = {}
             skipped: list[str] = []
-            for sli in BASELINE_SLIS:
-                for labels in [()] + [(("driver", d),) for d in self.drivers(env)]:
-                    try:
-                        got = env.sli(sli, window, labels=dict(labels) or None, step=None)
-                    except Exception as e:  # noqa: BLE001 - a source that lacks an SLI just has no baseline for it
-                        skipped.append(f"{sli}: {type(e).__name__}")
-                        break
-                    pre = [s for s in got if s.t_end <= start]
-                    if pre:
-                        series[(sli, labels)] = pre
+            keys = [(sli, labels) for sli in BASELINE_SLIS
+                    for labels in [()] + [(("driver", d),) for d in self.drivers(env)]]
+            keys += [(o.sli, o.labels) for o in objectives]
+            lacking: set[str] = set()
+            failed_in_a_row = 0
+            for sli, labels in keys:
+                if sli in lacking:
+                    continue
+                if failed_in_a_row >= 2:
+                    # A source that fails twice running is down, not lacking an SLI: the measurements will say so
+                    # (ERROR), and asking it for every other baseline series first would only delay that.
+                    skipped.append(f"{sli}{dict(labels) or ''}: not asked, the source is failing")
+                    continue
+                try:
+                    got = env.sli(sli, window, labels=dict(labels) or None, step=None)
+                except Exception as e:  # noqa: BLE001 - a source that lacks an SLI just has no baseline for it
+                    skipped.append(f"{sli}{dict(labels) or ''}: {type(e).__name__}")
+                    failed_in_a_row += 1
+                    if not labels:
+                        lacking.add(sli)
+                    continue
+                failed_in_a_row = 0
+                pre = [s for s in got if s.t_end <= start]
+                if pre:
+                    series[(sli, labels)] = pre
             base = baseline_bands(series, criteria)
             notes["baseline"] = {"incident_start_s": start, "bands": len(base), "skipped": skipped}
+            if objectives:
+                # Where each SLO stood before the session: evidence of what "recovered" means here.
+                notes["baseline"]["slos"] = {
+                    o.name: _mean([s.value for s in series.get((o.sli, o.labels), ()) if s.value is not None])
+                    for o in objectives}
         # With no baseline or SLO for it, a backlog must have settled: not still draining, not growing.
         defaults = [Band("backlog", "stable", criteria.backlog_settled_abs, (), "trough", "default", False)]
         if criteria.check_restarts:
             for comp in self.context.components:
                 defaults.append(Band("restarts", "<=", 0.0, (("component", comp),), None, "default", False))
+        defaults = unlimited + defaults
         if not slo and not base:
             notes["warning"] = "no public SLOs and no baseline: only restarts and backlog are judged"
         # A runtime window the incident mandates to stay on (keep_active) keeps latency above the pre-incident
@@ -755,7 +813,7 @@ class ConvergenceCheck(VerifierBase):
         return min(ts) if ts else checked_at
 
     def cycle_s(self, env: Environment, criteria: ConvergenceCriteria) -> float:
-        return float(env.describe().cycle_s or criteria.default_cycle_s)
+        return float(env.describe().cycle_s or criteria.window_s or criteria.default_cycle_s)
 
     def measure(self, env: Environment, bands: Sequence[Band], window_start: float,
                 cycle_s: float) -> dict[SeriesKey, list[Sample]]:
@@ -782,8 +840,12 @@ class ConvergenceCheck(VerifierBase):
 
     def _check(self, env: Environment, journal: Any, criteria: Any) -> Verdict:
         crit = Criteria.coerce(criteria).convergence
+        desc = env.describe()
+        if not desc.observes_slis:
+            return no_sli_source(desc.name)
         bands, notes = self.bands(env, crit)
         cycle_s = self.cycle_s(env, crit)
+        unit = CYCLES if desc.cycle_s else f"windows of {cycle_s:g} s"
         interval = crit.interval_s or cycle_s / 4
         max_wait = crit.max_wait_cycles * cycle_s
         longest = max(max_wait, crit.drain_wait_cycles * cycle_s)
@@ -805,17 +867,26 @@ class ConvergenceCheck(VerifierBase):
                 nr = self.not_ready(env) if crit.check_ready_replicas else []
             except Exception as e:  # noqa: BLE001 - counted against error_limit below
                 errors[0] += 1
+                report(self.name, f"convergence: the SLI source failed ({type(e).__name__}: {e}); "
+                                  f"{errors[0]}/{crit.error_limit + 1} before ERROR")
                 return errors[0] > crit.error_limit, None, e
             errors[0] = 0
             a = assess(series, bands, crit, window_start=start, now=env.clock.now(), cycle_s=cycle_s,
                        not_ready=nr)
             latest.append(a)
+            last_series[:] = [series]
+            waited = env.clock.now() - checked_at
+            report(self.name, f"convergence: {a.consecutive_ok}/{crit.consecutive_cycles} consecutive {unit} in "
+                              f"band since the last change ({a.state}); held {waited:.0f} s of at most "
+                              f"{max_wait:.0f} s", done=a.consecutive_ok, total=crit.consecutive_cycles,
+                   waited_s=waited, max_wait_s=max_wait)
             due[0] = segment_end_due([smp for ss in series.values() for smp in ss], env.clock.now(), cycle_s)
             terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
                         or a.nodata_cycles > crit.inconclusive_limit)
             return terminal, a, None
 
         latest: list[Assessment] = []
+        last_series: list[Mapping[SeriesKey, Sequence[Sample]]] = []
         due: list[float | None] = [None]
 
         def recovering() -> bool:
@@ -840,15 +911,29 @@ class ConvergenceCheck(VerifierBase):
         _, a, err = retrying(attempt)
         extra = {"bands": [b.to_dict() for b in bands], "cycle_s": cycle_s, "interval_s": interval,
                  "waited_s": env.clock.now() - started, "window_restarts": len(restarts) - 1, **notes}
+        objectives = objectives_of(desc.extra.get(DESCRIBE_KEY))
+        if objectives:
+            # The SLOs' PromQL as measured (one window per sample), and each one's latest samples.
+            extra["slos"] = [{**o.to_dict(), "promql": render(o.query, cycle_s)} for o in objectives]
+        if last_series:
+            extra["samples"] = {_key_label(k): [[round(x.t_start, 3), round(x.t_end, 3), x.value, x.count]
+                                                for x in v[-6:]] for k, v in last_series[0].items() if v}
         if a is None:
             return Verdict(VerdictStatus.ERROR, self.name,
                            message=f"the SLI source failed {errors[0]} times in a row: {type(err).__name__}: {err}",
                            evidence={**extra, "error": f"{type(err).__name__}: {err}"})
         if a.state != "converged" and a.nodata_cycles > crit.inconclusive_limit:
-            return Verdict(VerdictStatus.INCONCLUSIVE, self.name,
-                           message=f"{a.nodata_cycles} load cycles without data for a public SLO",
-                           evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]]})
-        return _verdict(self._with_since_change(env, bands, crit, a), crit, extra=extra)
+            # An SLO with no data cannot be shown to hold (a service nobody reaches has no error ratio at all):
+            # not a pass, so it carries NOT_CONVERGED and the guard does not accept it.
+            missing = sorted({r.band.label() for c in a.cycles for r in c.results
+                              if r.state == "nodata" and r.band.required})
+            return Verdict(VerdictStatus.INCONCLUSIVE, self.name, FeedbackCode.NOT_CONVERGED,
+                           message=f"{a.nodata_cycles} {unit.split(' (')[0]} without data for "
+                                   f"{', '.join(missing) or 'a public SLO'}: the guard cannot tell it has "
+                                   f"recovered. Check that the service gets traffic and that the SLO's query "
+                                   f"returns data, then declare again.",
+                           evidence={**extra, "cycles": [c.to_dict() for c in a.cycles[-6:]], "no_data": missing})
+        return _verdict(self._with_since_change(env, bands, crit, a), crit, extra=extra, unit=unit)
 
     def _with_since_change(self, env: Environment, bands: Sequence[Band], crit: ConvergenceCriteria,
                            a: Assessment) -> Assessment:

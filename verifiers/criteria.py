@@ -43,6 +43,9 @@ class ConvergenceCriteria:
     # confidence_z. 0: confidence_z at every look.
     first_look_z: float = 1.28
     default_cycle_s: float = 60.0  # when neither the environment nor the samples say
+    # The length of a judging window when the system has no load cycles (EnvironmentDescription.cycle_s None): an
+    # SLO file's window_s. consecutive_cycles then counts windows. None: default_cycle_s.
+    window_s: float | None = None
     baseline_window_s: float = 600.0  # pre-incident telemetry the baseline bands are measured on
     baseline_min_segments: int = 3  # fewer pre-incident samples than this: no baseline band for that SLI
     baseline_sigmas: float = 3.0
@@ -87,7 +90,7 @@ RANGES: dict[str, dict[str, dict[str, float]]] = {
                     "drain_wait_cycles": NON_NEGATIVE, "failure_limit": NON_NEGATIVE,
                     "inconclusive_limit": NON_NEGATIVE, "error_limit": NON_NEGATIVE, "min_count": NON_NEGATIVE,
                     "noise_z": NON_NEGATIVE, "confidence_z": NON_NEGATIVE, "first_look_z": NON_NEGATIVE,
-                    "default_cycle_s": POSITIVE,
+                    "default_cycle_s": POSITIVE, "window_s": POSITIVE,
                     "baseline_window_s": NON_NEGATIVE, "baseline_min_segments": COUNT,
                     "baseline_sigmas": NON_NEGATIVE, "baseline_rel": NON_NEGATIVE, "backlog_settled_abs": NON_NEGATIVE},
     "restart": {"ready_timeout_s": POSITIVE, "poll_s": POSITIVE, "post_ready_wait_s": NON_NEGATIVE},

@@ -94,6 +94,9 @@ class EnvironmentDescription:
     # Load shape an operator knows from the load generator's config (None when unknown): seconds per cycle.
     cycle_s: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # False when nothing answers `sli()` (a bare shell with no Prometheus configured): convergence cannot be judged,
+    # and the guard says so at once instead of waiting out a window of empty samples.
+    observes_slis: bool = True
 
     def component(self, name: str) -> ComponentInfo | None:
         return next((c for c in self.components if c.name == name), None)
@@ -184,6 +187,10 @@ class FeedbackCode(str, enum.Enum):
     SCOPE_DRIFT = "SCOPE_DRIFT"
     LOOP_DETECTED = "LOOP_DETECTED"
     RESIDUAL_CAUSE = "RESIDUAL_CAUSE"
+    # The environment has no SLI source: convergence cannot be judged until the operator configures one.
+    NO_SLI_SOURCE = "NO_SLI_SOURCE"
+    # A declaration is being verified: a second one, or a change that would move what it measures, waits for it.
+    DECLARATION_PENDING = "DECLARATION_PENDING"
 
 
 @dataclass(frozen=True)

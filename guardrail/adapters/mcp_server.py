@@ -12,6 +12,12 @@ journal, context and environment:
 Over HTTP every key is namespaced by the credential the gate (guardrail/adapters/http_gate.py) admitted the
 request under: `http-NAME.SESSION`. A header is anyone's to send, so two credentials naming the same session get
 two sessions, never each other's journal.
+
+A declaration may be held for minutes (convergence is measured over whole windows). While it is, the tool sends
+MCP progress notifications (when the client's request carried a progressToken): one for every check that starts
+and every measurement convergence makes, and at least one every `progress_every_s` (30 s). It runs on a worker
+thread, so the session's other tools are answered meanwhile (guardrail/adapters/session.py). The answer is the
+short form (DeclareOutcome.brief: verdict, codes, one line per check); the evidence is in the session's journal.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import os
 import time
 from typing import Any
 
+import anyio
+import anyio.from_thread
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -59,7 +68,12 @@ def session_key(ctx: Context | None, stdio_key: str) -> str:
     return f"http-{principal}"
 
 
-def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServer:
+# At least one progress notification this often while a declaration is held.
+PROGRESS_EVERY_S = 30.0
+
+
+def build_server(sessions: GuardSessions, *, name: str = "guardrail",
+                 progress_every_s: float = PROGRESS_EVERY_S) -> MCPServer:
     """An MCPServer whose tools go through `sessions`."""
     app: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS)
     # A stdio server lives for one client, so its session is named once, at start.
@@ -99,11 +113,38 @@ def build_server(sessions: GuardSessions, *, name: str = "guardrail") -> MCPServ
 
     @app.tool(name="declare_repair_complete", description="Declare the incident repaired. The guard verifies the "
               "repair (convergence, durability, scope, restart) and returns accepted, or the structured feedback "
-              "saying what is not yet satisfied; keep working and declare again.")
-    def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
-        session = session_of(ctx)
-        outcome = session.declare(summary)
-        return {"session": session.key, **outcome.to_dict()}
+              "saying what is not yet satisfied; keep working and declare again. Verifying may take minutes "
+              "(the SLOs must hold for whole windows): progress is reported meanwhile, read-only commands still "
+              "run, and changes are refused until the answer.")
+    async def declare_repair_complete(summary: str, ctx: Context) -> dict[str, Any]:
+        # Opening a session builds its environment and journal: blocking work, kept off the event loop.
+        session = await anyio.to_thread.run_sync(session_of, ctx)
+        sent = [0]
+        latest: list[str] = ["declaration received"]
+        started = time.monotonic()
+
+        async def send(message: str) -> None:
+            sent[0] += 1  # progress must increase with every notification
+            try:
+                await ctx.report_progress(sent[0], None, message)
+            except Exception:  # noqa: BLE001 - a client gone or not listening does not stop the verification
+                pass
+
+        def heard(p: Any) -> None:  # on the worker thread: hand the report to the event loop
+            latest[0] = p.message
+            anyio.from_thread.run(send, p.message)
+
+        async def beat() -> None:
+            while True:
+                await anyio.sleep(progress_every_s)
+                await send(f"still verifying after {time.monotonic() - started:.0f} s: {latest[0]}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beat)
+            outcome = await anyio.to_thread.run_sync(lambda: session.declare(summary, progress=heard))
+            tg.cancel_scope.cancel()
+        return {"session": session.key, "journal": str(session.journal.path) if session.journal.path else None,
+                **outcome.brief()}
 
     @app.tool(name="guard_status", description="What the guard has seen in this session: commands, denials, "
               "warnings, declarations, feedback codes, and where the journal is.")

@@ -2,8 +2,15 @@
 
 Used by the MCP server (one session per MCP client session) and the shell daemon (one session per wrapped
 agent). Engines are compiled once and shared through a pool; each engine decides one input at a time, because
-nothing promises that an engine is thread-safe. A session's own calls are serialised
+nothing promises that an engine is thread-safe. A session's own commands are serialised
 too, so its journal's seq order is the order the guard decided in.
+
+A declaration is not serialised with them: it may be held for minutes while convergence is measured, and the
+session stays answerable meanwhile, when its environment says it can run commands while it is measured
+(`concurrent_commands`: local, Kubernetes, anything over real time; not the twin, whose virtual clock only the
+declaration advances). Its status shows the declaration's progress, read-only commands run, and a command that
+would change something is refused with DECLARATION_PENDING until the answer (Guard.before). One declaration at a
+time: a second one while the first is held is answered at once with DECLARATION_PENDING.
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from typing import Any, Callable, Mapping, Sequence
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext, load_context
 from guardrail.errors import GuardrailError, InputError
-from guardrail.guard import Admission, DeclareOutcome, Guard
+from guardrail.guard import Admission, DeclareOutcome, Feedback, Guard
 from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Mode, PolicyEngine
-from verifiers.protocols import CommandResult, Environment
+from verifiers.protocols import CommandResult, Environment, FeedbackCode
 
 __all__ = ["EnginePool", "GuardSession", "GuardSessions", "load_engine", "context_from", "load_criteria",
            "SessionLimitError", "MAX_SESSIONS", "IDLE_CLOSE_S"]
@@ -184,6 +191,7 @@ class GuardSession:
     journal: Journal
     env: Environment | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    declaring: threading.Lock = field(default_factory=threading.Lock)
 
     def execute(self, command: str) -> tuple[CommandResult, Mapping[str, Any]]:
         """Run one command through the guard; returns the result and the journal record of its decision."""
@@ -207,11 +215,31 @@ class GuardSession:
         with self.lock:
             return self.guard.after(admission, result)
 
-    def declare(self, summary: str = "") -> DeclareOutcome:
-        with self.lock:
-            if summary:
+    def declare(self, summary: str = "", progress: Callable[[Any], None] | None = None) -> DeclareOutcome:
+        """Verify a declaration (Guard.on_declare), reporting to `progress` while it is held. Not under the
+        command lock: the session's other calls are answered meanwhile (module docstring)."""
+        if not self.declaring.acquire(blocking=False):
+            pending = self.guard.pending or {}
+            fb = Feedback(FeedbackCode.DECLARATION_PENDING.value,
+                          f"a declaration is already being verified ({pending.get('message') or 'starting'}); "
+                          "wait for its answer instead of declaring again", {"pending": dict(pending)})
+            self.journal.append("declare_request", summary=summary, refused=fb.code)
+            return DeclareOutcome(accepted=False, feedback=[fb])
+        try:
+            if not getattr(self.env, "concurrent_commands", False):
+                # An environment that cannot take commands while it is measured (a simulation, whose virtual
+                # clock only the declaration advances, and which takes no wall time): serialised as before.
+                with self.lock:
+                    self.journal.append("declare_request", summary=summary)
+                    return self.guard.on_declare(progress=progress)
+            with self.lock:
+                # Any command already deciding finishes first, so the declaration sees everything it ran.
                 self.journal.append("declare_request", summary=summary)
-            return self.guard.on_declare()
+                self.guard.pending = {"since": self.env.clock.now() if self.env is not None else 0.0,
+                                      "held_s": 0.0, "stage": "declare", "message": "starting"}
+            return self.guard.on_declare(progress=progress)
+        finally:
+            self.declaring.release()
 
     def status(self) -> dict[str, Any]:
         return {"session": self.key, "journal": str(self.journal.path) if self.journal.path else None,

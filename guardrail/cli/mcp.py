@@ -13,6 +13,7 @@ import click
 
 from guardrail import pygc
 from guardrail.cli import POLICY_HELP, cli
+from guardrail.cli.observe import observed, slo_options
 from guardrail.errors import InputError
 from guardrail.policy.base import Mode
 
@@ -46,10 +47,11 @@ __all__ = ["mcp"]
               help="Most guard sessions served at once (default 256); a new one beyond is refused.")
 @click.option("--max-request-bytes", type=click.IntRange(1024, 64 * 1024 * 1024), default=None,
               help="HTTP: largest request body (default 1 MiB); a larger one gets 413 before it is parsed.")
+@slo_options
 def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
         mode: str, transport: str,
         host: str, port: int, http_path: str, token_file: str | None, no_auth: bool, max_sessions: int | None,
-        max_request_bytes: int | None) -> None:
+        max_request_bytes: int | None, prometheus_url: str | None, slo_path: str | None) -> None:
     """Serve exec / declare_repair_complete / guard_status as MCP tools, every call guarded and journalled."""
     from guardrail.adapters.http_gate import MAX_REQUEST_BYTES, is_loopback, load_token_file
     from guardrail.adapters.mcp_server import build_server
@@ -69,9 +71,11 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     resolve_environment(env_spec, context)
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx), prometheus_url, slo_path,
+                                     load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
-                             env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path), max_sessions=max_sessions or MAX_SESSIONS)
+                             env_factory=env_factory, mode=Mode(mode), criteria=criteria,
+                             max_sessions=max_sessions or MAX_SESSIONS)
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)

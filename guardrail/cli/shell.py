@@ -25,6 +25,7 @@ import click
 
 from guardrail import pygc
 from guardrail.cli import POLICY_HELP, cli
+from guardrail.cli.observe import observed, slo_options
 from guardrail.errors import InputError, JournalError
 from guardrail.policy import goruntime
 from guardrail.policy.base import Mode
@@ -47,9 +48,10 @@ __all__ = ["shell"]
                    "runs them, for its shims (needs root; Linux).")
 @click.option("--confine-user", default="guardrail-agent", show_default=True,
               help="The agent's user under --confine (created as a system user when missing).")
+@slo_options
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def shell(context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
-          mode: str, confine: bool, confine_user: str,
+          mode: str, confine: bool, confine_user: str, prometheus_url: str | None, slo_path: str | None,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
     from guardrail.adapters.session import GuardSessions, context_from, journal_name, load_criteria, load_engine
@@ -68,9 +70,10 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     key = journal.name[:-len(".jsonl")]
     if journal_name(key) != journal.name:
         raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
+    env_factory, criteria = observed(lambda ctx: LocalEnvironment(), prometheus_url, slo_path,
+                                     load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
-                             env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path))
+                             env_factory=env_factory, mode=Mode(mode), criteria=criteria)
     # Everything else is checked before the journal is opened: a failed start appends nothing to it.
     _check_runnable(agent_command[0])
     # The session's journal must land exactly at --journal: name the session after the file.

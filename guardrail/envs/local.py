@@ -1,8 +1,9 @@
 """LocalEnvironment: agent commands run by the real shell on this machine, under a real clock.
 
 Registered as the `local` entry of the `guardrail.environments` group and used by `guardrail mcp --env local`.
-It answers `run` only: this machine has no SLI source the guard knows of, and restarting a component is not
-something a bare shell can do safely, so `sli` returns no samples and `restart` raises a clear error.
+It answers `run` only: this machine has no SLI source the guard knows of (its description says so, unless the
+CLI wraps it with the team's Prometheus), and restarting a component is not something a bare shell can do safely,
+so `sli` returns no samples and `restart` raises a clear error.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ TIMEOUT_EXIT_CODE = 124
 
 class LocalEnvironment:
     """Runs each command with `bash -c` in a working directory, with a timeout."""
+
+    # Each command is its own process under a real clock: the session may run reads while a declaration is held.
+    concurrent_commands = True
 
     def __init__(self, *, cwd: str | Path | None = None, timeout_s: float = 120.0, shell: str = "/bin/bash",
                  env: Mapping[str, str] | None = None, clock: WallClock | None = None):
@@ -65,7 +69,8 @@ class LocalEnvironment:
 
     def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
             step: float | None = None) -> list[Sample]:
-        # No telemetry source is wired to a bare shell: convergence checks see no samples (INCONCLUSIVE).
+        # No telemetry source is wired to a bare shell (describe() says so, and convergence answers NO_SLI_SOURCE
+        # at once); `--prometheus URL --slo FILE` wraps this environment with one (guardrail/envs/observed.py).
         return []
 
     def restart(self, target: str) -> RestartResult:
@@ -73,7 +78,7 @@ class LocalEnvironment:
                                 "tooling (restart-svc.sh, kubectl rollout restart) through the guard instead")
 
     def describe(self) -> EnvironmentDescription:
-        return EnvironmentDescription(name="local", components=(), extra={"cwd": self.cwd})
+        return EnvironmentDescription(name="local", components=(), extra={"cwd": self.cwd}, observes_slis=False)
 
 
 def make(spec: str = "", context: IncidentContext | None = None) -> LocalEnvironment:

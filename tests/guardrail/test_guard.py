@@ -325,3 +325,66 @@ def test_one_rule_firing_for_two_actions_of_a_command_is_said_once_to_the_agent(
     assert [len(d["deny"]) for d in rec["decisions"]] == [1, 1]  # the per-action record keeps both
     g, _ = make(deny={"flush"}, mode=Mode.WARN_ONLY)
     assert g.execute("flush; flush").stderr.count("no flush; do X instead") == 1
+def test_an_unjudgeable_declaration_is_never_accepted_silently():
+    # An INCONCLUSIVE with a code (the verifier says what stands in the way) rejects, like a FAIL.
+    g, _ = make(checks=[FixedCheck(VerdictStatus.INCONCLUSIVE, FeedbackCode.NO_SLI_SOURCE, "configure --prometheus"),
+                        FixedCheck(VerdictStatus.PASS)])
+    out = g.on_declare()
+    assert not out.accepted and [f.code for f in out.feedback] == ["NO_SLI_SOURCE"]
+    assert out.brief()["verdict"] == "REJECTED"
+    # One with no code blocks nothing, but is listed as unverified in the answer and the journal.
+    g, _ = make(checks=[FixedCheck(VerdictStatus.INCONCLUSIVE, None, "nothing it may restart"),
+                        FixedCheck(VerdictStatus.PASS)])
+    out = g.on_declare()
+    brief = out.brief()
+    assert out.accepted and brief["verdict"] == "ACCEPTED_UNVERIFIED"
+    assert brief["unverified"] == [{"code": "INCONCLUSIVE", "message": "nothing it may restart"}]
+    (rec,) = g.journal.records("declaration_outcome")
+    assert rec["accepted"] is True and rec["unverified"] == ["INCONCLUSIVE"]
+
+
+def test_the_declarations_answer_is_short_and_the_evidence_stays_in_the_journal():
+    long = "SLIs not converged: " + "error_ratio{slo=x} = 0.3; " * 100
+
+    class Evidenced(FixedCheck):
+        def check(self, env, journal, criteria=None):
+            return Verdict(VerdictStatus.FAIL, "convergence", FeedbackCode.NOT_CONVERGED, long + "\n second line",
+                           {"samples": list(range(1000))})
+
+    g, _ = make(checks=[Evidenced(VerdictStatus.FAIL)])
+    brief = g.on_declare().brief()
+    assert brief["codes"] == ["NOT_CONVERGED"]
+    (fb,) = brief["feedback"]
+    assert "\n" not in fb["message"] and len(fb["message"]) <= 600 and fb["message"].endswith("...")
+    assert "evidence" not in fb and "evidence" not in brief["checks"][0]
+    (verdict,) = g.journal.records("verdict")
+    assert verdict["evidence"]["samples"] == list(range(1000))
+
+
+def test_while_a_declaration_is_held_reads_run_and_changes_wait():
+    import threading
+
+    release, holding = threading.Event(), threading.Event()
+
+    class Held(FixedCheck):
+        def check(self, env, journal, criteria=None):
+            holding.set()
+            assert release.wait(30)
+            return Verdict(VerdictStatus.PASS, "convergence")
+
+    g, env = make(checks=[Held(VerdictStatus.PASS)])
+    t = threading.Thread(target=g.on_declare)
+    t.start()
+    try:
+        assert holding.wait(30)
+        pending = g.stats()["declaration_pending"]
+        assert (pending["stage"], pending["message"]) == ("Held", "checking Held")
+        read = g.execute("get")
+        change = g.execute("set")
+    finally:
+        release.set()
+        t.join(30)
+    assert read.exit_code == 0 and env.ran == ["get"]
+    assert change.exit_code == DENIED_EXIT_CODE and "DECLARATION_PENDING" in change.stderr
+    assert g.stats()["declaration_pending"] is None
+    assert g.execute("set").exit_code == 0  # after the answer, changes run again

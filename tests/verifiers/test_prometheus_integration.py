@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, LoadShape, ManualClock
+from tests.verifiers.promserver import free_port, running_prometheus
 from verifiers.clock import RealClock
 from verifiers.convergence import ConvergenceCheck
 from verifiers.protocols import EnvironmentDescription, VerdictStatus
@@ -115,54 +113,17 @@ class Exporter:
         self.server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def prometheus(tmp_path):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus binary is not installed (apt-get install prometheus)")
     world = World(t0=time.time())
-    exp_port, prom_port = _free_port(), _free_port()
+    exp_port = free_port()
     exporter = Exporter(world, exp_port)
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(f"""
-global: {{scrape_interval: 500ms, scrape_timeout: 400ms, evaluation_interval: 1s}}
-scrape_configs:
-  - job_name: loadgen
-    static_configs: [{{targets: ["127.0.0.1:{exp_port}"]}}]
-""")
-    log = open(tmp_path / "prometheus.log", "w")
-    proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
-        from verifiers.clients.prometheus import PrometheusSLISource
+        with running_prometheus(tmp_path, exp_port, up_within_s=120) as url:
+            from verifiers.clients.prometheus import PrometheusSLISource
 
-        source = PrometheusSLISource(f"http://127.0.0.1:{prom_port}", timeout_s=30)
-        deadline = time.time() + 120  # generous: a busy machine starts Prometheus slowly
-        while True:  # wait on up == 1, not a fixed sleep
-            try:
-                if source.scalar('up{job="loadgen"}') == 1.0:
-                    break
-            except Exception:
-                pass
-            if time.time() > deadline or proc.poll() is not None:
-                pytest.fail(f"prometheus never saw the exporter up: {(tmp_path / 'prometheus.log').read_text()}")
-            time.sleep(0.2)
-        yield world, source, time.time()
+            yield world, PrometheusSLISource(url, timeout_s=30), time.time()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
         exporter.close()
 
 

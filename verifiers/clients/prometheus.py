@@ -3,16 +3,8 @@
 A thin client module (the only kind that may import prometheus_api_client). Used by a live or Kubernetes
 environment's `sli()`, and by tests/verifiers/test_prometheus_integration.py against a real Prometheus.
 
-Metric names it expects (override any with `PromMetrics`):
-
-    loadgen_requests_total{driver, outcome}          counter; outcome = ok | incorrect | error | timeout | dropped
-    loadgen_request_duration_seconds_bucket{driver, le}   histogram of request latency
-    loadgen_conn_errors_total{driver}                counter: connection refused / reset / pool timeouts
-    loadgen_phase{phase}                             gauge, 1 for the current load phase (peak, trough, warmup)
-    loadgen_cycle                                    gauge, the current load cycle number
-    backlog{queue}                                   gauge: queued work not yet done
-    kube_deployment_status_replicas_ready{deployment}     gauge (kube-state-metrics)
-    kube_pod_container_status_restarts_total{pod}    counter (kube-state-metrics), matched by pod prefix
+Metric names it expects: the loadgen preset of verifiers/promql.py (override any with `PromMetrics`), which also
+builds each named SLI's PromQL.
 
 error_ratio = (error + timeout) / non-dropped and goodput = ok / non-dropped, as the Outcome Gate computes them
 (dropped arrivals leave the base). Latency percentiles use histogram_quantile over the summed buckets.
@@ -22,13 +14,17 @@ each SLI over exactly each segment (increase over the segment's length, at its e
 
 from __future__ import annotations
 
+import ast
+import json
 import math
-from dataclasses import dataclass
+import re
 from typing import Any, Mapping
 
-from prometheus_api_client import PrometheusConnect
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
 
 from verifiers.clock import RealClock
+from verifiers.promql import PromMetrics, duration as _dur, named_sli_promql
 from verifiers.protocols import Clock, Sample
 
 __all__ = ["PromMetrics", "PrometheusSLISource", "SLIQueryError"]
@@ -38,26 +34,13 @@ class SLIQueryError(RuntimeError):
     """Prometheus could not answer (unreachable, bad query, unknown SLI)."""
 
 
-@dataclass(frozen=True)
-class PromMetrics:
-    """Metric and label names; the defaults are documented in the module docstring."""
-
-    requests: str = "loadgen_requests_total"
-    duration_bucket: str = "loadgen_request_duration_seconds_bucket"
-    conn_errors: str = "loadgen_conn_errors_total"
-    phase: str = "loadgen_phase"
-    cycle: str = "loadgen_cycle"
-    backlog: str = "backlog"
-    ready: str = "kube_deployment_status_replicas_ready"
-    ready_label: str = "deployment"
-    restarts: str = "kube_pod_container_status_restarts_total"
-    restarts_label: str = "pod"
-    driver_label: str = "driver"
-    outcome_label: str = "outcome"
-
-
-def _dur(seconds: float) -> str:
-    return f"{max(1, int(round(seconds * 1000)))}ms"
+def _api_error(text: str) -> str:
+    """The `error` of a Prometheus API error body, from prometheus_api_client's "HTTP Status Code N (b'...')"."""
+    match = re.search(r"\((b(['\"]).*\2)\)\s*$", text, re.S)
+    try:
+        return str(json.loads(ast.literal_eval(match.group(1)))["error"]) if match else text
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return text
 
 
 class PrometheusSLISource:
@@ -69,7 +52,11 @@ class PrometheusSLISource:
         self.m = metrics or PromMetrics()
         self.clock = clock or RealClock()
         self.timeout_s = timeout_s
-        self.client = client or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s)
+        # One quick retry at most: the convergence verifier retries on its own schedule (error_limit), so the
+        # client's default three retries with backoff would only make an unreachable Prometheus slow to report.
+        self.client = client or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s,
+                                                  retry=Retry(total=1, backoff_factor=0.1,
+                                                              status_forcelist=[429, 502, 503, 504]))
 
     # -- raw PromQL --------------------------------------------------------------------------------------------
     def instant(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
@@ -89,6 +76,20 @@ class PrometheusSLISource:
         except Exception as e:  # noqa: BLE001
             raise SLIQueryError(f"{promql}: {type(e).__name__}: {e}") from e
 
+    def query_error(self, promql: str) -> str | None:
+        """Why Prometheus refuses this PromQL (a parse or type error: HTTP 400 `bad_data`), or None when it
+        evaluates it. SLIQueryError when Prometheus cannot be asked at all (unreachable, 5xx)."""
+        try:
+            self.client.custom_query(promql)
+        except PrometheusApiClientException as e:
+            text = str(e)
+            if "HTTP Status Code 400" in text or "HTTP Status Code 422" in text:
+                return _api_error(text)
+            raise SLIQueryError(f"{promql}: {text}") from e
+        except Exception as e:  # noqa: BLE001 - unreachable, timed out: one error type for the caller
+            raise SLIQueryError(f"{type(e).__name__}: {e}") from e
+        return None
+
     def scalar(self, promql: str, at: float | None = None) -> float | None:
         res = self.instant(promql, at)
         if not res:
@@ -97,43 +98,12 @@ class PrometheusSLISource:
         return None if math.isnan(v) or math.isinf(v) else v
 
     # -- PromQL per named SLI ----------------------------------------------------------------------------------
-    def _sel(self, labels: Mapping[str, str], extra: str = "") -> str:
-        parts = [f'{self.m.driver_label}="{labels["driver"]}"'] if labels.get("driver") else []
-        if extra:
-            parts.append(extra)
-        return "{" + ",".join(parts) + "}"
-
     def promql(self, query: str, rng: str, labels: Mapping[str, str]) -> tuple[str, str | None]:
         """The PromQL for one SLI over a range, and the PromQL for how many requests it rests on."""
-        m, o = self.m, self.m.outcome_label
-        not_dropped = self._sel(labels, o + '!="dropped"')
-        base = f"sum(increase({m.requests}{not_dropped}[{rng}]))"
-        if query == "error_ratio":
-            bad_sel = self._sel(labels, o + '=~"error|timeout"')
-            bad = f"sum(increase({m.requests}{bad_sel}[{rng}]))"
-            return f"({bad} or vector(0)) / {base}", base
-        if query == "goodput":
-            good_sel = self._sel(labels, o + '="ok"')
-            good = f"sum(increase({m.requests}{good_sel}[{rng}]))"
-            return f"({good} or vector(0)) / {base}", base
-        if query.startswith("latency_p") and query.endswith("_ms"):
-            q = float(query[len("latency_p"):-len("_ms")]) / 100.0
-            return (f"histogram_quantile({q}, sum by (le) (increase({m.duration_bucket}{self._sel(labels)}"
-                    f"[{rng}]))) * 1000", base)
-        if query == "offered_rps":
-            return f"sum(rate({m.requests}{self._sel(labels)}[{rng}]))", None
-        if query == "conn_errors":
-            return f"sum(increase({m.conn_errors}{self._sel(labels)}[{rng}])) or vector(0)", None
-        if query == "backlog":
-            sel = "{" + (f'queue="{labels["queue"]}"' if labels.get("queue") else "") + "}"
-            return f"sum({m.backlog}{sel})", None
-        if query == "ready_replicas":
-            sel = "{" + (f'{m.ready_label}="{labels["component"]}"' if labels.get("component") else "") + "}"
-            return f"sum({m.ready}{sel})", None
-        if query == "restarts":
-            sel = "{" + (f'{m.restarts_label}=~"{labels["component"]}-.*"' if labels.get("component") else "") + "}"
-            return f"sum({m.restarts}{sel})", None
-        raise SLIQueryError(f"unknown SLI {query!r}")
+        try:
+            return named_sli_promql(self.m, query, rng, labels)
+        except KeyError as e:
+            raise SLIQueryError(f"unknown SLI {query!r}") from e
 
     # -- the SLISource protocol --------------------------------------------------------------------------------
     def segments(self, start: float, end: float) -> list[tuple[str, str, float, float]]:

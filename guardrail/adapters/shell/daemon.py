@@ -16,7 +16,7 @@ import socketserver
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from guardrail.adapters.session import GuardSession
 from guardrail.adapters.shell.protocol import (HEARTBEAT_S, MAX_CONNECTIONS, MAX_LINE_BYTES, MAX_STDIN_BYTES, encode,
@@ -71,6 +71,12 @@ class _Connection(socketserver.StreamRequestHandler):
             if self.busy_since is not None:
                 self.wfile.write(b'{"wait":true}\n')
 
+    def _stream_progress(self, p: Any) -> None:
+        try:
+            self.send({"progress": p.to_dict()})
+        except OSError:
+            pass  # the shim went away; the declaration's answer still goes to the journal
+
     def handle(self) -> None:
         daemon = self.server.daemon_
         if not daemon.slots.acquire(blocking=False):
@@ -113,7 +119,7 @@ class _Connection(socketserver.StreamRequestHandler):
                     if msg.get("op") == "run":
                         reply = daemon.run(msg, self.send)
                     else:
-                        reply = daemon.handle(msg, pending)
+                        reply = daemon.handle(msg, pending, progress=self._stream_progress)
                 except (ValueError, KeyError, TypeError) as e:
                     reply = {"error": f"bad request: {e}"}
                 finally:
@@ -163,7 +169,10 @@ class GuardDaemon:
 
     # -- the protocol ------------------------------------------------------------------------------------------
 
-    def handle(self, msg: dict[str, Any], pending: dict[int, Admission]) -> dict[str, Any]:
+    def handle(self, msg: dict[str, Any], pending: dict[int, Admission],
+               progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """One request's reply. `progress` hears a held declaration's progress (the connection streams it to the
+        shim as `{"progress": ...}` lines before the reply)."""
         op = msg.get("op")
         if op == "hello":
             nonce = msg.get("nonce")
@@ -198,8 +207,8 @@ class GuardDaemon:
             return {"ok": True, "feedback": [f.to_dict() for f in feedback],
                     "message": "\n".join(f.render() for f in feedback)}
         if op == "declare":
-            out = self.session.declare(str(msg.get("summary") or ""))
-            return {**out.to_dict(), "message": "\n".join(f.render() for f in out.feedback)}
+            out = self.session.declare(str(msg.get("summary") or ""), progress=progress)
+            return {**out.brief(), "message": out.message()}
         if op == "status":
             return self.session.status()
         raise ValueError(f"unknown op {op!r}")

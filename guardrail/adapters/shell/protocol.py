@@ -7,7 +7,9 @@
     {"op":"run","argv":[...],"cwd":"..","env":{..},"stdin":".."?}  (confined mode: the daemon runs the command)
                                                               -> {"out":1|2,"data":BASE64}... then
                                                                  {"runs":bool,"exit_code":N,"message":".."}
-    {"op":"declare","summary":"..."}                          -> {"accepted":bool,"feedback":[..],"message":".."}
+    {"op":"declare","summary":"..."}                          -> {"progress":{..}} lines while the guard holds it,
+                                                                 then {"accepted":bool,"verdict":..,"codes":[..],
+                                                                 "feedback":[..],"checks":[..],"message":".."}
     {"op":"status"}                                           -> the session's counters
     anything malformed                                        -> {"error":"..."}
     a line over MAX_LINE_BYTES                                -> {"error":"..."}, and the connection is closed
@@ -89,15 +91,21 @@ class DaemonClient:
                 self.close()
                 raise DaemonAuthError(f"{path}: the server did not prove the session's secret")
 
-    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def request(self, msg: dict[str, Any], progress: Any = None) -> dict[str, Any]:
+        """Send one request and return its reply; `progress` (when given) hears each progress line before it."""
         self._sock.sendall(encode(msg))
         while True:
             line = self._rfile.readline(MAX_LINE_BYTES + 1)
             if not line:
                 raise ConnectionError("guard daemon closed the connection")
             reply = json.loads(line)
-            if reply != {"wait": True}:  # a heartbeat while a long request (a declaration) is judged
-                return reply
+            if reply == {"wait": True}:  # a heartbeat while a long request (a declaration) is judged
+                continue
+            if isinstance(reply, dict) and set(reply) == {"progress"}:
+                if progress is not None:
+                    progress(reply["progress"])
+                continue
+            return reply
 
     def close(self) -> None:
         self._rfile.close()

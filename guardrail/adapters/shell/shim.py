@@ -9,7 +9,9 @@ start (`--real`; without it, the first one further along PATH that is no shim) w
 `after` with its exit code. A denial prints the rule and message on stderr and exits 126. Everything else that
 goes wrong before the command runs also exits 126 and runs nothing (fail closed): no daemon, a daemon that cannot
 prove the secret or does not answer in time, a stdin payload over the limit, a shim reached again from inside its
-own command. `declare_repair_complete` waits for the guard's verdict instead. With `--via daemon` (`guardrail
+own command. `declare_repair_complete` waits for the guard's verdict instead,
+printing a line on stderr every 30 s (GUARDRAIL_PROGRESS_EVERY_S) with the latest progress the daemon streamed;
+the answer is short (verdict, codes, one line each). With `--via daemon` (`guardrail
 shell --confine`, where this user cannot run the real tool) the daemon decides and runs the command itself, and
 the shim relays its output and exit code.
 """
@@ -18,6 +20,7 @@ import hashlib
 import hmac
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -44,6 +47,8 @@ SHIM_MARKER = "# guardrail-shim session="
 # Shims nested in one another's commands, any sessions and tools: past this, something loops.
 MAX_SHIM_DEPTH = 8
 DECLARE = "declare_repair_complete"
+PROGRESS_ENV = "GUARDRAIL_PROGRESS_EVERY_S"
+PROGRESS_EVERY_S = 30.0
 # Tools that always take their payload on stdin (restart-svc.sh reads {"db": {...}} from stdin).
 ALWAYS_STDIN = {"restart-svc.sh", "reconfigure-infra.sh"}
 
@@ -256,10 +261,60 @@ def _say(text):
         sys.stderr.flush()
 
 
+def _progress_every():
+    try:
+        every = float(os.environ.get(PROGRESS_ENV) or PROGRESS_EVERY_S)
+    except ValueError:
+        every = PROGRESS_EVERY_S
+    return every if every > 0 else PROGRESS_EVERY_S
+
+
+def _await_verdict(daemon, every):
+    """Read the daemon's progress lines until the reply, printing the latest progress every `every` seconds."""
+    started = last = heard = time.monotonic()
+    latest = "verifying the repair"
+    buf = b""
+    while True:
+        nl = buf.find(b"\n")
+        if nl >= 0:
+            line, buf = buf[:nl], buf[nl + 1:]
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if msg == {"wait": True}:  # a heartbeat: the guard is still judging
+                continue
+            if isinstance(msg, dict) and set(msg) == {"progress"}:
+                latest = (msg["progress"] or {}).get("message") or latest
+                continue
+            if "error" in msg:
+                raise ConnectionError(msg["error"])
+            return msg
+        now = time.monotonic()
+        if now - heard > SILENCE_TIMEOUT_S:
+            raise ConnectionError(f"the guard daemon did not answer the declaration within {SILENCE_TIMEOUT_S:g} s "
+                                  "of silence (stopped or stuck)")
+        if now - last >= every:
+            _say(f"declare_repair_complete: held by the guard for {now - started:.0f} s: {latest}")
+            last = now
+        ready, _, _ = select.select([daemon.sock], [], [], max(0.0, min(every - (now - last),
+                                                                         SILENCE_TIMEOUT_S - (now - heard))))
+        if ready:
+            chunk = daemon.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the guard daemon closed the connection")
+            buf += chunk
+            heard = time.monotonic()
+
+
 def declare(daemon, args):
-    out = daemon.ask({"op": "declare", "summary": " ".join(args)})
+    daemon.sock.sendall(json.dumps({"op": "declare", "summary": " ".join(args)},
+                                   separators=(",", ":")).encode() + b"\n")
+    out = _await_verdict(daemon, _progress_every())
     if out.get("accepted"):
-        sys.stdout.write("declare_repair_complete: accepted by the guard\n")
+        unverified = out.get("verdict") == "ACCEPTED_UNVERIFIED"
+        sys.stdout.write("declare_repair_complete: accepted by the guard%s\n"
+                         % (", unverified (see below)" if unverified else ""))
+        _say(out.get("message"))
         return 0
     _say(out.get("message") or "declare_repair_complete: rejected by the guard")
     return 1

@@ -45,12 +45,9 @@ def commands_in(records):
 
 def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     jdir = tmp_path / "journals"
-    # A bare local shell has no telemetry: keep the convergence wait to two one-second cycles.
-    criteria = tmp_path / "criteria.yaml"
-    criteria.write_text("convergence: {default_cycle_s: 1, max_wait_cycles: 2}\n")
+    # The default criteria: a convergence wait would be 8 minutes of 60 s cycles (past the test's timeout).
     params = StdioServerParameters(command=guardrail_cmd, cwd=str(tmp_path),
-                                   args=["mcp", "--env", "local", "--journal-dir", str(jdir), "--criteria",
-                                         str(criteria)])
+                                   args=["mcp", "--env", "local", "--journal-dir", str(jdir)])
 
     async def session():
         async with Client(stdio_client(params)) as c:
@@ -68,11 +65,14 @@ def test_stdio_denies_flushall_runs_echo_and_declares(guardrail_cmd, tmp_path):
     assert denied["rules"] == ["SRE-DATA-001"] and len(denied["messages"]) == 1
     assert denied["stderr"].count("FLUSHALL deletes every key") == 1
     assert hi["ran"] and hi["exit_code"] == 0 and hi["stdout"] == "hi\n"
-    # No SLI source behind a bare shell, so the repair cannot be shown converged: refused, with feedback.
-    assert declared["accepted"] is False
-    assert declared["feedback"][0]["code"] in {c.value for c in FeedbackCode}
-    assert declared["feedback"][0]["message"]
-    assert [v["status"] for v in declared["verdicts"]][-1] in ("FAIL", "ERROR")
+    # No SLI source behind a bare shell: the guard says at once that it cannot judge convergence and what the
+    # operator must configure, and does not accept what it could not verify.
+    assert declared["accepted"] is False and declared["verdict"] == "REJECTED"
+    assert declared["codes"] == ["NO_SLI_SOURCE"]
+    assert "--prometheus URL --slo FILE" in declared["feedback"][0]["message"]
+    assert declared["checks"][-1] == {"verifier": "convergence", "status": "INCONCLUSIVE", "code": "NO_SLI_SOURCE",
+                                      "summary": declared["feedback"][0]["message"]}
+    assert "evidence" not in declared["feedback"][0]  # the evidence is in the journal
     assert status["commands"] == 2 and status["denied"] == 1 and status["declarations"] == 1
     (records,) = journals(jdir).values()
     assert commands_in(records) == ["redis-cli FLUSHALL; redis-cli FLUSHALL", "echo hi"]
@@ -173,8 +173,10 @@ def test_declare_returns_structured_feedback_until_the_change_is_durable(redis_s
     assert declared["accepted"] is False
     (fb,) = declared["feedback"]
     assert fb["code"] == "NOT_DURABLE" and "redis.maxmemory" in fb["message"]
-    assert fb["evidence"]["pending"][0]["layer"] == "runtime"
-    assert declared["verdicts"][0]["status"] == "FAIL"
+    assert declared["checks"][0]["status"] == "FAIL"
+    # The answer is short; the evidence is in the journal it names.
+    (journalled,) = [r for r in read_journal(declared["journal"]) if r["kind"] == "feedback"]
+    assert journalled["evidence"]["pending"][0]["layer"] == "runtime"
 
 
 def test_unknown_environment_is_bad_input(guardrail_cmd, tmp_path):

@@ -179,3 +179,87 @@ def test_the_guard_runs_with_its_go_settings_and_the_agent_without(guardrail_cmd
     assert proc.returncode == 0, proc.stderr
     assert "agent GOGC=150 GOMEMLIMIT=unset marker=unset" in proc.stdout
     assert "guard GOGC=150" in proc.stdout and "GOMEMLIMIT" not in proc.stdout.split("guard GOGC=150")[1]
+
+
+class HeldUntilReleased:
+    """A declaration check that holds until the test releases it, reporting progress as convergence does."""
+
+    name = "convergence"
+
+    def __init__(self):
+        import threading
+
+        self.release = threading.Event()
+
+    def check(self, env, journal, criteria=None):
+        from verifiers.progress import report
+
+        n = 0
+        while not self.release.wait(0.05):
+            n += 1
+            report("convergence", f"convergence: 0/2 consecutive windows in band (measurement {n})")
+        return Verdict(VerdictStatus.PASS, "convergence", message="SLIs in band for 2 consecutive windows")
+
+
+def test_a_held_declaration_prints_progress_from_the_shim_and_the_session_stays_answerable(tmp_path, session_secret):
+    import threading
+
+    from guardrail.actions.model import Action
+    from guardrail.adapters.shell.protocol import DaemonClient
+
+    check = HeldUntilReleased()
+    sessions = GuardSessions(load_engine(), IncidentContext(), journal_dir=tmp_path,
+                             env_factory=lambda ctx: LocalEnvironment(cwd=tmp_path),
+                             normaliser=lambda c: [Action(tool="shell", verb="x", raw=c,
+                                                          mutating="touch" in c)],
+                             declaration_checks=[check])
+    session = sessions.get("held")
+    secret, secret_file = session_secret
+    with GuardDaemon(session, tmp_path / "g.sock", secret=secret) as daemon:
+        shims = build_shim_dir(tmp_path / "bin", socket_path=daemon.socket_path, secret_file=str(secret_file))
+        env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", GUARDRAIL_SOCKET=daemon.socket_path,
+                   GUARDRAIL_SHIM_DIR=str(shims), GUARDRAIL_PROGRESS_EVERY_S="0.2")
+        proc = subprocess.Popen(["bash", "-c", "declare_repair_complete done; echo rc=$?"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        two_lines = threading.Event()
+
+        def read_stderr():
+            for ln in proc.stderr:
+                lines.append(ln)
+                if sum("held by the guard" in x for x in lines) >= 2:
+                    two_lines.set()
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        try:
+            assert two_lines.wait(60), lines
+            # Meanwhile, on another connection: status answers, a read is admitted, a change is held back.
+            with DaemonClient(daemon.socket_path, timeout_s=30, secret=secret) as c:
+                status = c.request({"op": "status"})
+                read = c.request({"op": "before", "argv": ["echo", "hi"]})
+                change = c.request({"op": "before", "argv": ["touch", "x"]})
+                again = c.request({"op": "declare", "summary": "again"})
+        finally:
+            check.release.set()
+            out, _ = proc.communicate(timeout=60)
+            reader.join(10)
+    sessions.close()
+    assert status["declaration_pending"]["stage"] == "convergence"
+    assert read["runs"] is True
+    assert change["runs"] is False and "DECLARATION_PENDING" in change["message"]
+    assert again["accepted"] is False and again["codes"] == ["DECLARATION_PENDING"]
+    held = [x for x in lines if "held by the guard" in x]
+    assert "convergence: 0/2 consecutive windows in band" in held[-1]
+    assert "rc=0" in out and "accepted by the guard" in out
+
+
+def test_declare_under_local_without_an_sli_source_is_answered_at_once_naming_what_to_configure(guardrail_cmd,
+                                                                                                  tmp_path):
+    # The default criteria: waiting out a convergence window would take 8 minutes, past the test's timeout.
+    proc, journal = run_agent(guardrail_cmd, tmp_path, "declare_repair_complete all good; echo rc=$?\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "rc=1" in proc.stdout
+    assert "[guardrail NO_SLI_SOURCE]" in proc.stderr and "--prometheus URL --slo FILE" in proc.stderr
+    outcome = [r for r in read_journal(journal) if r["kind"] == "declaration_outcome"]
+    assert [r["accepted"] for r in outcome] == [False]
