@@ -21,7 +21,11 @@ __all__ = ["mcp"]
 
 @cli.command("mcp")
 @click.option("--env", "env_spec", default="local", show_default=True,
-              help="Where commands run: `local` (this machine's shell) or `twin:<scenario>`.")
+              help="Where commands run: `local` (this machine's shell), `kubernetes[:NAMESPACE]` (a cluster through "
+                   "its API) or `twin:<scenario>`.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="--env kubernetes: the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context-name", default=None, help="--env kubernetes: the kubeconfig context to use.")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
@@ -36,8 +40,8 @@ __all__ = ["mcp"]
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="HTTP port; 0 picks a free one (the server's start-up log names it).")
 @click.option("--path", "http_path", default="/mcp", show_default=True, help="Streamable HTTP endpoint path.")
-def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
-        mode: str, transport: str,
+def mcp(env_spec: str, kubeconfig: str | None, context_name: str | None, context_path: str | None,
+        policy: str | None, journal_dir: str, criteria_path: str | None, mode: str, transport: str,
         host: str, port: int, http_path: str) -> None:
     """Serve exec / declare_repair_complete / guard_status as MCP tools, every call guarded and journalled."""
     from guardrail.adapters.mcp_server import build_server
@@ -46,9 +50,10 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
 
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
-    resolve_environment(env_spec, context)
+    env_options = {"kubeconfig": kubeconfig, "context_name": context_name}
+    resolve_environment(env_spec, context, env_options)
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
-                             env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
+                             env_factory=lambda ctx: resolve_environment(env_spec, ctx, env_options), mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))

@@ -28,6 +28,11 @@ __all__ = ["shell"]
 
 
 @cli.command("shell")
+@click.option("--env", "env_spec", default="local", show_default=True,
+              help="Where the agent's commands run: `local` (this machine's shell) or `kubernetes[:NAMESPACE]`.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="--env kubernetes: the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context-name", default=None, help="--env kubernetes: the kubeconfig context to use.")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
@@ -38,16 +43,19 @@ __all__ = ["shell"]
               help="Verifier criteria overrides (YAML), e.g. convergence: {default_cycle_s: 30, max_wait_cycles: 4}.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.ENFORCE.value, show_default=True)
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
-def shell(context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
+def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, context_path: str | None,
+          policy: str | None, journal_path: str | None, criteria_path: str | None,
           mode: str,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
     from guardrail.adapters.session import GuardSessions, context_from, journal_name, load_criteria, load_engine
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
     from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
-    from guardrail.envs.local import LocalEnvironment
+    from guardrail.envs import resolve_environment
 
     context = context_from(context_path)
+    env_options = {"kubeconfig": kubeconfig, "context_name": context_name}
+    resolve_environment(env_spec, context, env_options)  # a bad --env fails now (exit 2), before the journal
     if journal_path is None:
         journal_path = f"guardrail-journals/shell-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
     journal = Path(journal_path)
@@ -57,7 +65,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     if journal_name(key) != journal.name:
         raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
-                             env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
+                             env_factory=lambda ctx: resolve_environment(env_spec, ctx, env_options),
+                             mode=Mode(mode),
                              criteria=load_criteria(criteria_path))
     # Everything else is checked before the journal is opened: a failed start appends nothing to it.
     _check_runnable(agent_command[0])
