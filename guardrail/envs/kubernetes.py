@@ -310,9 +310,7 @@ class KubernetesEnvironment:
                 if cm is None:
                     raise LookupError(f"no ConfigMap {ref.name!r} in namespace {ns}")
                 if ref.key:
-                    if ref.key not in (cm.get("data") or {}):
-                        raise LookupError(f"ConfigMap {ref.name!r} has no key {ref.key!r}")
-                    return str(cm["data"][ref.key])
+                    return str((cm.get("data") or {}).get(ref.key, ""))  # an absent key reads empty, as jsonpath
                 return yaml.safe_dump({"data": cm.get("data") or {}})
             if ref.kind == "workload_env":
                 return self._workload_env(ref.workload_kind, ref.name, ref.key, ns)
