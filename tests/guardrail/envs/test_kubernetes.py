@@ -82,7 +82,7 @@ def test_restart_of_a_statefulset_names_reused_pod_names_by_uid(cluster, kubecon
 def test_with_the_controller_stopped_the_restart_is_stalled_and_the_probe_is_error_not_pass(cluster, kubeconfig,
                                                                                            clock):
     clock.on_advance.clear()  # the controller stops: generation moves, status does not
-    env = env_for(kubeconfig, clock, timeout_s=60.0)
+    env = env_for(kubeconfig, clock, timeout_s=60.0, poll_s=5.0)
     res = env.restart("web")
     assert not res.ready and res.rollout == "stalled" and res.new_id == ""
     assert "observedGeneration" in res.detail and "60 s" in res.detail
@@ -115,12 +115,15 @@ class NeverReady:
 
 
 def test_new_pods_that_never_become_ready_are_a_restart_regression(cluster, kubeconfig, clock):
+    cluster.create(workload("Deployment", "shaky", progressDeadlineSeconds=30))
+    settle(clock)
     cluster.controller.runtime = NeverReady()
-    env = env_for(kubeconfig, clock, timeout_s=1000.0)
-    res = env.restart("web")
+    env = env_for(kubeconfig, clock, timeout_s=1000.0, poll_s=5.0)
+    res = env.restart("shaky")
     assert not res.ready and res.rollout == "not_ready" and res.new_id
     assert "progress deadline" in res.detail  # the deployment's ProgressDeadlineExceeded condition ended the wait
-    verdict = RestartProbe(CTX).check(env, FakeJournal(clock), {"restart": {
+    ctx = CTX.model_copy(update={"restartable": ["shaky"]})
+    verdict = RestartProbe(ctx).check(env, FakeJournal(clock), {"restart": {
         "post_ready_wait_s": 0, "recheck_convergence": False, "targets": "all"}})
     assert verdict.status is VerdictStatus.FAIL and verdict.code.value == "RESTART_REGRESSION"
 
