@@ -138,7 +138,8 @@ class KubernetesEnvironment:
     def __init__(self, kube: KubeClient, *, context: IncidentContext | None = None, namespace: str | None = None,
                  clock: Clock | None = None, sli_source: SLISource | None = None, kubeconfig: str | None = None,
                  kube_context: str | None = None, rollout_timeout_s: float = 300.0, poll_s: float = 2.0,
-                 runner: LocalEnvironment | None = None, work_dir: str | Path | None = None):
+                 runner: LocalEnvironment | None = None, work_dir: str | Path | None = None,
+                 shell_env: Mapping[str, str] | None = None):
         self.kube = kube
         self.namespace = namespace or kube.namespace
         self.context = context or IncidentContext()
@@ -148,7 +149,9 @@ class KubernetesEnvironment:
         self.rollout_timeout_s = rollout_timeout_s
         self.poll_s = poll_s
         self._work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="guardrail-kube-"))
-        self.runner = runner or LocalEnvironment(env=self._shell_env(kubeconfig, kube_context))
+        # `shell_env` adds to the agent's shell environment (a PATH that puts a particular kubectl first).
+        self.runner = runner or LocalEnvironment(env={**self._shell_env(kubeconfig, kube_context),
+                                                      **(shell_env or {})})
 
     @property
     def clock(self) -> Clock:
