@@ -111,6 +111,18 @@ class KubeClient:
         return self._do(group, "patch", plural, name, namespace or self.namespace, body,
                         _content_type="application/strategic-merge-patch+json")
 
+    def namespace_exists(self, namespace: str | None = None) -> bool:
+        try:
+            self.api.sanitize_for_serialization(self.core.read_namespace(namespace or self.namespace,
+                                                                         _request_timeout=self.timeout_s))
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise KubeError(int(e.status or 0), str(e.reason or ""), str(e.reason or "")) from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubeError(0, "Unreachable", f"cannot reach the Kubernetes API at {self.server}: {e}") from e
+
     def workload(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         return self.find("apps", WORKLOAD_KINDS[kind], name, namespace)
 
