@@ -119,6 +119,8 @@ class KubeClient:
         except ApiException as e:
             if e.status == 404:
                 return False
+            if e.status == 403:
+                return True  # a namespaced Role cannot read the Namespace object; its lists still answer
             raise KubeError(int(e.status or 0), str(e.reason or ""), str(e.reason or "")) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise KubeError(0, "Unreachable", f"cannot reach the Kubernetes API at {self.server}: {e}") from e

@@ -73,6 +73,11 @@ class KubeAPI:
         return self.controller.runtime.pod_log(pod, container)
 
     @property
+    def audit(self) -> list[tuple[str, str, str]]:
+        """The REST requests served so far, as RBAC names them: (verb, API group, resource[/subresource])."""
+        return self._server.audit
+
+    @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"

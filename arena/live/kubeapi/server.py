@@ -115,6 +115,9 @@ class ApiServer(ThreadingHTTPServer):
         self.store = store
         self.logs = logs
         self.stopping = threading.Event()
+        # Every REST request as RBAC sees it: (verb, API group, resource[/subresource]); the RBAC example's test
+        # holds the guard's requests to examples/k8s/rbac.yaml with it.
+        self.audit: list[tuple[str, str, str]] = []
 
 
 class ApiHandler(BaseHTTPRequestHandler):
@@ -253,6 +256,9 @@ class ApiHandler(BaseHTTPRequestHandler):
     def _rest(self, method: str, path: str, q: dict[str, str], body: Any) -> None:
         store = self.server.store
         res, ns, name, sub = self._route(path)
+        verb = {"GET": "get" if name else ("watch" if q.get("watch") in ("true", "1") else "list"),
+                "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+        self.server.audit.append((verb, res.group, f"{res.plural}/{sub}" if sub else res.plural))
         now = store.clock.now()
         if method == "GET" and not name:
             if q.get("watch") in ("true", "1"):

@@ -217,3 +217,28 @@ def test_bad_input_is_an_input_error(kubeconfig, tmp_path):
         resolve_environment("local", None, {"kubeconfig": str(kubeconfig)})
     env = resolve_environment(f"kubernetes:{NAMESPACE}", None, {"kubeconfig": str(kubeconfig)})
     assert isinstance(env, KubernetesEnvironment) and env.namespace == NAMESPACE
+
+
+def test_every_request_the_guard_makes_is_allowed_by_the_shipped_rbac_example(cluster, kubeconfig, clock):
+    import pathlib
+
+    import yaml
+
+    docs = yaml.safe_load_all((pathlib.Path(__file__).parents[3] / "examples/k8s/rbac.yaml").read_text())
+    rules = next(d for d in docs if d["kind"] == "Role")["rules"]
+
+    def allowed(verb, group, resource):
+        return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+    cluster.create(helm_secret("redis", 1, "deployed", {"redis": {}}))
+    cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": NAMESPACE}})
+    cluster.audit.clear()
+    env = env_for(kubeconfig, clock)
+    env.describe()
+    env.restart("web")
+    env.read_declared(DeclaredRef("helm_values", "redis"))
+    env.read_declared(DeclaredRef("configmap", "c"))
+    env.read_declared(DeclaredRef("workload_env", "web", key="X"))
+    made = set(cluster.audit)
+    assert {("patch", "apps", "deployments"), ("list", "", "secrets"), ("get", "", "configmaps")} <= made
+    assert [m for m in made if not allowed(*m)] == []
