@@ -90,6 +90,11 @@ def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, conte
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         env[SOCKET_ENV] = daemon.socket_path
         env[SHIM_DIR_ENV] = str(shims)
+        # The shims run the real tools in the agent's shell: an environment that points them somewhere (the
+        # Kubernetes environment's KUBECONFIG) says so, so the agent acts where the guard looks.
+        shell_variables = getattr(session.env, "shell_variables", None)
+        if callable(shell_variables):
+            env.update(shell_variables())
         try:
             agent = subprocess.Popen(agent_argv(agent_command), env=env)
         except OSError as e:

@@ -150,8 +150,8 @@ class KubernetesEnvironment:
         self.poll_s = poll_s
         self._work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="guardrail-kube-"))
         # `shell_env` adds to the agent's shell environment (a PATH that puts a particular kubectl first).
-        self.runner = runner or LocalEnvironment(env={**self._shell_env(kubeconfig, kube_context),
-                                                      **(shell_env or {})})
+        self._shell = {**self._shell_env(kubeconfig, kube_context), **(shell_env or {})}
+        self.runner = runner or LocalEnvironment(env=self._shell)
 
     @property
     def clock(self) -> Clock:
@@ -188,6 +188,11 @@ class KubernetesEnvironment:
 
     def run(self, command: str) -> CommandResult:
         return self.runner.run(command)
+
+    def shell_variables(self) -> dict[str, str]:
+        """What an agent's own shell needs to act where the guard looks (`guardrail shell` runs the real tools in
+        the agent's shell once the guard allows them): KUBECONFIG, when the guard set one."""
+        return {k: self._shell[k] for k in ("KUBECONFIG",) if k in self._shell}
 
     def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
             step: float | None = None) -> list[Sample]:
