@@ -22,7 +22,9 @@ import base64
 import gzip
 import json
 import os
+import shutil
 import tempfile
+import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
@@ -149,6 +151,8 @@ class KubernetesEnvironment:
         self.rollout_timeout_s = rollout_timeout_s
         self.poll_s = poll_s
         self._work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="guardrail-kube-"))
+        if work_dir is None:  # the overlay kubeconfig's directory goes with the environment
+            weakref.finalize(self, shutil.rmtree, str(self._work), True)
         # `shell_env` adds to the agent's shell environment (a PATH that puts a particular kubectl first).
         self._shell = {**self._shell_env(kubeconfig, kube_context), **(shell_env or {})}
         self.runner = runner or LocalEnvironment(env=self._shell)

@@ -16,11 +16,17 @@ through a `PodRuntime`). It implements Kubernetes semantics generically, for any
   deleted once the new ones are ready), StatefulSets replace pods highest ordinal first, DaemonSets on one node,
   Progressing/ProgressDeadlineExceeded conditions, garbage collection by ownerReferences. `stop()` freezes them.
 
-What does not work, and why: anything protobuf-only (`kubectl create configmap|secret --from-literal`, `kubectl auth
-can-i`, `kubectl create deployment`), `kubectl exec`/`attach`/`port-forward`/`cp` (SPDY/WebSocket upgrades),
-server-side apply (`apply --server-side`), dry runs (refused with 400 rather than silently persisted),
-deletecollection, authentication and RBAC (every request is allowed), and aggregated discovery (kubectl falls back to
-the legacy documents). A verb outside this list may work; the tests name the ones that are held to it.
+kubectl verbs held to it by tests (tests/arena/live/test_kubeapi.py and tests/guardrail/envs): get (tables, -o
+wide/name/jsonpath/yaml, -l, -A), describe, logs, rollout restart/status (Deployment, StatefulSet), scale, set env,
+patch (all three types), apply (create, then configure). Seen working by hand: label, annotate, delete, rollout
+history, explain.
+
+What does not work, and why: anything kubectl sends as protobuf (`kubectl create configmap|secret --from-literal`,
+`kubectl create deployment`, `kubectl auth can-i`: refused with 415), `kubectl exec`/`attach`/`port-forward`/`cp`
+(SPDY/WebSocket upgrades), `kubectl edit` needs an editor (untested), `kubectl top` (no metrics API), server-side
+apply (`apply --server-side`), dry runs (refused with 400 rather than silently persisted), deletecollection,
+authentication and RBAC (every request is allowed; `KubeAPI.audit` records what RBAC would see), and aggregated
+discovery (kubectl falls back to the legacy documents).
 """
 
 from __future__ import annotations
