@@ -15,11 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import string
 import threading
 from typing import Any, Protocol
 
-from arena.live.kubeapi.store import LabelSelector, Resource, Store, resource_for, timestamp
+from arena.live.kubeapi.store import Resource, Store, resource_for, timestamp
 
 __all__ = ["PodRuntime", "InertRuntime", "Controller", "template_hash"]
 

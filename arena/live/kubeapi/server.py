@@ -19,7 +19,8 @@ import yaml
 
 from arena.live.kubeapi.openapi import openapi_document, openapi_index
 from arena.live.kubeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from arena.live.kubeapi.store import RESOURCES, ApiError, Resource, Store, resource_for
+from arena.live.kubeapi.store import (RESOURCES, ApiError, FieldSelector, LabelSelector, Resource, Store,
+                                      resource_for)
 from arena.live.kubeapi.tables import table
 
 __all__ = ["ApiHandler", "ApiServer", "apply_defaults", "MAX_WATCH_S"]
@@ -356,8 +357,6 @@ class ApiHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _watch(self, res: Resource, ns: str, q: dict[str, str]) -> None:
-        from arena.live.kubeapi.store import FieldSelector, LabelSelector
-
         store = self.server.store
         ls, fs = LabelSelector(q.get("labelSelector")), FieldSelector(q.get("fieldSelector"))
         timeout = min(float(q.get("timeoutSeconds") or MAX_WATCH_S), MAX_WATCH_S)

