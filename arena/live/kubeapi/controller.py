@@ -6,6 +6,12 @@ Driven by `arena.live.kubeapi.KubeAPI`: `reconcile()` is one pass in the injecte
 `start()`/`stop()` run it in a background thread. A stopped controller is the negative control of every restart
 test: generation moves, status does not, and no pod is replaced.
 
+Simplified on purpose, and what only a real cluster shows: a Deployment's new ReplicaSet is scaled to the full count
+at once and the old ones to zero when the new pods are ready (maxSurge/maxUnavailable are not applied; Recreate
+waits for the old pods to go first); `minReadySeconds` is not applied (available = ready); StatefulSets keep no
+ControllerRevisions (`rollout history sts` has nothing to show); a pod is deleted at once (no Terminating grace);
+DaemonSets run on one node.
+
 A pod is bound to something real through a `PodRuntime` (the live stack binds pods to server processes): it is
 told when a pod starts and stops, says whether the pod's process is ready, and gives its log.
 """
