@@ -30,7 +30,7 @@ class ProcessBinding:
     command: Callable[[dict[str, Any], Path], list[str]]
     ready: Callable[[dict[str, Any]], bool]
     # A pod start waits (real seconds, bounded) for the process to pass `ready`, as a container's start would.
-    start_timeout_s: float = 10.0
+    start_timeout_s: float = 30.0
 
 
 class ProcessRuntime:
