@@ -2,7 +2,9 @@
 
 Called by the Guard on a declaration (and by the restart probe, which re-reads the same keys after a restart).
 For each key that a journalled, executed, mutating action changed, `PersistenceReader` (measuring) runs the
-operator commands the persistence catalogue gives for the effective and the declared value; `evaluate()`
+operator commands the persistence catalogue gives for the effective and the declared value (a read with an `api`
+form goes through the environment's API instead when it offers one, `DeclaredLayerReader`: a Kubernetes
+environment reads ConfigMaps and Helm release Secrets itself, unseen by the agent); `evaluate()`
 (judging, pure) turns the readings into one Verdict: NOT_DURABLE with the key, both values and the durable way;
 INCONCLUSIVE for a key with no catalogue entry (with how to add one); ERROR when a read fails.
 """
@@ -16,9 +18,11 @@ from typing import Any, Mapping, Sequence
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
 from verifiers.base import VerifierBase, is_mutating_action
-from verifiers.catalogue import Catalogue, CatalogueEntry, Missing, load_catalogue, normalize, parse_output, render
+from verifiers.catalogue import (ApiRead, Catalogue, CatalogueEntry, Missing, load_catalogue, normalize, parse_output,
+                                 render)
 from verifiers.context import PublicContext
-from verifiers.protocols import Environment, FeedbackCode, Verdict, VerdictStatus
+from verifiers.protocols import (DeclaredLayerReader, DeclaredRef, Environment, FeedbackCode, Verdict,
+                                 VerdictStatus)
 
 __all__ = ["ChangedKey", "KeyReading", "changed_keys", "changes_of", "prior_values", "capture_prior",
            "PersistenceReader", "evaluate", "PersistenceCheck"]
@@ -194,7 +198,9 @@ class PersistenceReader:
         return vs
 
     def _run(self, env: Environment, template: str, steps: Any, vs: Mapping[str, Any],
-             commands: list[str], attempts: int | None = None) -> Any:
+             commands: list[str], attempts: int | None = None, api: ApiRead | None = None) -> Any:
+        if api is not None and isinstance(env, DeclaredLayerReader):
+            return self._read_api(env, api, steps, vs, commands)
         cmd = " ".join(render(template, vs).split())
         commands.append(cmd)
         # A read can fail while a pod rolls (connection refused right after a reload): retry a few times in the
@@ -208,6 +214,20 @@ class PersistenceReader:
             raise RuntimeError(f"`{cmd}` exited {res.exit_code}: {(res.stderr or res.stdout).strip()[:200]}")
         return parse_output(res.stdout, steps, vs)
 
+    @staticmethod
+    def _read_api(env: DeclaredLayerReader, api: ApiRead, steps: Any, vs: Mapping[str, Any],
+                  commands: list[str]) -> Any:
+        """The read through the environment's API (the guard's own read: the agent never sees it run)."""
+        ref = DeclaredRef(kind=api.kind, name=render(api.name, vs), namespace=render(api.namespace, vs),
+                          key=render(api.key, vs), workload_kind=render(api.workload_kind, vs))
+        commands.append(f"<api: {ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
+                        f"{' key ' + ref.key if ref.key else ''}>")
+        try:
+            text = env.read_declared(ref)
+        except LookupError as e:
+            raise RuntimeError(str(e).strip("'\"")) from e
+        return parse_output(text, steps, vs)
+
     def read_effective(self, env: Environment, ck: ChangedKey, *, attempts: int | None = None) -> Any:
         """The normalised effective value alone (the restart probe's before/after probe). None if unreadable.
         `attempts=1` for reads taken while the agent waits on its command (a snapshot before a change, the scope
@@ -217,8 +237,8 @@ class PersistenceReader:
             return None
         entry, groups = found
         vs = self.variables(entry, groups, ck)
-        return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, [], attempts),
-                         entry.normalize)
+        return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, [], attempts,
+                                   entry.effective.api), entry.normalize)
 
     def capture(self, env: Environment, action: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Snapshot records for the keys a mutating action is about to change: their current effective values."""
@@ -243,16 +263,17 @@ class PersistenceReader:
         """(effective, declared, where each was read): the entry's two reads, a declared value that is absent
         filled in by its `when_absent` rule. Raises RuntimeError or Missing when a read fails."""
         assert entry.effective is not None and entry.declared is not None
-        eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands)
+        eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands,
+                            api=entry.effective.api)
         eff_src = render(entry.effective.source, vs)
         if entry.declared.same_as_effective:
             return eff_raw, eff_raw, eff_src, render(entry.declared.source, vs) or eff_src
-        dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands)
+        dec_raw = self._run(env, entry.declared.command, entry.declared.parse, vs, commands, api=entry.declared.api)
         dec_src = render(entry.declared.source, vs)
         absent = entry.declared.when_absent
         if dec_raw is None and absent is not None:
             if absent.read is not None:
-                dec_raw = self._run(env, absent.read.command, absent.read.parse, vs, commands)
+                dec_raw = self._run(env, absent.read.command, absent.read.parse, vs, commands, api=absent.read.api)
             elif groups.get("name") in absent.values:
                 dec_raw = absent.values[groups["name"]]
             elif absent.value is not None:

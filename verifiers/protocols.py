@@ -24,6 +24,8 @@ __all__ = [
     "SLI_NAMES",
     "SLISource",
     "Environment",
+    "DeclaredRef",
+    "DeclaredLayerReader",
     "VerdictStatus",
     "FeedbackCode",
     "Verdict",
@@ -67,6 +69,11 @@ class RestartResult:
     image_after: str
     duration_s: float = 0.0
     detail: str = ""
+    # "" when the environment only asked for the restart (the probe then waits on describe()); otherwise the
+    # environment waited on the rollout itself and `ready` is final: "complete", "not_ready" (new pods came up and
+    # did not become ready: the restart regressed), or "stalled" (the platform never carried the restart out: the
+    # controller did not observe it, or no new pod appeared), which leaves survivability unknown.
+    rollout: str = ""
 
     @property
     def image_unchanged(self) -> bool:
@@ -84,6 +91,9 @@ class ComponentInfo:
     stateful: bool = False
     restartable: bool = False
     image: str = ""
+    # What `kubectl get` shows of a rollout, where the environment knows it (None elsewhere).
+    updated_replicas: int | None = None
+    available_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,28 @@ class Environment(Protocol):
     def restart(self, target: str) -> RestartResult: ...
 
     def describe(self) -> EnvironmentDescription: ...
+
+
+@dataclass(frozen=True)
+class DeclaredRef:
+    """One declared-layer object a persistence read names: Helm release values, a ConfigMap (one key of it, or the
+    whole object), or one environment variable of a workload (resolved through the ConfigMaps it takes env from)."""
+
+    kind: str  # helm_values | configmap | workload_env
+    name: str
+    namespace: str = ""
+    key: str = ""
+    workload_kind: str = "deployment"
+
+
+@runtime_checkable
+class DeclaredLayerReader(Protocol):
+    """An environment that reads the declared layer through its platform's API (the guard's own reads, never
+    shown to the agent). `read_declared` answers with the text the equivalent operator command prints (`helm get
+    values -o json`, `kubectl get configmap -o yaml` or one key's value, one env var's value), so the catalogue's
+    parse steps apply unchanged; it raises LookupError when the object is absent."""
+
+    def read_declared(self, ref: DeclaredRef) -> str: ...
 
 
 class VerdictStatus(str, enum.Enum):

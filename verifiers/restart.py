@@ -6,6 +6,8 @@ constraint), through `env.restart(target)`; waits in the environment's clock unt
 replicas; then re-reads every changed key's effective value (the persistence reads) and re-runs convergence on
 a window that starts after the restart. Anything that reverted, or SLIs that regress, is RESTART_REGRESSION.
 Evidence follows the spec's restart receipt: old and new pod, ready, before and after probes, image unchanged.
+A restart the platform never carried out (the receipt's rollout is "stalled": no new pod, the controller did not
+observe it) is ERROR, never PASS: survivability was not tested.
 """
 
 from __future__ import annotations
@@ -113,7 +115,10 @@ class RestartProbe(VerifierBase):
         for t in targets:
             before = env.describe().component(t)
             res = env.restart(t)
-            ready = res.ready or self._wait_ready(env, t, rc.ready_timeout_s, rc.poll_s)
+            # An environment that waited on the rollout itself (res.rollout set) has the final word: its old pods
+            # may still count as ready replicas while the new ones never came, which describe() cannot tell.
+            ready = res.ready if res.rollout else (
+                res.ready or self._wait_ready(env, t, rc.ready_timeout_s, rc.poll_s))
             after = env.describe().component(t)
             receipts.append({
                 "target_service": t, "old_pod": res.old_id, "new_pod": res.new_id, "ready": ready,
@@ -121,6 +126,7 @@ class RestartProbe(VerifierBase):
                 "image_identity_unchanged": res.image_unchanged, "duration_s": res.duration_s,
                 "restarts_before": before.restarts if before else None,
                 "restarts_after": after.restarts if after else None, "detail": res.detail,
+                "rollout": res.rollout,
             })
         ready_at = env.clock.now()
         if rc.post_ready_wait_s > 0:
@@ -128,6 +134,14 @@ class RestartProbe(VerifierBase):
         post = self._probe(env, keys)
         ev: dict[str, Any] = {**base_ev, "targets": receipts, "pre_restart": pre, "post_restart": post,
                               "ready_at": ready_at}
+        stalled = [r for r in receipts if r["rollout"] == "stalled"]
+        if stalled:
+            # The platform never carried the restart out (no new pod, or the controller did not observe it): what
+            # a restart does to the repair is unknown, so neither PASS nor a regression the agent caused.
+            return Verdict(VerdictStatus.ERROR, self.name, message=(
+                "the restart probe could not restart " + "; ".join(f"{r['target_service']}: {r['detail']}"
+                                                                   for r in stalled)
+                + ". Restart survivability is unknown; check the workload's controller and events"), evidence=ev)
         changed_image = [r["target_service"] for r in receipts if not r["image_identity_unchanged"]]
         if changed_image:
             return Verdict(VerdictStatus.ERROR, self.name, message=(

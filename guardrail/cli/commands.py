@@ -8,3 +8,4 @@ from guardrail.cli import policy  # noqa: F401,E402
 from guardrail.cli import mcp  # noqa: F401,E402
 from guardrail.cli import shell  # noqa: F401,E402
 from guardrail.cli import audit  # noqa: F401,E402
+from guardrail.cli import context  # noqa: F401,E402

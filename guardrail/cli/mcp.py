@@ -22,7 +22,11 @@ __all__ = ["mcp"]
 
 @cli.command("mcp")
 @click.option("--env", "env_spec", default="local", show_default=True,
-              help="Where commands run: `local` (this machine's shell) or `twin:<scenario>`.")
+              help="Where commands run: `local` (this machine's shell), `kubernetes[:NAMESPACE]` (a cluster through "
+                   "its API) or `twin:<scenario>`.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="--env kubernetes: the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context-name", default=None, help="--env kubernetes: the kubeconfig context to use.")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
@@ -48,7 +52,7 @@ __all__ = ["mcp"]
 @click.option("--max-request-bytes", type=click.IntRange(1024, 64 * 1024 * 1024), default=None,
               help="HTTP: largest request body (default 1 MiB); a larger one gets 413 before it is parsed.")
 @slo_options
-def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
+def mcp(env_spec: str, kubeconfig: str | None, context_name: str | None, context_path: str | None, policy: str | None, journal_dir: str, criteria_path: str | None,
         mode: str, transport: str,
         host: str, port: int, http_path: str, token_file: str | None, no_auth: bool, max_sessions: int | None,
         max_request_bytes: int | None, prometheus_url: str | None, slo_path: str | None) -> None:
@@ -70,9 +74,10 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
         raise InputError("--token-file and --no-auth apply to --transport http", path="--transport")
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
-    resolve_environment(env_spec, context)
-    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx), prometheus_url, slo_path,
-                                     load_criteria(criteria_path))
+    env_options = {"kubeconfig": kubeconfig, "context_name": context_name}
+    resolve_environment(env_spec, context, env_options)
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options), prometheus_url,
+                                     slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=env_factory, mode=Mode(mode), criteria=criteria,
                              max_sessions=max_sessions or MAX_SESSIONS)

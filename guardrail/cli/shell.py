@@ -34,6 +34,11 @@ __all__ = ["shell"]
 
 
 @cli.command("shell")
+@click.option("--env", "env_spec", default="local", show_default=True,
+              help="Where the agent's commands run: `local` (this machine's shell) or `kubernetes[:NAMESPACE]`.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="--env kubernetes: the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context-name", default=None, help="--env kubernetes: the kubeconfig context to use.")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False), default=None,
               help="Public incident context (YAML/JSON, or a scenario file: only its public part is read).")
 @click.option("--policy", "policy", type=click.Path(file_okay=False), default=None,
@@ -50,7 +55,7 @@ __all__ = ["shell"]
               help="The agent's user under --confine (created as a system user when missing).")
 @slo_options
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
-def shell(context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
+def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, context_path: str | None, policy: str | None, journal_path: str | None, criteria_path: str | None,
           mode: str, confine: bool, confine_user: str, prometheus_url: str | None, slo_path: str | None,
           agent_command: tuple[str, ...]) -> None:
     """Run AGENT_COMMAND with kubectl, helm, psql, mysql, redis-cli, curl, restart-svc.sh ... guarded."""
@@ -58,10 +63,12 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
     from guardrail.adapters.shell.shimdir import RESOLVED_FILE
     from guardrail.adapters.shell.protocol import SECRET_ENV, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV
-    from guardrail.envs.local import LocalEnvironment
+    from guardrail.envs import resolve_environment
 
     agent_user = confined_user(confine_user) if confine else None
     context = context_from(context_path)
+    env_options = {"kubeconfig": kubeconfig, "context_name": context_name}
+    resolve_environment(env_spec, context, env_options)  # a bad --env fails now (exit 2), before the journal
     if journal_path is None:
         journal_path = f"guardrail-journals/shell-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
     journal = Path(journal_path)
@@ -70,8 +77,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     key = journal.name[:-len(".jsonl")]
     if journal_name(key) != journal.name:
         raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
-    env_factory, criteria = observed(lambda ctx: LocalEnvironment(), prometheus_url, slo_path,
-                                     load_criteria(criteria_path))
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options), prometheus_url,
+                                     slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
                              env_factory=env_factory, mode=Mode(mode), criteria=criteria)
     # Everything else is checked before the journal is opened: a failed start appends nothing to it.
@@ -128,6 +135,11 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         if agent_user is not None:
             env.update(HOME=agent_user.pw_dir if os.path.isdir(agent_user.pw_dir) else "/tmp",
                        USER=agent_user.pw_name, LOGNAME=agent_user.pw_name)
+        # The shims run the real tools in the agent's shell: an environment that points them somewhere (the
+        # Kubernetes environment's KUBECONFIG) says so, so the agent acts where the guard looks.
+        shell_variables = getattr(session.env, "shell_variables", None)
+        if callable(shell_variables):
+            env.update(shell_variables())
         try:
             agent = subprocess.Popen(argv, env=env)
         except OSError as e:

@@ -2,7 +2,8 @@
 
 Called by the adapters (`guardrail mcp --env ...`). A spec is `name` or `name:argument` (`local`,
 `twin:ia-006`); the name is looked up in the `guardrail.environments` entry-point group, whose factories take
-`(argument, context=IncidentContext)` and return a `verifiers.protocols.Environment`. guardrail ships `local`;
+`(argument, context=IncidentContext, **options)` and return a `verifiers.protocols.Environment`. guardrail ships
+`local` and `kubernetes`;
 arena plugs in `twin` (and later `live`), so the guard works where no arena is installed.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from guardrail.context import IncidentContext
 from guardrail.errors import InputError
@@ -44,8 +45,12 @@ def _factory(name: str) -> Callable[..., Any]:
                          path="--env") from e
 
 
-def resolve_environment(spec: str, context: IncidentContext | None = None) -> Environment:
-    """Build the environment a spec names. Bad or missing environments are InputErrors (CLI exit 2)."""
+def resolve_environment(spec: str, context: IncidentContext | None = None,
+                        options: Mapping[str, Any] | None = None) -> Environment:
+    """Build the environment a spec names. Bad or missing environments are InputErrors (CLI exit 2).
+
+    `options` are an environment's own settings from the command line (`kubeconfig`, `context_name` ...): each one
+    given (not None) goes to the factory's keyword of that name; one the environment does not take is bad input."""
     name, arg = split_spec(spec)
     if not name:
         raise InputError("empty environment spec (try `local` or `twin:<scenario>`)", path="--env")
@@ -54,6 +59,10 @@ def resolve_environment(spec: str, context: IncidentContext | None = None) -> En
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    for k in given:
+        if k not in params:
+            raise InputError(f"does not apply to --env {name}", path="--" + k.replace("_", "-"))
     if "context" in params:
-        return factory(arg, context=context)
-    return factory(arg) if arg or params else factory()
+        return factory(arg, context=context, **given)
+    return factory(arg, **given) if arg or params else factory()

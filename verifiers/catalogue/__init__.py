@@ -83,6 +83,20 @@ class ParseStep(BaseModel):
         return self
 
 
+class ApiRead(BaseModel):
+    """The same read through the platform's API, used when the environment offers one
+    (verifiers.protocols.DeclaredLayerReader): it answers with the text `command` would print, so `parse` applies
+    unchanged. Fields are templates like the command's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["helm_values", "configmap", "workload_env"]
+    name: str
+    namespace: str = ""
+    key: str = ""  # configmap: one key (else the object as YAML); workload_env: the variable
+    workload_kind: str = "deployment"
+
+
 class Read(BaseModel):
     """An operator command that reads one value, and how to parse its output."""
 
@@ -91,6 +105,7 @@ class Read(BaseModel):
     command: str
     parse: list[ParseStep] = Field(default_factory=list)
     source: str = ""  # what is read, in words (shown in evidence)
+    api: ApiRead | None = None
 
 
 class AbsentRule(BaseModel):
@@ -301,14 +316,21 @@ class Catalogue:
                     return e, _groups(key, m)
             source = parse_source(value)
             break
-        for e in self.entries:
-            m = e.matches(key, scope)
-            if m:
-                return e, {**_groups(key, m), **source}
+        wanted = _API_KIND.get(source.get("source_kind", ""))
+        matching = [(e, m) for e in self.entries for m in (e.matches(key, scope),) if m]
+        # A pinned source (`configmap/redis-config:redis.conf`) picks the first entry that reads that kind of
+        # source; without one (or none reads it), the first entry for the key.
+        e_m = next(((e, m) for e, m in matching if wanted and e.declared is not None and e.declared.api is not None
+                    and e.declared.api.kind == wanted), None) or (matching[0] if matching else None)
+        if e_m is not None:
+            return e_m[0], {**_groups(key, e_m[1]), **source}
         return None
 
     def get(self, entry_id: str) -> CatalogueEntry | None:
         return next((e for e in self.entries if e.id == entry_id), None)
+
+
+_API_KIND = {"configmap": "configmap", "helm": "helm_values"}
 
 
 def parse_source(value: str) -> dict[str, str]:
