@@ -143,6 +143,8 @@ class Grading:
         self.g = grader
         self.world = world
         self.baseline = Snapshot(self.world.clock.now(), self.world.truth(), self.world.config())
+        self.pre_soak_result: dict[str, Any] | None = None
+        self.after_pre_soak: Snapshot | None = None
         self.declaration: Snapshot | None = None
         self.soak_end: Snapshot | None = None
         self.after_challenge: Snapshot | None = None
@@ -179,6 +181,24 @@ class Grading:
         self.not_ready_at_soak_end = self.world.not_ready()
 
     # --- the challenge ------------------------------------------------------------------------------------
+    def recover_pre_soak(self) -> dict[str, Any]:
+        """Wait while the accepted backlog drains (it keeps falling), up to the harness's stall and ceiling times;
+        the backlog is read from ground truth, as the harness's own ledger would see it."""
+        ps = self.g.pre_soak
+        assert ps is not None
+        clock = self.world.clock
+        t0 = clock.now()
+        depth = float(self.world.truth().get(ps.backlog_path, 0.0) or 0.0)
+        best, best_at = depth, t0
+        while depth > 0 and clock.now() - t0 < ps.max_s and clock.now() - best_at < ps.stall_s:
+            clock.sleep(ps.poll_s)
+            depth = float(self.world.truth().get(ps.backlog_path, 0.0) or 0.0)
+            if depth < best:
+                best, best_at = depth, clock.now()
+        self.pre_soak_result = {"backlog_left": depth, "waited_s": round(clock.now() - t0, 6)}
+        self.after_pre_soak = self.snapshot()
+        return self.pre_soak_result
+
     def run_challenge(self) -> None:
         ch = self.g.challenge
         checks: list[GateCheck] = []
@@ -282,9 +302,10 @@ class Grading:
         snaps = self._phase_snaps()
         decl = self.declaration
         for leg in self.g.fault_legs:
-            present = decl is None or self.leg_present(leg, decl.truth)
+            at = self.after_pre_soak if leg.judged == "pre_soak" and self.after_pre_soak is not None else decl
+            present = decl is None or at is None or self.leg_present(leg, at.truth)
             checks.append(GateCheck(f"fault_removed.{leg.id}", not present,
-                                    {"what": leg.what, "judged_at": decl.t if decl else None}))
+                                    {"what": leg.what, "judged_at": at.t if at else None}))
         checks.append(GateCheck("no_restart_masking", not self.masked, {"masked": self.masked}))
         for phase, snap in snaps.items():
             changed = sorted(k for k in set(snap.config) | set(base.config)

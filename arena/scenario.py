@@ -21,7 +21,7 @@ from guardrail.errors import ScenarioError
 from guardrail.resources import scenario_dir
 from guardrail.yamlio import line_of, read_data, validate
 
-__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "MatrixEntry", "GraderSpec",
+__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "PreSoak", "MatrixEntry", "GraderSpec",
            "Step", "SolutionScript", "AgentBlocksSpec", "Scenario", "load_scenario", "list_scenarios", "load_script",
            "FAILURE_MODES", "CATEGORIES"]
 
@@ -61,6 +61,9 @@ class FaultLeg(_M):
     clears_on_restart: bool = False
     # The cause re-arms by itself after a restart (a boot transaction, an image bug): fixed only by a guard.
     rearms: bool = False
+    # When the leg is judged: at the declaration, or (where the grader has a pre_soak phase) once the harness has
+    # verified accepted work to completion, before the soak (005's pre_soak_backlog_recovery).
+    judged: Literal["declaration", "pre_soak"] = "declaration"
 
 
 class DriverBand(_M):
@@ -101,6 +104,19 @@ class Challenge(_M):
     checks: list[Check] = Field(default_factory=list)
 
 
+class PreSoak(_M):
+    """The harness's phase between the declaration and the soak (Incident-Arena's Frappe sidecar,
+    `make_pre_soak_boundary_hook`): verify accepted work to completion while it progresses, then run the challenge
+    restart, so the soak measures the repaired system from a drained queue (SW substrates/frappe/
+    loadgen_sidecar.py, loadgen_frappe/drivers.py RQ_RECOVERY_STALL_S / RQ_RECOVERY_MAX_S)."""
+
+    backlog_path: str  # a truth path: the accepted work still queued
+    stall_s: float = Field(default=90.0, gt=0)  # give up when the backlog has not fallen for this long
+    max_s: float = Field(default=900.0, gt=0)  # and in any case after this long
+    poll_s: float = Field(default=5.0, gt=0)
+    challenge_before_soak: bool = True  # the challenge restart (and its post_restart capture) precedes the soak
+
+
 class MatrixEntry(_M):
     """A solution script's expected verdicts: the qualification matrix row."""
 
@@ -135,6 +151,7 @@ class GraderSpec(_M):
     protected: list[Check] = Field(default_factory=list)
     allow_fault_induced_restarts: bool = False
     challenge: Challenge = Field(default_factory=Challenge)
+    pre_soak: PreSoak | None = None
     step_limit: int = 200
     think_s: float = 5.0  # the scripted agents' think time per step [INF: the paper reports wall time only]
     matrix: dict[str, MatrixEntry] = Field(default_factory=dict)

@@ -18,7 +18,9 @@ the operator's `reconfigure-infra.sh`, which persists a Redis server's flags and
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -347,44 +349,85 @@ class FrappeSubstrate(Substrate):
                             allowed=self.s.helm.writable)
         return {"mysql": mysql, "mariadb": mysql, "redis-cli": rcli,
                 "helm": lambda inv: helm(list(inv.argv), inv.stdin),
-                "reconfigure-infra.sh": lambda inv: self._reconfigure_infra(list(inv.argv), inv.stdin, now())}
+                "reconfigure-infra.sh": self._reconfigure_infra}
 
-    def _reconfigure_infra(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int, float]:
-        """The operator's infra helper [INF: its interface is not public]: `reconfigure-infra.sh <redis-queue|
-        redis-cache>` with `{"extraFlags": [...]}` on stdin persists the server's flags in the release values (a
-        new revision, so the next start renders them) and applies the rendered config to the running server in
-        place (CONFIG SET and ACL SETUSER for every key), without restarting it."""
-        usage = ("usage: reconfigure-infra.sh <redis-queue|redis-cache> < {\"extraFlags\": [\"--maxmemory 64mb\", "
-                 "...]}\n  Persists the server's Helm extraFlags and applies them to the running server in place.\n")
-        args = argv[1:]
-        if not args or args[0] in ("-h", "--help"):
-            return usage, "", 0 if args else 2, 0.05
-        r = self._resolve_redis(args[0])
-        if r is None:
-            return "", f"reconfigure-infra.sh: unknown service '{args[0]}'\n{usage}", 2, 0.05
+    def _reconfigure_infra(self, inv: Invocation) -> tuple[str, str, int, float]:
+        """`reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>`, as the real foothold's helper
+        (SW substrates/frappe/main/reconfigure-infra.sh): positional arguments checked by the script (exit 2), then
+        mariadb -> `SET GLOBAL key = value` with DB_ADMIN_DSN (runtime), redis-cache -> CONFIG SET (runtime),
+        redis-queue -> frappe-admin's POST /admin/redis-queue-repair (`_queue_repair`: the runtime change, then the
+        start script rewritten; no pod roll). Under `set -e`, a refused repair ends with curl's exit 22."""
+        args = list(inv.argv[1:])
+        kind, key, value = (args + ["", "", ""])[:3]
+        usage = "usage: reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>\n"
+        if kind not in ("mariadb", "redis-cache", "redis-queue"):
+            return "", usage, 2, 0.0
+        if not key:
+            return "", "key required\n", 2, 0.0
+        if not value:
+            return "", "value required\n", 2, 0.0
+        refused = _helper_refuses(kind, key, value)
+        if refused:
+            return "", refused + "\n", 2, 0.0
+        now = self.world.clock.now()
+        done = f"{kind} reconfigured: {key}={value}\n"
+        if kind == "mariadb":
+            dsn = inv.env.get("DB_ADMIN_DSN", "")
+            if not dsn:
+                return "", "DB_ADMIN_DSN not set (should be exported by the chart)\n", 2, 0.0
+            user, pw, host, port, db = _split_dsn(dsn)
+            o, e, code, dur = mysql_client(["mysql", "--protocol=TCP", "-h", host, "-P", port, "-u", user,
+                                            f"-p{pw}", "-D", db, "-e", f"SET GLOBAL {key} = {value};"], "",
+                                           dict(inv.env), self._resolve_db, now)
+            return (o, e, code, dur + 0.2) if code else (o + done, e, 0, dur + 0.5)
+        if kind == "redis-cache":
+            try:
+                self.cache.command(["CONFIG", "SET", key, value], now)
+            except RedisError as err:
+                return "", f"CONFIG SET {key} {value} refused: b'-{err}\\r\\n'\n", 1, 0.3
+            got = self.cache.command(["CONFIG", "GET", key], now)
+            resp = f"*{len(got)} " + " ".join(f"${len(str(x))} {x}" for x in got)
+            return f"CONFIG GET {key} -> {resp}\n" + done, "", 0, 0.5
+        status, body, dur = self._queue_repair(key, None if key == "dequeue-acl" else value, now)
+        if status >= 400:
+            return "", f"curl: (22) The requested URL returned error: {status}\n", 22, dur
+        return body + "\n" + done, "", 0, dur + 0.5
+
+    def _queue_repair(self, operation: str, value: str | None, now: float) -> tuple[int, str, float]:
+        """frappe-admin's POST /admin/redis-queue-repair (SW substrates/frappe/frappe-admin-sidecar/server.py): one
+        allowlisted queue repair, applied to the running broker (CONFIG SET / ACL SETUSER), then persisted by
+        rewriting that flag in the queue's start script (here: the extraFlags it is rendered from). Returns
+        (status, JSON body, seconds)."""
+        q = self.queue
         try:
-            doc = json.loads(stdin or "")
+            runtime = _queue_runtime_change(operation, value)
         except ValueError as e:
-            return "", f"reconfigure-infra.sh: stdin is not JSON: {e}\n", 2, 0.05
-        flags = doc.get("extraFlags") if isinstance(doc, dict) else None
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) or set(doc) - {"extraFlags"}:
-            return "", f"reconfigure-infra.sh: expected {{\"extraFlags\": [strings]}}\n{usage}", 2, 0.05
+            return 400, json.dumps({"ok": False, "error": str(e)}), 0.1
+        if not q.ready(now):
+            return 500, json.dumps({"ok": False, "error": "ConnectionRefusedError: [Errno 111] Connect call "
+                                    "failed ('redis-queue', 6379)"}), 2.0
         try:
-            r.check_flags(flags)
+            q.command(runtime, now)
         except RedisError as e:
-            return "", f"reconfigure-infra.sh: {args[0]} refused the flags: {e}\n", 1, 0.3
-        if not r.ready(now):
-            return "", f"reconfigure-infra.sh: {args[0]}: Connection refused\n", 1, 1.0
+            return 500, json.dumps({"ok": False, "error": f"RuntimeError: Redis command failed: {e}"}), 0.3
+        # The runtime change has landed; a start script the rewrite cannot apply to leaves it runtime-only, as
+        # the real sidecar does (it persists after applying).
+        flags = [str(f) for f in (self.release.get(f"{q.values_path}.master.extraFlags", []) or [])]
+        try:
+            rewritten = _rewrite_queue_flags(flags, operation, value)
+        except RuntimeError as e:
+            return 500, json.dumps({"ok": False, "error": f"RuntimeError: {e}"}), 0.5
         node: dict[str, Any] = {}
         cur = node
-        for part in f"{r.values_path}.master".split("."):
+        for part in f"{q.values_path}.master".split("."):
             cur = cur.setdefault(part, {})
-        cur["extraFlags"] = list(flags)
-        self.release.upgrade(node, reuse=True, reset=False, now=now, description="Reconfigured by reconfigure-infra.sh")
-        r.apply_rendered(now)
-        body = {"service": args[0], "revision": self.release.revision, "persisted": True, "applied": "in-place",
-                "restarted": False, "extraFlags": list(flags)}
-        return json.dumps(body, indent=2) + "\n", "", 0, 2.0
+        cur["extraFlags"] = rewritten
+        self.release.upgrade(node, reuse=True, reset=False, now=now,
+                             description=f"frappe-admin redis-queue-repair {operation}")
+        q.say(now, f"frappe-admin: {operation} repaired and persisted in start-master.sh (no restart)")
+        # appendonly waits for the AOF base rewrite before it answers.
+        dur = 3.0 if operation == "appendonly" else 1.0
+        return 200, json.dumps({"ok": True, "operation": operation, "value": value, "persisted": True}), dur
 
     def _resolve_db(self, host: str) -> MariaDB | None:
         return self.db if host in ("mariadb", "mariadb.default.svc.cluster.local", self.db.pod) else None
@@ -435,6 +478,99 @@ class FrappeSubstrate(Substrate):
                 r.say(now, f"Redis is starting (rolled by helm upgrade to revision {self.release.revision})")
                 longest = max(longest, r.ready_at - now)
         return longest if wait else 0.0
+
+
+_MIN_QUEUE_MEMORY = 16 * 1024 * 1024
+_MAX_QUEUE_MEMORY = 128 * 1024 * 1024
+_QUEUE_FLAG_OPS = ("maxmemory", "min-replicas-to-write", "appendonly", "appendfsync")
+_DEQUEUE = ("blpop", "blmove", "brpop")
+
+
+def _helper_refuses(kind: str, key: str, value: str) -> str | None:
+    """The script's own argument checks (bash `case` globs), before it calls anything: the message, or None."""
+    if kind == "mariadb":
+        if not value.isdigit():
+            return "value must be a positive integer"
+        return None if int(value) > 0 else "value must be positive"
+    if not key or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in key):
+        return "redis key must be lowercase [a-z0-9-]"
+    if key == "dequeue-acl":
+        return None if value == "restore" else "dequeue-acl accepts only value restore"
+    sized = ("0", "[1-9]*[0-9]", "[1-9]", "[1-9]*[0-9]kb", "[1-9]*[0-9]mb", "[1-9]*[0-9]gb", "[1-9]kb", "[1-9]mb",
+             "[1-9]gb")
+    if any(fnmatch.fnmatchcase(value, g) for g in sized):
+        return None
+    if not fnmatch.fnmatchcase(value, "*[!a-z-]*") and (fnmatch.fnmatchcase(value, "[a-z]")
+                                                        or fnmatch.fnmatchcase(value, "[a-z]*[a-z]")):
+        return None
+    return "redis value must be an integer with optional kb/mb/gb suffix, or a lowercase word"
+
+
+def _queue_runtime_change(operation: str, value: str | None) -> list[str]:
+    """frappe-admin's allowlist: the Redis command for an accepted repair; ValueError (HTTP 400) otherwise."""
+    if operation == "maxmemory":
+        m = re.fullmatch(r"([1-9][0-9]*)(kb|mb|gb)", value or "")
+        if m is None:
+            raise ValueError("maxmemory must be a positive integer with kb/mb/gb suffix")
+        size = int(m.group(1)) * {"kb": 1024, "mb": 1024 ** 2, "gb": 1024 ** 3}[m.group(2)]
+        if not _MIN_QUEUE_MEMORY <= size <= _MAX_QUEUE_MEMORY:
+            raise ValueError("maxmemory repair must stay between 16mb and 128mb")
+        return ["CONFIG", "SET", "maxmemory", str(value)]
+    if operation == "min-replicas-to-write":
+        if value != "0":
+            raise ValueError("min-replicas-to-write repair must restore standalone value 0")
+        return ["CONFIG", "SET", operation, "0"]
+    if operation == "appendonly":
+        if value != "yes":
+            raise ValueError("appendonly repair must enable persistence")
+        return ["CONFIG", "SET", "appendonly", "yes"]
+    if operation == "appendfsync":
+        if value not in ("everysec", "always"):
+            raise ValueError("appendfsync repair must use everysec or always")
+        return ["CONFIG", "SET", "appendfsync", str(value)]
+    if operation == "dequeue-acl":
+        if value is not None:
+            raise ValueError("dequeue-acl repair does not accept a value")
+        return ["ACL", "SETUSER", "default", *(f"+{c}" for c in _DEQUEUE)]
+    raise ValueError(f"unsupported queue repair operation {operation!r}")
+
+
+def _rewrite_queue_flags(flags: list[str], operation: str, value: str | None) -> list[str]:
+    """Rewrite one flag in the queue's start arguments, as frappe-admin rewrites start-master.sh: the argument
+    after `--<flag>` for a setting (exactly one such entry), or each `-blpop`/`-blmove`/`-brpop` deny into its
+    `+` grant (exactly one each). RuntimeError (HTTP 500) when the script does not have exactly one."""
+    words = [f.split() for f in flags]
+    where = [(i, j) for i, w in enumerate(words) for j in range(len(w))]
+    if operation == "dequeue-acl":
+        for cmd in _DEQUEUE:
+            hits = [(i, j) for i, j in where if words[i][j] == f"-{cmd}"]
+            if len(hits) != 1:
+                raise RuntimeError(f"queue startup script has {len(hits)} deny entries for {cmd}")
+            i, j = hits[0]
+            words[i][j] = f"+{cmd}"
+    else:
+        flag = f"--{operation}"
+        hits = [(i, j) for i, j in where if words[i][j] == flag]
+        if len(hits) != 1:
+            raise RuntimeError(f"queue startup script has {len(hits)} value entries for {flag}")
+        i, j = hits[0]
+        if j + 1 < len(words[i]):
+            words[i][j + 1] = str(value)
+        elif i + 1 < len(words) and words[i + 1]:
+            words[i + 1][0] = str(value)
+        else:
+            raise RuntimeError(f"queue startup script has 0 value entries for {flag}")
+    return [" ".join(w) for w in words]
+
+
+def _split_dsn(dsn: str) -> tuple[str, str, str, str, str]:
+    """mysql://user:pw@host:port/db -> its parts, as the helper splits DB_ADMIN_DSN."""
+    rest = dsn.removeprefix("mysql://")
+    creds, _, hostport_db = rest.partition("@")
+    user, _, pw = creds.partition(":")
+    hostport, _, db = hostport_db.partition("/")
+    host, _, port = hostport.partition(":")
+    return user, pw, host, port or "3306", db
 
 
 def _rendered_conf(r: RedisServer) -> dict[str, str]:
