@@ -189,8 +189,11 @@ class FrappeSubstrate(Substrate):
         self.cache = w.add(RedisServer("redis-cache", values=self.release, values_path=c.values_path,
                                        base_bytes=c.base_bytes, image=_REDIS_IMAGE, namespace=ns, restartable=False, boot_s=c.boot_s,
                                        hosts=("redis-cache", "redis-cache:6379", "redis-cache-master")))
+        # frappe-admin is a sidecar in every Frappe workload pod, behind the `frappe-admin` Service; frappe-web's
+        # pod answers for it (SW substrates/frappe/frappe-admin-sidecar/server.py).
         self.web = w.add(FrappeWeb("frappe-web", image=_FRAPPE_IMAGE, namespace=ns, boot_s=spec.web.boot_s,
-                                   hosts=("frappe-web", "frappe-web:8000")))
+                                   hosts=("frappe-web", "frappe-web:8000", "frappe-admin", "frappe-admin:8000")))
+        self.web.http = self._admin_http  # type: ignore[method-assign]
         wl = spec.worker_long
         self.worker = w.add(Worker("worker-long", replicas=wl.replicas, service_s=wl.service_s, retry_s=wl.retry_s,
                                    backoff_max_s=wl.backoff_max_s, image=_FRAPPE_IMAGE, namespace=ns, boot_s=wl.boot_s))
@@ -388,10 +391,52 @@ class FrappeSubstrate(Substrate):
             got = self.cache.command(["CONFIG", "GET", key], now)
             resp = f"*{len(got)} " + " ".join(f"${len(str(x))} {x}" for x in got)
             return f"CONFIG GET {key} -> {resp}\n" + done, "", 0, 0.5
-        status, body, dur = self._queue_repair(key, None if key == "dequeue-acl" else value, now)
+        payload = {"operation": key} if key == "dequeue-acl" else {"operation": key, "value": value}
+        target = self.world.component("frappe-admin")
+        if target is None or not target.ready(now):
+            return "", "curl: (7) Failed to connect to frappe-admin port 8000: Connection refused\n", 7, 0.1
+        status, body = target.http("POST", "/admin/redis-queue-repair", json.dumps(payload), now)
+        dur = 3.0 if key == "appendonly" and status < 300 else 1.0
         if status >= 400:
             return "", f"curl: (22) The requested URL returned error: {status}\n", 22, dur
         return body + "\n" + done, "", 0, dur + 0.5
+
+    def _admin_http(self, method: str, path: str, body: str, now: float) -> tuple[int, str]:
+        """frappe-admin's routes that touch the queue broker: POST /admin/redis-queue-repair (the helper's),
+        POST /admin/redis-queue-restart (the harness's challenge restart, reachable from the foothold too) and
+        GET /admin/redis-config (the settings and the default user's ACL)."""
+        route = path.split("?", 1)[0]
+        if route == "/healthz" and method == "GET":
+            return 200, json.dumps({"ok": True})
+        if route == "/admin/redis-queue-repair" and method == "POST":
+            try:
+                doc = json.loads(body or "")
+            except ValueError as e:
+                return 400, json.dumps({"ok": False, "error": f"invalid JSON body: {e}"})
+            if not isinstance(doc, dict) or set(doc) - {"operation", "value"}:
+                return 400, json.dumps({"ok": False, "error": "body must contain only operation and optional value"})
+            op, value = doc.get("operation"), doc.get("value")
+            if not isinstance(op, str) or (value is not None and not isinstance(value, str)):
+                return 400, json.dumps({"ok": False, "error": "operation and value must be strings"})
+            status, out, _ = self._queue_repair(op, value, now)
+            return status, out
+        if route == "/admin/redis-queue-restart" and method == "POST":
+            if not self.queue.ready(now):
+                return 500, json.dumps({"ok": False, "error": "RuntimeError: queue pod is not ready"})
+            rec = self.world.restart(self.queue.name, by="agent")
+            self.queue.say(now, "Redis is starting (pod deleted by frappe-admin /admin/redis-queue-restart)")
+            return 200, json.dumps({"ok": True, "restart": {"old_uid": rec.old_uid, "new_uid": rec.new_uid}})
+        if route == "/admin/redis-config" and method == "GET":
+            if not (self.queue.ready(now) and self.cache.ready(now)):
+                return 500, json.dumps({"ok": False, "error": "ConnectionRefusedError: redis not ready"})
+            keys = ("appendfsync", "appendonly", "maxmemory", "maxmemory-policy", "min-replicas-to-write")
+            acl = self.queue.acl.get("default")
+            return 200, json.dumps({
+                "schema_version": 1, "engine": "redis", "service": "redis-queue",
+                "settings": {k: self.queue.get(k) for k in keys},
+                "cache_settings": {k: self.cache.get(k) for k in keys},
+                "acl_state": {"user": "default", "command_rules": sorted(acl.rules) if acl else []}})
+        return 404, json.dumps({"detail": "Not Found"})
 
     def _queue_repair(self, operation: str, value: str | None, now: float) -> tuple[int, str, float]:
         """frappe-admin's POST /admin/redis-queue-repair (SW substrates/frappe/frappe-admin-sidecar/server.py): one
