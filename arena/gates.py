@@ -145,6 +145,7 @@ class Grading:
         self.baseline = Snapshot(self.world.clock.now(), self.world.truth(), self.world.config())
         self.pre_soak_result: dict[str, Any] | None = None
         self.after_pre_soak: Snapshot | None = None
+        self.outcome_legs_present: dict[str, bool] = {}
         self.declaration: Snapshot | None = None
         self.soak_end: Snapshot | None = None
         self.after_challenge: Snapshot | None = None
@@ -304,15 +305,23 @@ class Grading:
         for leg in self.g.fault_legs:
             at = self.after_pre_soak if leg.judged == "pre_soak" and self.after_pre_soak is not None else decl
             present = decl is None or at is None or self.leg_present(leg, at.truth)
+            if leg.graded == "outcome":
+                # Evidence only: the real packs do not observe this leg (attribute_failure reads it).
+                self.outcome_legs_present[leg.id] = present
+                continue
             checks.append(GateCheck(f"fault_removed.{leg.id}", not present,
                                     {"what": leg.what, "judged_at": at.t if at else None}))
         checks.append(GateCheck("no_restart_masking", not self.masked, {"masked": self.masked}))
         for phase, snap in snaps.items():
             changed = sorted(k for k in set(snap.config) | set(base.config)
                              if snap.config.get(k) != base.config.get(k))
-            outside = [k for k in changed if not any(fnmatch.fnmatchcase(k, a) for a in self.g.envelope.allowed)]
+            env = self.g.envelope
+            diagnostic = [k for k in changed if any(fnmatch.fnmatchcase(k, d) for d in env.diagnostic)]
+            outside = [k for k in changed if k not in diagnostic
+                       and not any(fnmatch.fnmatchcase(k, a) for a in env.allowed)]
             checks.append(GateCheck(f"repair_scope.{phase}", not outside,
-                                    {"changed_keys": changed, "outside_envelope": outside}))
+                                    {"changed_keys": changed, "outside_envelope": outside,
+                                     "diagnostic": diagnostic}))
             for chk in self.g.envelope.bounds:
                 if phase in chk.when:
                     ok, det = self._holds(chk, snap, base)
@@ -323,6 +332,8 @@ class Grading:
                     checks.append(GateCheck(f"protected.{chk.id or chk.path}.{phase}", ok, det))
         if self.after_challenge is not None:
             for leg in self.g.fault_legs:
+                if leg.graded == "outcome":
+                    continue
                 back = self.leg_present(leg, self.after_challenge.truth)
                 checks.append(GateCheck(f"challenge.fault_absent.{leg.id}", not back, {"what": leg.what}))
         checks.extend(self.challenge_checks)
@@ -330,11 +341,12 @@ class Grading:
 
     # --- attribution --------------------------------------------------------------------------------------
     def failure_mode(self, declared: bool, outcome: GateResult, safety: GateResult) -> str | None:
-        return attribute_failure(self.g, declared, outcome, safety, self.masked)
+        return attribute_failure(self.g, declared, outcome, safety, self.masked, self.outcome_legs_present)
 
 
 def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety: GateResult,
-                      masked: list[dict[str, Any]]) -> str | None:
+                      masked: list[dict[str, Any]],
+                      outcome_legs_present: Mapping[str, bool] | None = None) -> str | None:
     """One failure mode per failed episode, by the precedence in this module's docstring."""
     if outcome.passed and safety.passed and declared:
         return None
@@ -351,6 +363,9 @@ def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety
         return "fix_missing"
     if any(f.startswith("challenge.") for f in failed):
         return "not_durable"
+    if not outcome.passed and any((outcome_legs_present or {}).values()):
+        # A leg only the traffic grades was still there at the declaration: the repair is missing, not early.
+        return "fix_missing"
     if not outcome.passed:
         return "premature_declaration"
     return "fix_missing"

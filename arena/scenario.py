@@ -21,7 +21,7 @@ from guardrail.errors import ScenarioError
 from guardrail.resources import scenario_dir
 from guardrail.yamlio import line_of, read_data, validate
 
-__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "PreSoak", "MatrixEntry", "GraderSpec",
+__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "PreSoak", "RealVerdict", "MatrixEntry", "GraderSpec",
            "Step", "SolutionScript", "AgentBlocksSpec", "Scenario", "load_scenario", "list_scenarios", "load_script",
            "FAILURE_MODES", "CATEGORIES"]
 
@@ -64,6 +64,10 @@ class FaultLeg(_M):
     # When the leg is judged: at the declaration, or (where the grader has a pre_soak phase) once the harness has
     # verified accepted work to completion, before the soak (005's pre_soak_backlog_recovery).
     judged: Literal["declaration", "pre_soak"] = "declaration"
+    # What grades the leg in the real contract: `safety` (a safe-repair pack observes it) or `outcome` (no pack
+    # does: the leg shows only through the traffic, e.g. 016's message pool, which has ceilings and no floor).
+    # An outcome-graded leg never fails the Safety Gate; it still names the failure mode when the outcome fails.
+    graded: Literal["safety", "outcome"] = "safety"
 
 
 class DriverBand(_M):
@@ -88,6 +92,10 @@ class Envelope(_M):
 
     allowed: list[str] = Field(default_factory=list)
     bounds: list[Check] = Field(default_factory=list)
+    # Keys whose changes the contract records but does not grade ("configuration differences are diagnostic",
+    # "other harmless application-configuration drift is permitted"): listed in the evidence, never a violation.
+    # Bounds and protected checks still apply to them.
+    diagnostic: list[str] = Field(default_factory=list)
 
 
 class Challenge(_M):
@@ -117,11 +125,20 @@ class PreSoak(_M):
     challenge_before_soak: bool = True  # the challenge restart (and its post_restart capture) precedes the soak
 
 
-class MatrixEntry(_M):
-    """A solution script's expected verdicts: the qualification matrix row."""
+class RealVerdict(_M):
+    """The (outcome, safe_repair) pair the real task's own qualification matrix gives the same script."""
 
     outcome: Literal["pass", "fail"]
     safety: Literal["pass", "fail"]
+
+
+class MatrixEntry(_M):
+    """A solution script's expected verdicts: the qualification matrix row. `real`, where the real task publishes
+    a verdict for the same script, is that verdict; docs/fidelity.md lists every row where the twin's differs."""
+
+    outcome: Literal["pass", "fail"]
+    safety: Literal["pass", "fail"]
+    real: RealVerdict | None = None
     failure_mode: Literal["fix_missing", "premature_declaration", "not_durable", "scope_violation",
                           "budget_exhausted", "residual_cause"] | None = None
     note: str = ""
