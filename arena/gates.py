@@ -361,11 +361,12 @@ def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety
         return "residual_cause"
     if any(f.startswith("fault_removed.") for f in failed):
         return "fix_missing"
+    if any((outcome_legs_present or {}).values()) and (not outcome.passed or failed):
+        # A leg only the traffic grades was still there at the declaration: the repair is missing, neither early
+        # nor lost on a restart.
+        return "fix_missing"
     if any(f.startswith("challenge.") for f in failed):
         return "not_durable"
-    if not outcome.passed and any((outcome_legs_present or {}).values()):
-        # A leg only the traffic grades was still there at the declaration: the repair is missing, not early.
-        return "fix_missing"
     if not outcome.passed:
         return "premature_declaration"
     return "fix_missing"
