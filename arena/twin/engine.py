@@ -110,6 +110,12 @@ class TwinEnvironment:
             extra["incident_start_s"] = 0.0
         return extra
 
+    def operator_view(self) -> "OperatorView":
+        """The same world through an operator's read-only credential: every program the twin models (helm get
+        values, kubectl get/describe/logs), no Kubernetes writes. What a guard deployed beside the agent with its
+        own read access observes; the agent's commands still run on `run`."""
+        return OperatorView(self)
+
     # --- helpers ------------------------------------------------------------------------------------------
     def rbac_allows(self, verb: str) -> bool:
         return verb in self.spec.rbac
@@ -123,6 +129,7 @@ class TwinEnvironment:
         return surfaces.surface(self.spec.substrate).kubernetes
 
     def _restrict_to_surface(self) -> None:
+        self._all_handlers = dict(self.shell.handlers)
         """Keep only the programs the real `main` pod has (arena/twin/tools.yaml); a program the surface lists but
         nothing implements is a data error, found when the twin is built."""
         surfaces = tool_surfaces()
@@ -136,6 +143,57 @@ class TwinEnvironment:
             raise ScenarioError(f"the {self.spec.substrate} tool surface lists programs the twin does not "
                                 f"implement: {', '.join(missing)}", path="arena/twin/tools.yaml")
         self.shell.handlers = {k: v for k, v in self.shell.handlers.items() if k in wanted}
+
+
+_HELM_WRITES = ("upgrade", "install", "rollback", "uninstall")
+
+
+class OperatorView:
+    """A read-only operator's `Environment` over a twin: all modelled programs, kubectl reads, no writes."""
+
+    kubernetes_authority = "read"
+
+    def __init__(self, twin: TwinEnvironment):
+        self.twin = twin
+        self.world = twin.world
+        self.spec = twin.spec
+        self.shell = Shell(self.world.clock.sleep, twin.spec.shell_env)
+        install_generic(self)  # type: ignore[arg-type]
+        for name, handler in getattr(twin, "_all_handlers", twin.shell.handlers).items():
+            if name not in ("kubectl", "curl", "helm"):
+                self.shell.register(name, handler)
+        helm = getattr(twin, "_all_handlers", twin.shell.handlers).get("helm")
+        if helm is not None:
+            self.shell.register("helm", _read_only_helm(helm))
+
+    @property
+    def clock(self):
+        return self.world.clock
+
+    def run(self, command: str) -> CommandResult:
+        return self.shell.run(command)
+
+    def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
+            step: float | None = None) -> list[Sample]:
+        return self.twin.sli(query, window, labels=labels, step=step)
+
+    def restart(self, target: str) -> RestartResult:
+        return self.twin.restart(target)
+
+    def describe(self) -> EnvironmentDescription:
+        return self.twin.describe()
+
+    def rbac_allows(self, verb: str) -> bool:
+        return False
+
+
+def _read_only_helm(helm: Any) -> Any:
+    def run(inv: Any) -> tuple[str, str, int, float]:
+        if len(inv.argv) > 1 and inv.argv[1] in _HELM_WRITES:
+            return "", "Error: the operator view is read-only\n", 1, 0.0
+        return helm(inv)
+
+    return run
 
 
 def build_twin(spec: TwinSpec | Mapping[str, Any], seed: int = 0, *, start: bool = True) -> TwinEnvironment:
