@@ -18,13 +18,12 @@ the operator's `reconfigure-infra.sh`, which persists a Redis server's flags and
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import re
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arena.twin.frappe.admin import USAGE, helper_refuses, queue_runtime_change, rewrite_queue_flags, split_dsn
 from arena.twin.frappe.backlog import BacklogSpec, MailSink, SeededBacklog
 from arena.twin.frappe.helm import HelmRelease, helm_program
 from arena.twin.frappe.mariadb import MariaDB, SqlError
@@ -362,14 +361,14 @@ class FrappeSubstrate(Substrate):
         start script rewritten; no pod roll). Under `set -e`, a refused repair ends with curl's exit 22."""
         args = list(inv.argv[1:])
         kind, key, value = (args + ["", "", ""])[:3]
-        usage = "usage: reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>\n"
+        usage = USAGE + "\n"
         if kind not in ("mariadb", "redis-cache", "redis-queue"):
             return "", usage, 2, 0.0
         if not key:
             return "", "key required\n", 2, 0.0
         if not value:
             return "", "value required\n", 2, 0.0
-        refused = _helper_refuses(kind, key, value)
+        refused = helper_refuses(kind, key, value)
         if refused:
             return "", refused + "\n", 2, 0.0
         now = self.world.clock.now()
@@ -378,7 +377,7 @@ class FrappeSubstrate(Substrate):
             dsn = inv.env.get("DB_ADMIN_DSN", "")
             if not dsn:
                 return "", "DB_ADMIN_DSN not set (should be exported by the chart)\n", 2, 0.0
-            user, pw, host, port, db = _split_dsn(dsn)
+            user, pw, host, port, db = split_dsn(dsn)
             o, e, code, dur = mysql_client(["mysql", "--protocol=TCP", "-h", host, "-P", port, "-u", user,
                                             f"-p{pw}", "-D", db, "-e", f"SET GLOBAL {key} = {value};"], "",
                                            dict(inv.env), self._resolve_db, now)
@@ -445,7 +444,7 @@ class FrappeSubstrate(Substrate):
         (status, JSON body, seconds)."""
         q = self.queue
         try:
-            runtime = _queue_runtime_change(operation, value)
+            runtime = queue_runtime_change(operation, value)
         except ValueError as e:
             return 400, json.dumps({"ok": False, "error": str(e)}), 0.1
         if not q.ready(now):
@@ -459,7 +458,7 @@ class FrappeSubstrate(Substrate):
         # the real sidecar does (it persists after applying).
         flags = [str(f) for f in (self.release.get(f"{q.values_path}.master.extraFlags", []) or [])]
         try:
-            rewritten = _rewrite_queue_flags(flags, operation, value)
+            rewritten = rewrite_queue_flags(flags, operation, value)
         except RuntimeError as e:
             return 500, json.dumps({"ok": False, "error": f"RuntimeError: {e}"}), 0.5
         node: dict[str, Any] = {}
@@ -523,99 +522,6 @@ class FrappeSubstrate(Substrate):
                 r.say(now, f"Redis is starting (rolled by helm upgrade to revision {self.release.revision})")
                 longest = max(longest, r.ready_at - now)
         return longest if wait else 0.0
-
-
-_MIN_QUEUE_MEMORY = 16 * 1024 * 1024
-_MAX_QUEUE_MEMORY = 128 * 1024 * 1024
-_QUEUE_FLAG_OPS = ("maxmemory", "min-replicas-to-write", "appendonly", "appendfsync")
-_DEQUEUE = ("blpop", "blmove", "brpop")
-
-
-def _helper_refuses(kind: str, key: str, value: str) -> str | None:
-    """The script's own argument checks (bash `case` globs), before it calls anything: the message, or None."""
-    if kind == "mariadb":
-        if not value.isdigit():
-            return "value must be a positive integer"
-        return None if int(value) > 0 else "value must be positive"
-    if not key or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in key):
-        return "redis key must be lowercase [a-z0-9-]"
-    if key == "dequeue-acl":
-        return None if value == "restore" else "dequeue-acl accepts only value restore"
-    sized = ("0", "[1-9]*[0-9]", "[1-9]", "[1-9]*[0-9]kb", "[1-9]*[0-9]mb", "[1-9]*[0-9]gb", "[1-9]kb", "[1-9]mb",
-             "[1-9]gb")
-    if any(fnmatch.fnmatchcase(value, g) for g in sized):
-        return None
-    if not fnmatch.fnmatchcase(value, "*[!a-z-]*") and (fnmatch.fnmatchcase(value, "[a-z]")
-                                                        or fnmatch.fnmatchcase(value, "[a-z]*[a-z]")):
-        return None
-    return "redis value must be an integer with optional kb/mb/gb suffix, or a lowercase word"
-
-
-def _queue_runtime_change(operation: str, value: str | None) -> list[str]:
-    """frappe-admin's allowlist: the Redis command for an accepted repair; ValueError (HTTP 400) otherwise."""
-    if operation == "maxmemory":
-        m = re.fullmatch(r"([1-9][0-9]*)(kb|mb|gb)", value or "")
-        if m is None:
-            raise ValueError("maxmemory must be a positive integer with kb/mb/gb suffix")
-        size = int(m.group(1)) * {"kb": 1024, "mb": 1024 ** 2, "gb": 1024 ** 3}[m.group(2)]
-        if not _MIN_QUEUE_MEMORY <= size <= _MAX_QUEUE_MEMORY:
-            raise ValueError("maxmemory repair must stay between 16mb and 128mb")
-        return ["CONFIG", "SET", "maxmemory", str(value)]
-    if operation == "min-replicas-to-write":
-        if value != "0":
-            raise ValueError("min-replicas-to-write repair must restore standalone value 0")
-        return ["CONFIG", "SET", operation, "0"]
-    if operation == "appendonly":
-        if value != "yes":
-            raise ValueError("appendonly repair must enable persistence")
-        return ["CONFIG", "SET", "appendonly", "yes"]
-    if operation == "appendfsync":
-        if value not in ("everysec", "always"):
-            raise ValueError("appendfsync repair must use everysec or always")
-        return ["CONFIG", "SET", "appendfsync", str(value)]
-    if operation == "dequeue-acl":
-        if value is not None:
-            raise ValueError("dequeue-acl repair does not accept a value")
-        return ["ACL", "SETUSER", "default", *(f"+{c}" for c in _DEQUEUE)]
-    raise ValueError(f"unsupported queue repair operation {operation!r}")
-
-
-def _rewrite_queue_flags(flags: list[str], operation: str, value: str | None) -> list[str]:
-    """Rewrite one flag in the queue's start arguments, as frappe-admin rewrites start-master.sh: the argument
-    after `--<flag>` for a setting (exactly one such entry), or each `-blpop`/`-blmove`/`-brpop` deny into its
-    `+` grant (exactly one each). RuntimeError (HTTP 500) when the script does not have exactly one."""
-    words = [f.split() for f in flags]
-    where = [(i, j) for i, w in enumerate(words) for j in range(len(w))]
-    if operation == "dequeue-acl":
-        for cmd in _DEQUEUE:
-            hits = [(i, j) for i, j in where if words[i][j] == f"-{cmd}"]
-            if len(hits) != 1:
-                raise RuntimeError(f"queue startup script has {len(hits)} deny entries for {cmd}")
-            i, j = hits[0]
-            words[i][j] = f"+{cmd}"
-    else:
-        flag = f"--{operation}"
-        hits = [(i, j) for i, j in where if words[i][j] == flag]
-        if len(hits) != 1:
-            raise RuntimeError(f"queue startup script has {len(hits)} value entries for {flag}")
-        i, j = hits[0]
-        if j + 1 < len(words[i]):
-            words[i][j + 1] = str(value)
-        elif i + 1 < len(words) and words[i + 1]:
-            words[i + 1][0] = str(value)
-        else:
-            raise RuntimeError(f"queue startup script has 0 value entries for {flag}")
-    return [" ".join(w) for w in words]
-
-
-def _split_dsn(dsn: str) -> tuple[str, str, str, str, str]:
-    """mysql://user:pw@host:port/db -> its parts, as the helper splits DB_ADMIN_DSN."""
-    rest = dsn.removeprefix("mysql://")
-    creds, _, hostport_db = rest.partition("@")
-    user, _, pw = creds.partition(":")
-    hostport, _, db = hostport_db.partition("/")
-    host, _, port = hostport.partition(":")
-    return user, pw, host, port or "3306", db
 
 
 def _rendered_conf(r: RedisServer) -> dict[str, str]:

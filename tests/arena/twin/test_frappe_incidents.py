@@ -210,7 +210,7 @@ def test_mutation_a_helper_that_does_not_persist_makes_the_reference_not_durable
 
     assert verdict("ia-005", "reference") == (True, True, None)
     # A frappe-admin that applies the repair live but leaves the start script as it was.
-    monkeypatch.setattr(substrate, "_rewrite_queue_flags", lambda flags, operation, value: list(flags))
+    monkeypatch.setattr(substrate, "rewrite_queue_flags", lambda flags, operation, value: list(flags))
     assert verdict("ia-005", "reference") == (False, False, "not_durable")
 
 
