@@ -99,7 +99,7 @@ class Envelope(_M):
 
 
 class Challenge(_M):
-    """The verifier-owned challenge after the soak (Incident-Arena's challenge types)."""
+    """The verifier-owned challenge: after the soak, or before it where the grader has a `pre_soak` phase."""
 
     type: Literal["fixed_pod_restart", "database_checkpoint", "database_survival", "concurrent_sequence",
                   "service_event_recurrence", "none"] = "none"
