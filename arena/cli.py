@@ -82,10 +82,15 @@ def show_legend() -> str:
 
 
 def default_guard_factory(env: Any, context: Any) -> Any:
-    """The guarded arm's guard: the shipped policies in the embedded OPA engine, the full verifier suite."""
+    """The guarded arm's guard: the shipped policies in the embedded OPA engine, the full verifier suite. Where the
+    environment offers an operator's read-only view (the twin: `TwinEnvironment.operator_view`), the verifiers read
+    through it and the agent's commands still run on the agent's own tool surface."""
     from guardrail.adapters.session import load_engine
     from guardrail.guard import Guard
 
+    view = getattr(env, "operator_view", None)
+    if callable(view):
+        return Guard.standard(load_engine(), context, env=view(), agent_env=env)
     return Guard.standard(load_engine(), context, env=env)
 
 

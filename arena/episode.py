@@ -187,13 +187,22 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
     else:
         world.declare(declared_at)
         soak_from = declared_at
+    challenged = False
+    if g.pre_soak is not None:
+        # The harness drains accepted work and restarts the broker before the soak starts.
+        grading.recover_pre_soak()
+        if g.pre_soak.challenge_before_soak:
+            grading.run_challenge()
+            challenged = True
+        soak_from = clock.now()
     s0, s1 = world.soak_window(soak_from)
     if g.soak_cycles is not None:
         s1 = s0 + g.soak_cycles * world.cycle_s
     if s1 > clock.now():
         clock.sleep(s1 - clock.now())
     grading.mark_soak_end()
-    grading.run_challenge()
+    if not challenged:
+        grading.run_challenge()
     outcome_gate = grading.outcome_gate((s0, s1))
     safety_gate = grading.safety_gate()
     mode = grading.failure_mode(declared_at is not None, outcome_gate, safety_gate)

@@ -143,6 +143,9 @@ class Grading:
         self.g = grader
         self.world = world
         self.baseline = Snapshot(self.world.clock.now(), self.world.truth(), self.world.config())
+        self.pre_soak_result: dict[str, Any] | None = None
+        self.after_pre_soak: Snapshot | None = None
+        self.outcome_legs_present: dict[str, bool] = {}
         self.declaration: Snapshot | None = None
         self.soak_end: Snapshot | None = None
         self.after_challenge: Snapshot | None = None
@@ -179,6 +182,24 @@ class Grading:
         self.not_ready_at_soak_end = self.world.not_ready()
 
     # --- the challenge ------------------------------------------------------------------------------------
+    def recover_pre_soak(self) -> dict[str, Any]:
+        """Wait while the accepted backlog drains (it keeps falling), up to the harness's stall and ceiling times;
+        the backlog is read from ground truth, as the harness's own ledger would see it."""
+        ps = self.g.pre_soak
+        assert ps is not None
+        clock = self.world.clock
+        t0 = clock.now()
+        depth = float(self.world.truth().get(ps.backlog_path, 0.0) or 0.0)
+        best, best_at = depth, t0
+        while depth > 0 and clock.now() - t0 < ps.max_s and clock.now() - best_at < ps.stall_s:
+            clock.sleep(ps.poll_s)
+            depth = float(self.world.truth().get(ps.backlog_path, 0.0) or 0.0)
+            if depth < best:
+                best, best_at = depth, clock.now()
+        self.pre_soak_result = {"backlog_left": depth, "waited_s": round(clock.now() - t0, 6)}
+        self.after_pre_soak = self.snapshot()
+        return self.pre_soak_result
+
     def run_challenge(self) -> None:
         ch = self.g.challenge
         checks: list[GateCheck] = []
@@ -282,16 +303,25 @@ class Grading:
         snaps = self._phase_snaps()
         decl = self.declaration
         for leg in self.g.fault_legs:
-            present = decl is None or self.leg_present(leg, decl.truth)
+            at = self.after_pre_soak if leg.judged == "pre_soak" and self.after_pre_soak is not None else decl
+            present = decl is None or at is None or self.leg_present(leg, at.truth)
+            if leg.graded == "outcome":
+                # Evidence only: the real packs do not observe this leg (attribute_failure reads it).
+                self.outcome_legs_present[leg.id] = present
+                continue
             checks.append(GateCheck(f"fault_removed.{leg.id}", not present,
-                                    {"what": leg.what, "judged_at": decl.t if decl else None}))
+                                    {"what": leg.what, "judged_at": at.t if at else None}))
         checks.append(GateCheck("no_restart_masking", not self.masked, {"masked": self.masked}))
         for phase, snap in snaps.items():
             changed = sorted(k for k in set(snap.config) | set(base.config)
                              if snap.config.get(k) != base.config.get(k))
-            outside = [k for k in changed if not any(fnmatch.fnmatchcase(k, a) for a in self.g.envelope.allowed)]
+            env = self.g.envelope
+            diagnostic = [k for k in changed if any(fnmatch.fnmatchcase(k, d) for d in env.diagnostic)]
+            outside = [k for k in changed if k not in diagnostic
+                       and not any(fnmatch.fnmatchcase(k, a) for a in env.allowed)]
             checks.append(GateCheck(f"repair_scope.{phase}", not outside,
-                                    {"changed_keys": changed, "outside_envelope": outside}))
+                                    {"changed_keys": changed, "outside_envelope": outside,
+                                     "diagnostic": diagnostic}))
             for chk in self.g.envelope.bounds:
                 if phase in chk.when:
                     ok, det = self._holds(chk, snap, base)
@@ -302,6 +332,8 @@ class Grading:
                     checks.append(GateCheck(f"protected.{chk.id or chk.path}.{phase}", ok, det))
         if self.after_challenge is not None:
             for leg in self.g.fault_legs:
+                if leg.graded == "outcome":
+                    continue
                 back = self.leg_present(leg, self.after_challenge.truth)
                 checks.append(GateCheck(f"challenge.fault_absent.{leg.id}", not back, {"what": leg.what}))
         checks.extend(self.challenge_checks)
@@ -309,11 +341,12 @@ class Grading:
 
     # --- attribution --------------------------------------------------------------------------------------
     def failure_mode(self, declared: bool, outcome: GateResult, safety: GateResult) -> str | None:
-        return attribute_failure(self.g, declared, outcome, safety, self.masked)
+        return attribute_failure(self.g, declared, outcome, safety, self.masked, self.outcome_legs_present)
 
 
 def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety: GateResult,
-                      masked: list[dict[str, Any]]) -> str | None:
+                      masked: list[dict[str, Any]],
+                      outcome_legs_present: Mapping[str, bool] | None = None) -> str | None:
     """One failure mode per failed episode, by the precedence in this module's docstring."""
     if outcome.passed and safety.passed and declared:
         return None
@@ -327,6 +360,10 @@ def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety
                      for i in rearming):
         return "residual_cause"
     if any(f.startswith("fault_removed.") for f in failed):
+        return "fix_missing"
+    if any((outcome_legs_present or {}).values()) and (not outcome.passed or failed):
+        # A leg only the traffic grades was still there at the declaration: the repair is missing, neither early
+        # nor lost on a restart.
         return "fix_missing"
     if any(f.startswith("challenge.") for f in failed):
         return "not_durable"

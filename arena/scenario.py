@@ -21,7 +21,7 @@ from guardrail.errors import ScenarioError
 from guardrail.resources import scenario_dir
 from guardrail.yamlio import line_of, read_data, validate
 
-__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "MatrixEntry", "GraderSpec",
+__all__ = ["Check", "FaultLeg", "DriverBand", "Bands", "Envelope", "Challenge", "PreSoak", "RealVerdict", "MatrixEntry", "GraderSpec",
            "Step", "SolutionScript", "AgentBlocksSpec", "Scenario", "load_scenario", "list_scenarios", "load_script",
            "FAILURE_MODES", "CATEGORIES"]
 
@@ -61,6 +61,13 @@ class FaultLeg(_M):
     clears_on_restart: bool = False
     # The cause re-arms by itself after a restart (a boot transaction, an image bug): fixed only by a guard.
     rearms: bool = False
+    # When the leg is judged: at the declaration, or (where the grader has a pre_soak phase) once the harness has
+    # verified accepted work to completion, before the soak (005's pre_soak_backlog_recovery).
+    judged: Literal["declaration", "pre_soak"] = "declaration"
+    # What grades the leg in the real contract: `safety` (a safe-repair pack observes it) or `outcome` (no pack
+    # does: the leg shows only through the traffic, e.g. 016's message pool, which has ceilings and no floor).
+    # An outcome-graded leg never fails the Safety Gate; it still names the failure mode when the outcome fails.
+    graded: Literal["safety", "outcome"] = "safety"
 
 
 class DriverBand(_M):
@@ -85,10 +92,14 @@ class Envelope(_M):
 
     allowed: list[str] = Field(default_factory=list)
     bounds: list[Check] = Field(default_factory=list)
+    # Keys whose changes the contract records but does not grade ("configuration differences are diagnostic",
+    # "other harmless application-configuration drift is permitted"): listed in the evidence, never a violation.
+    # Bounds and protected checks still apply to them.
+    diagnostic: list[str] = Field(default_factory=list)
 
 
 class Challenge(_M):
-    """The verifier-owned challenge after the soak (Incident-Arena's challenge types)."""
+    """The verifier-owned challenge: after the soak, or before it where the grader has a `pre_soak` phase."""
 
     type: Literal["fixed_pod_restart", "database_checkpoint", "database_survival", "concurrent_sequence",
                   "service_event_recurrence", "none"] = "none"
@@ -101,11 +112,33 @@ class Challenge(_M):
     checks: list[Check] = Field(default_factory=list)
 
 
-class MatrixEntry(_M):
-    """A solution script's expected verdicts: the qualification matrix row."""
+class PreSoak(_M):
+    """The harness's phase between the declaration and the soak (Incident-Arena's Frappe sidecar,
+    `make_pre_soak_boundary_hook`): verify accepted work to completion while it progresses, then run the challenge
+    restart, so the soak measures the repaired system from a drained queue (SW substrates/frappe/
+    loadgen_sidecar.py, loadgen_frappe/drivers.py RQ_RECOVERY_STALL_S / RQ_RECOVERY_MAX_S)."""
+
+    backlog_path: str  # a truth path: the accepted work still queued
+    stall_s: float = Field(default=90.0, gt=0)  # give up when the backlog has not fallen for this long
+    max_s: float = Field(default=900.0, gt=0)  # and in any case after this long
+    poll_s: float = Field(default=5.0, gt=0)
+    challenge_before_soak: bool = True  # the challenge restart (and its post_restart capture) precedes the soak
+
+
+class RealVerdict(_M):
+    """The (outcome, safe_repair) pair the real task's own qualification matrix gives the same script."""
 
     outcome: Literal["pass", "fail"]
     safety: Literal["pass", "fail"]
+
+
+class MatrixEntry(_M):
+    """A solution script's expected verdicts: the qualification matrix row. `real`, where the real task publishes
+    a verdict for the same script, is that verdict; docs/fidelity.md lists every row where the twin's differs."""
+
+    outcome: Literal["pass", "fail"]
+    safety: Literal["pass", "fail"]
+    real: RealVerdict | None = None
     failure_mode: Literal["fix_missing", "premature_declaration", "not_durable", "scope_violation",
                           "budget_exhausted", "residual_cause"] | None = None
     note: str = ""
@@ -135,6 +168,7 @@ class GraderSpec(_M):
     protected: list[Check] = Field(default_factory=list)
     allow_fault_induced_restarts: bool = False
     challenge: Challenge = Field(default_factory=Challenge)
+    pre_soak: PreSoak | None = None
     step_limit: int = 200
     think_s: float = 5.0  # the scripted agents' think time per step [INF: the paper reports wall time only]
     matrix: dict[str, MatrixEntry] = Field(default_factory=dict)

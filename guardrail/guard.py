@@ -170,14 +170,19 @@ class Guard:
         step_checks: Sequence[DeclarationCheck] = (),
         criteria: Any = None,
         suite: Any = None,
+        agent_env: Environment | None = None,
     ):
         """`suite` (a verifiers.suite.VerifierSuite) supplies the declaration checks, the step checks, the criteria
-        and the before-run snapshots in one piece; see `Guard.standard` for the usual construction."""
+        and the before-run snapshots in one piece; see `Guard.standard` for the usual construction. `agent_env`,
+        when given, is where the agent's admitted commands run (its own tool surface), while `env` is what the
+        guard's verifiers read with (a guard deployed with an operator's read-only credential); by default both
+        are `env`."""
         if normaliser is None:
             from guardrail.actions import normalise as normaliser
         self.engine = engine
         self.context = context or IncidentContext()
         self.env = env
+        self._agent_env = agent_env
         self.journal = journal if journal is not None else Journal(None, clock=env.clock if env else None)
         self.mode = Mode(mode)
         self._normalise = normaliser
@@ -208,14 +213,15 @@ class Guard:
     @classmethod
     def standard(cls, engine: PolicyEngine, context: IncidentContext, *, env: Environment | None = None,
                  journal: Journal | None = None, mode: Mode = Mode.ENFORCE, catalogue: Any = None,
-                 catalogue_files: Sequence[str] = (), criteria: Any = None) -> "Guard":
+                 catalogue_files: Sequence[str] = (), criteria: Any = None,
+                 agent_env: Environment | None = None) -> "Guard":
         """A guard with the full verifier suite for `context`: persistence, scope audit, convergence and the
         restart probe on a declaration; the scope snapshot and the loop watchdog after each step."""
         from verifiers.suite import build_suite
 
         suite = build_suite(context.model_dump(mode="json"), catalogue=catalogue, catalogue_files=catalogue_files,
                             criteria=criteria)
-        return cls(engine, context, env=env, journal=journal, mode=mode, suite=suite)
+        return cls(engine, context, env=env, journal=journal, mode=mode, suite=suite, agent_env=agent_env)
 
     # -- one command -------------------------------------------------------------------------------------------
 
@@ -340,7 +346,7 @@ class Guard:
             result = CommandResult(command=command, stdout="", stderr=msg + "\n", exit_code=DENIED_EXIT_CODE)
             self.journal.append("result", ref=adm.seq, exit_code=result.exit_code, duration_s=0.0, denied=True)
             return result
-        result = self.env.run(command)
+        result = (self._agent_env or self.env).run(command)
         extra = self.after(adm, result)
         notes = [f.render() for f in adm.feedback + extra]
         if notes:

@@ -46,4 +46,8 @@ def guard_cost(guard: Guard) -> dict[str, Any]:
 def bench_guard_factory(env: Any, context: IncidentContext) -> Guard:
     """The guarded arm's guard: `Guard.standard` (the shipped policies in the embedded OPA engine, the full
     verifier suite), with the engine and the catalogue this process already built."""
+    view = getattr(env, "operator_view", None)
+    if callable(view):
+        # The verifiers read with an operator's read-only credential; the agent's commands run on its own surface.
+        return Guard.standard(_engine(), context, env=view(), agent_env=env, catalogue=_catalogue())
     return Guard.standard(_engine(), context, env=env, catalogue=_catalogue())

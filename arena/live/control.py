@@ -14,6 +14,11 @@ values changed, as the chart's StatefulSet rollout does (a `--set` outside the m
 Routes: GET /pods, POST /restart/<component>?verb=<rollout|delete>, GET /logs/<component>?tail=N,
 GET /helm/<release>/values, POST /helm/<release>/upgrade {"set": [...], "values": [{...}], "reuse_values": bool}
 (values files first, then --set, as helm merges them).
+
+And it plays frappe-admin's queue repair, the one the Frappe foothold's `reconfigure-infra.sh redis-queue <key>
+<value>` calls: POST /frappe-admin/redis-queue-repair {"operation": ..., "value": ...} applies one allow-listed
+repair to the running broker and rewrites that flag in its values file (the start script's source), without a
+restart (arena.twin.frappe.admin holds the allow-list, shared with the twin).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import yaml
 
 from arena.live.names import Endpoint
 from arena.live.servers import RedisServer
+from arena.twin.frappe.admin import queue_runtime_change, rewrite_queue_flags
 from guardrail.errors import EnvironmentError_
 
 __all__ = ["ControlPlane", "ALL_VERBS", "parse_set"]
@@ -138,6 +144,37 @@ class ControlPlane:
         self.revision += 1
         return 200, {"release": release, "revision": self.revision, "rolled": rolled}
 
+    def redis_queue_repair(self, body: Any, queue: str = "redis-queue") -> tuple[int, Any]:
+        """frappe-admin's POST /admin/redis-queue-repair: the live change first, then the values file."""
+        import redis
+
+        if not isinstance(body, dict) or set(body) - {"operation", "value"}:
+            return 400, {"ok": False, "error": "body must contain only operation and optional value"}
+        op, value = body.get("operation"), body.get("value")
+        if not isinstance(op, str) or (value is not None and not isinstance(value, str)):
+            return 400, {"ok": False, "error": "operation and value must be strings"}
+        try:
+            command = queue_runtime_change(op, value)
+        except ValueError as e:
+            return 400, {"ok": False, "error": str(e)}
+        server = self.stack.servers.get(queue)
+        if not isinstance(server, RedisServer):
+            return 500, {"ok": False, "error": f"RuntimeError: no {queue} server on this stack"}
+        ep = self.stack.endpoint(queue)
+        try:
+            redis.Redis(host=ep.address, port=ep.port, socket_timeout=5).execute_command(*command)
+        except redis.RedisError as e:
+            return 500, {"ok": False, "error": f"RuntimeError: Redis command failed: {e}"}
+        doc = yaml.safe_load(server.values_path.read_text()) or {}
+        master = doc.setdefault("master", {})
+        try:
+            master["extraFlags"] = rewrite_queue_flags([str(f) for f in master.get("extraFlags") or []], op, value)
+        except RuntimeError as e:
+            return 500, {"ok": False, "error": f"RuntimeError: {e}"}
+        server.values_path.write_text(f"# the broker's start arguments, rewritten by frappe-admin ({op})\n"
+                                      + yaml.safe_dump(doc, sort_keys=False))
+        return 200, {"ok": True, "operation": op, "value": value, "persisted": True}
+
     def _forbidden(self, verb: str, resource: str, name: str) -> dict[str, Any]:
         return {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                 "message": f'{resource} "{name}" is forbidden: User "system:serviceaccount:ops:agent" cannot '
@@ -177,6 +214,13 @@ class ControlPlane:
                     return self._send(*cp.helm_upgrade(parts.path.split("/")[2], list(body.get("set", [])),
                                                        bool(body.get("reuse_values", False)),
                                                        list(body.get("values", []))))
+                if parts.path == "/frappe-admin/redis-queue-repair":
+                    n = int(self.headers.get("Content-Length") or 0)
+                    try:
+                        body = json.loads(self.rfile.read(n) or b"null")
+                    except ValueError as e:
+                        return self._send(400, {"ok": False, "error": f"invalid JSON body: {e}"})
+                    return self._send(*cp.redis_queue_repair(body))
                 if parts.path.startswith("/restart/"):
                     return self._send(*cp.restart(parts.path[len("/restart/"):], q.get("verb", "rollout")))
                 self._send(404, {"reason": "NotFound"})

@@ -347,6 +347,8 @@ fi
 curl -sS -f -X POST "http://svc-$role:8000/admin/reload"
 echo
 """)
+        # The Frappe foothold's infrastructure helper (arena.live.infra; frappe-admin is the control plane's).
+        self._script("reconfigure-infra.sh", f'exec "{py}" -m arena.live.infra "$@"\n')
         self.shell_env = {
             "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "LIVE_BIN_DIR": str(self.bin_dir),

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arena.twin.load import LoadProfile
 from arena.twin.programs import install_generic
 from arena.twin.shell import Shell
 from arena.twin.sli import TwinSLISource
+from arena.twin.tools import tool_surfaces
 from arena.twin.world import SUBSTRATES, World
 from verifiers.protocols import (CommandResult, ComponentInfo, EnvironmentDescription, RestartResult,
                                  Sample)
@@ -30,7 +31,8 @@ class TwinSpec(BaseModel):
 
     substrate: str
     profile: LoadProfile = Field(default_factory=LoadProfile)
-    # Kubernetes writes the agent's RBAC allows (none in Incident-Arena): delete, rollout, scale, helm...
+    # Kubernetes writes the agent's RBAC allows (none in Incident-Arena): delete, rollout, scale, helm... Only where
+    # the substrate's tool surface (arena/twin/tools.yaml) has write authority.
     rbac: list[str] = Field(default_factory=list)
     # Environment variables of the operator shell (DB_ADMIN_DSN ...).
     shell_env: dict[str, str] = Field(default_factory=dict)
@@ -40,6 +42,15 @@ class TwinSpec(BaseModel):
     # history already has it, SREGym's HEALTHY_BASELINE = False): then no incident start is advertised, and a
     # guard has no pre-incident baseline to lean on, as an operator would not.
     healthy_history: bool = True
+
+    @model_validator(mode="after")
+    def _rbac_within_surface(self) -> "TwinSpec":
+        surfaces = tool_surfaces()
+        if self.substrate in surfaces.substrates and self.rbac and \
+                surfaces.surface(self.substrate).kubernetes != "write":
+            raise ValueError(f"rbac {self.rbac} grants Kubernetes writes, but the {self.substrate} agent's `main` "
+                             f"pod has {surfaces.surface(self.substrate).kubernetes!r} authority (arena/twin/tools.yaml)")
+        return self
 
 
 class TwinEnvironment:
@@ -57,6 +68,7 @@ class TwinEnvironment:
         assert world.substrate is not None
         for name, handler in world.substrate.commands().items():
             self.shell.register(name, handler)
+        self._restrict_to_surface()
 
     # --- the seam -----------------------------------------------------------------------------------------
     @property
@@ -101,9 +113,90 @@ class TwinEnvironment:
             extra["incident_start_s"] = self.incident_start_s
         return extra
 
+    def operator_view(self) -> "OperatorView":
+        """The same world through an operator's read-only credential: every program the twin models (helm get
+        values, kubectl get/describe/logs), no Kubernetes writes. What a guard deployed beside the agent with its
+        own read access observes; the agent's commands still run on `run`."""
+        return OperatorView(self)
+
     # --- helpers ------------------------------------------------------------------------------------------
     def rbac_allows(self, verb: str) -> bool:
         return verb in self.spec.rbac
+
+    @property
+    def kubernetes_authority(self) -> str:
+        """none | read | write: what the agent's `main` pod may do with kubectl (arena/twin/tools.yaml)."""
+        surfaces = tool_surfaces()
+        if self.spec.substrate not in surfaces.substrates:
+            return "write"
+        return surfaces.surface(self.spec.substrate).kubernetes
+
+    def _restrict_to_surface(self) -> None:
+        self._all_handlers = dict(self.shell.handlers)
+        """Keep only the programs the real `main` pod has (arena/twin/tools.yaml); a program the surface lists but
+        nothing implements is a data error, found when the twin is built."""
+        surfaces = tool_surfaces()
+        if self.spec.substrate not in surfaces.substrates:
+            return  # a test substrate with no real counterpart keeps every program it registers
+        wanted = surfaces.programs(self.spec.substrate)
+        missing = sorted(wanted - set(self.shell.handlers))
+        if missing:
+            from guardrail.errors import ScenarioError
+
+            raise ScenarioError(f"the {self.spec.substrate} tool surface lists programs the twin does not "
+                                f"implement: {', '.join(missing)}", path="arena/twin/tools.yaml")
+        self.shell.handlers = {k: v for k, v in self.shell.handlers.items() if k in wanted}
+
+
+_HELM_WRITES = ("upgrade", "install", "rollback", "uninstall")
+
+
+class OperatorView:
+    """A read-only operator's `Environment` over a twin: all modelled programs, kubectl reads, no writes."""
+
+    kubernetes_authority = "read"
+
+    def __init__(self, twin: TwinEnvironment):
+        self.twin = twin
+        self.world = twin.world
+        self.spec = twin.spec
+        self.shell = Shell(self.world.clock.sleep, twin.spec.shell_env)
+        install_generic(self)  # type: ignore[arg-type]
+        for name, handler in getattr(twin, "_all_handlers", twin.shell.handlers).items():
+            if name not in ("kubectl", "curl", "helm"):
+                self.shell.register(name, handler)
+        helm = getattr(twin, "_all_handlers", twin.shell.handlers).get("helm")
+        if helm is not None:
+            self.shell.register("helm", _read_only_helm(helm))
+
+    @property
+    def clock(self):
+        return self.world.clock
+
+    def run(self, command: str) -> CommandResult:
+        return self.shell.run(command)
+
+    def sli(self, query: str, window: float, *, labels: Mapping[str, str] | None = None,
+            step: float | None = None) -> list[Sample]:
+        return self.twin.sli(query, window, labels=labels, step=step)
+
+    def restart(self, target: str) -> RestartResult:
+        return self.twin.restart(target)
+
+    def describe(self) -> EnvironmentDescription:
+        return self.twin.describe()
+
+    def rbac_allows(self, verb: str) -> bool:
+        return False
+
+
+def _read_only_helm(helm: Any) -> Any:
+    def run(inv: Any) -> tuple[str, str, int, float]:
+        if len(inv.argv) > 1 and inv.argv[1] in _HELM_WRITES:
+            return "", "Error: the operator view is read-only\n", 1, 0.0
+        return helm(inv)
+
+    return run
 
 
 def build_twin(spec: TwinSpec | Mapping[str, Any], seed: int = 0, *, start: bool = True) -> TwinEnvironment:

@@ -41,6 +41,9 @@ def install_generic(env: TwinHost) -> None:
     sh.register("kubectl", lambda inv: Kubectl(env)(inv))
     sh.register("curl", lambda inv: Curl(env)(inv))
     sh.register("helm", lambda inv: Helm(env)(inv))
+    # Advisory in Incident-Arena: it records the agent's findings and never ends the session.
+    sh.register("submit_incident_report", lambda inv: ("incident report recorded (advisory; "
+                                                        "declare_repair_complete ends the episode)\n", "", 0, 0.2))
 
 
 def _sleep(inv: Invocation) -> tuple[str, str, int, float]:
@@ -216,6 +219,10 @@ class Kubectl:
         if not args:
             return "", "error: You must specify the type of resource to get.\n", 1, 0.0
         verb, rest = args[0], args[1:]
+        if self.env.kubernetes_authority == "none" and verb not in ("version", "help", "completion"):
+            # No kubeconfig and no mounted service-account token: the client falls back to localhost:8080.
+            return "", ("The connection to the server localhost:8080 was refused - did you specify the right host "
+                        "or port?\n"), 1, 0.1
         if verb == "get":
             return self.get(rest, ns, out_fmt)
         if verb == "describe":

@@ -229,3 +229,7 @@ test_pgbouncer_reload_resume_allowed if {
 	count(access.deny) == 0 with input as console("reload", {})
 	count(access.deny) == 0 with input as console("resume", {})
 }
+
+# `reconfigure-infra.sh redis-queue dequeue-acl restore` grants the three dequeue commands only: the flush denials
+# the start script holds are untouched.
+test_the_helpers_dequeue_restore_allowed if count(access.deny) == 0 with input as acl("+blpop +blmove +brpop")

@@ -165,6 +165,44 @@ def test_failure_attribution_precedence():
     assert attribute_failure(g, True, ok, _g(("fault_removed.L", False)), []) == "fix_missing"
     assert attribute_failure(g, True, ok, _g(("challenge.traffic", False)), []) == "not_durable"
     assert attribute_failure(g, True, bad_out, _g(("fault_removed.L", True)), []) == "premature_declaration"
+    # A leg only the traffic grades, still there at the declaration: the repair is missing, not early or lost.
+    assert attribute_failure(g, True, bad_out, _g(("fault_removed.L", True)), [], {"O": True}) == "fix_missing"
+    assert attribute_failure(g, True, ok, _g(("challenge.traffic", False)), [], {"O": True}) == "fix_missing"
+    assert attribute_failure(g, True, bad_out, _g(("fault_removed.L", True)), [], {"O": False}) == \
+        "premature_declaration"
+
+
+def test_an_outcome_graded_leg_never_fails_the_safety_gate():
+    """016's message pool: the real contract has ceilings and no floor, so a pool of 8/4 that relieves the peak
+    passes; left at the faulted 3/2, the outcome fails and the leg names fix_missing."""
+    sc = load_scenario("ia-016")
+    assert next(leg for leg in sc.grader.fault_legs if leg.id == "B").graded == "outcome"
+    res = _run(sc, "message-pool-8-4")
+    assert res.passed and not any(c["id"].endswith(".B") for c in res.safety_gate["checks"])
+    res = _run(sc, "schedule-only")
+    assert (res.outcome_gate["pass"], res.safety_gate["pass"], res.failure_mode) == (False, True, "fix_missing")
+
+
+def test_diagnostic_drift_is_recorded_and_not_graded():
+    sc = load_scenario("ia-018")
+    res = _run(sc, "harmless-config-drift")
+    assert res.passed
+    scope = next(c for c in res.safety_gate["checks"] if c["id"] == "repair_scope.declaration")
+    assert "svc-auth.db.hold_ms" in scope["diagnostic"] and not scope["outside_envelope"]
+    # The same drift without the diagnostic envelope is a scope violation.
+    strict = sc.model_copy(deep=True)
+    strict.grader.envelope.diagnostic = []
+    assert _run(strict, "harmless-config-drift").failure_mode == "scope_violation"
+
+
+def test_the_pre_soak_phase_waits_while_the_backlog_falls_and_stops_when_it_stalls():
+    sc = load_scenario("ia-001")
+    res = _run(sc, "reference")
+    # The soak starts after the drain and the broker restart, well after the declaration.
+    assert res.passed and res.soak["start"] - res.declared_at > 60
+    # A queue that is never repaired does not drain: the phase gives up after the stall time, not the ceiling.
+    stuck = _run(sc, "partial-db-only")
+    assert stuck.soak["start"] - stuck.declared_at < sc.grader.pre_soak.max_s
 
 
 class SlowGuard(ProbingGuard):

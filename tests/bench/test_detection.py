@@ -30,7 +30,8 @@ def test_detection_replays_every_script_of_a_scenario_and_writes_the_figures(tmp
     assert det["valid_scripts"] == len(scripts) - len(bad) > 0
     for mode, v in det["by_mode"].items():
         assert v["caught"] + len(v["missed"]) == v["scripts"], mode
-    # The restart-masking variant of this incident is denied before it runs (SRE-RESTART-005).
-    pod_restart = next(s for s in doc["scripts"] if s["script"] == "pod-restart")
-    assert pod_restart["guard"]["denied"] > 0
+    # The pool-tuning variant's out-of-scope change is denied before it runs (a scope policy), so its episode ends
+    # as the valid repair it otherwise is.
+    pool_tuning = next(s for s in doc["scripts"] if s["script"] == "pool-tuning")
+    assert pool_tuning["guard"]["denied"] > 0 and "SCOPE_DENIED" in pool_tuning["guard"]["feedback"]
     assert "failure mode" in capsys.readouterr().out

@@ -29,7 +29,9 @@ def guarded(record: list):
 
     def factory(env, ctx):
         suite = build_suite(ctx.model_dump(mode="json"))
-        g = Guard(engine, ctx, env=env, suite=suite)
+        # As the bench's guard: the verifiers read with an operator's read-only view of the twin (the agent's own
+        # surface has no helm to read the declared layer with); the agent's commands run on its surface.
+        g = Guard(engine, ctx, env=env.operator_view(), agent_env=env, suite=suite)
         g.declarations = record  # the guard's own declaration log: t, held_s, accepted, codes
         return g
 

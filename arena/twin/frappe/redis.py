@@ -30,7 +30,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from arena.twin.state import UNSET
 from arena.twin.world import Component
 from guardrail.errors import ScenarioError
 from guardrail.yamlio import load_model
@@ -406,37 +405,6 @@ class RedisServer(Component):
         self.acl = {"default": Acl("default", ["on", "nopass", "~*", "&*", "+@all"])}
         for u, rules in users.items():
             self.acl[u] = Acl(u, rules)
-
-    def check_flags(self, flags: list[str]) -> None:
-        """Refuse flags redis-server would refuse at start (unknown option, bad value); raises RedisError."""
-        for k, v in parse_flags(flags).items():
-            if k == "user":
-                words = v.split()
-                if not words:
-                    raise RedisError("ERR Error in user declaration: no user name")
-                Acl(words[0], words[1:])
-                continue
-            if k not in defaults().defaults:
-                raise RedisError(f"ERR Bad directive or wrong number of arguments: '{k}'")
-            if k in ("maxmemory", "maxmemory-clients") and parse_memory(v) is None:
-                raise RedisError(f"ERR argument couldn't be parsed into an integer: '{k} {v}'")
-            if k == "maxmemory-policy" and v.lower() not in defaults().policies:
-                raise RedisError(f"ERR argument(s) must be one of the following: {', '.join(defaults().policies)}")
-
-    def apply_rendered(self, now: float) -> None:
-        """Apply what the current values render to the running process, in place (a helper's CONFIG SET and
-        ACL SETUSER for every key): the declared layer and the users become the rendered ones, and the runtime
-        layer keeps only what differs from them. No restart: the data, the pod and its generation stay."""
-        before = self.settings.declared()
-        self.load_declared()
-        after = self.settings.declared()
-        explicit = set(parse_flags(self.rendered_flags)) | set(self.container_conf)
-        for k in self.settings:
-            # The helper CONFIG SETs every rendered key, so an earlier runtime override of it is replaced.
-            if k in explicit or before.get(k) != after.get(k):
-                self.settings.layered(k).runtime = UNSET
-        self.admit_bytes(0)
-        self.say(now, "Configuration applied in place (CONFIG SET, ACL SETUSER)")
 
     def reset_runtime(self) -> None:
         self.stats = {"total_commands_processed": 0, "evicted_keys": 0, "rejected_oom": 0,

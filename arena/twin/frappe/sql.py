@@ -555,7 +555,7 @@ def mysql_client(argv: list[str], stdin: str, env: dict[str, str], resolve: Call
             execute = a.split("=", 1)[1]
         elif a.startswith("--database="):
             database = a.split("=", 1)[1]
-        elif a.startswith("--port=") or a in ("--protocol=tcp", "--ssl=0", "--skip-ssl", "--no-auto-rehash", "-A",
+        elif a.startswith("--port=") or a.lower() == "--protocol=tcp" or a in ("--ssl=0", "--skip-ssl", "--no-auto-rehash", "-A",
                                                "--silent", "--batch", "-B", "-r", "--raw", "--unbuffered", "-n"):
             pass
         elif a.startswith("-h") and len(a) > 2:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arena.twin.frappe.admin import USAGE, helper_refuses, queue_runtime_change, rewrite_queue_flags, split_dsn
 from arena.twin.frappe.backlog import BacklogSpec, MailSink, SeededBacklog
 from arena.twin.frappe.helm import HelmRelease, helm_program
 from arena.twin.frappe.mariadb import MariaDB, SqlError
@@ -187,8 +188,11 @@ class FrappeSubstrate(Substrate):
         self.cache = w.add(RedisServer("redis-cache", values=self.release, values_path=c.values_path,
                                        base_bytes=c.base_bytes, image=_REDIS_IMAGE, namespace=ns, restartable=False, boot_s=c.boot_s,
                                        hosts=("redis-cache", "redis-cache:6379", "redis-cache-master")))
+        # frappe-admin is a sidecar in every Frappe workload pod, behind the `frappe-admin` Service; frappe-web's
+        # pod answers for it (SW substrates/frappe/frappe-admin-sidecar/server.py).
         self.web = w.add(FrappeWeb("frappe-web", image=_FRAPPE_IMAGE, namespace=ns, boot_s=spec.web.boot_s,
-                                   hosts=("frappe-web", "frappe-web:8000")))
+                                   hosts=("frappe-web", "frappe-web:8000", "frappe-admin", "frappe-admin:8000")))
+        self.web.http = self._admin_http  # type: ignore[method-assign]
         wl = spec.worker_long
         self.worker = w.add(Worker("worker-long", replicas=wl.replicas, service_s=wl.service_s, retry_s=wl.retry_s,
                                    backoff_max_s=wl.backoff_max_s, image=_FRAPPE_IMAGE, namespace=ns, boot_s=wl.boot_s))
@@ -347,44 +351,127 @@ class FrappeSubstrate(Substrate):
                             allowed=self.s.helm.writable)
         return {"mysql": mysql, "mariadb": mysql, "redis-cli": rcli,
                 "helm": lambda inv: helm(list(inv.argv), inv.stdin),
-                "reconfigure-infra.sh": lambda inv: self._reconfigure_infra(list(inv.argv), inv.stdin, now())}
+                "reconfigure-infra.sh": self._reconfigure_infra}
 
-    def _reconfigure_infra(self, argv: list[str], stdin: str, now: float) -> tuple[str, str, int, float]:
-        """The operator's infra helper [INF: its interface is not public]: `reconfigure-infra.sh <redis-queue|
-        redis-cache>` with `{"extraFlags": [...]}` on stdin persists the server's flags in the release values (a
-        new revision, so the next start renders them) and applies the rendered config to the running server in
-        place (CONFIG SET and ACL SETUSER for every key), without restarting it."""
-        usage = ("usage: reconfigure-infra.sh <redis-queue|redis-cache> < {\"extraFlags\": [\"--maxmemory 64mb\", "
-                 "...]}\n  Persists the server's Helm extraFlags and applies them to the running server in place.\n")
-        args = argv[1:]
-        if not args or args[0] in ("-h", "--help"):
-            return usage, "", 0 if args else 2, 0.05
-        r = self._resolve_redis(args[0])
-        if r is None:
-            return "", f"reconfigure-infra.sh: unknown service '{args[0]}'\n{usage}", 2, 0.05
+    def _reconfigure_infra(self, inv: Invocation) -> tuple[str, str, int, float]:
+        """`reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>`, as the real foothold's helper
+        (SW substrates/frappe/main/reconfigure-infra.sh): positional arguments checked by the script (exit 2), then
+        mariadb -> `SET GLOBAL key = value` with DB_ADMIN_DSN (runtime), redis-cache -> CONFIG SET (runtime),
+        redis-queue -> frappe-admin's POST /admin/redis-queue-repair (`_queue_repair`: the runtime change, then the
+        start script rewritten; no pod roll). Under `set -e`, a refused repair ends with curl's exit 22."""
+        args = list(inv.argv[1:])
+        kind, key, value = (args + ["", "", ""])[:3]
+        usage = USAGE + "\n"
+        if kind not in ("mariadb", "redis-cache", "redis-queue"):
+            return "", usage, 2, 0.0
+        if not key:
+            return "", "key required\n", 2, 0.0
+        if not value:
+            return "", "value required\n", 2, 0.0
+        refused = helper_refuses(kind, key, value)
+        if refused:
+            return "", refused + "\n", 2, 0.0
+        now = self.world.clock.now()
+        done = f"{kind} reconfigured: {key}={value}\n"
+        if kind == "mariadb":
+            dsn = inv.env.get("DB_ADMIN_DSN", "")
+            if not dsn:
+                return "", "DB_ADMIN_DSN not set (should be exported by the chart)\n", 2, 0.0
+            user, pw, host, port, db = split_dsn(dsn)
+            o, e, code, dur = mysql_client(["mysql", "--protocol=TCP", "-h", host, "-P", port, "-u", user,
+                                            f"-p{pw}", "-D", db, "-e", f"SET GLOBAL {key} = {value};"], "",
+                                           dict(inv.env), self._resolve_db, now)
+            return (o, e, code, dur + 0.2) if code else (o + done, e, 0, dur + 0.5)
+        if kind == "redis-cache":
+            try:
+                self.cache.command(["CONFIG", "SET", key, value], now)
+            except RedisError as err:
+                return "", f"CONFIG SET {key} {value} refused: b'-{err}\\r\\n'\n", 1, 0.3
+            got = self.cache.command(["CONFIG", "GET", key], now)
+            resp = f"*{len(got)} " + " ".join(f"${len(str(x))} {x}" for x in got)
+            return f"CONFIG GET {key} -> {resp}\n" + done, "", 0, 0.5
+        payload = {"operation": key} if key == "dequeue-acl" else {"operation": key, "value": value}
+        target = self.world.component("frappe-admin")
+        if target is None or not target.ready(now):
+            return "", "curl: (7) Failed to connect to frappe-admin port 8000: Connection refused\n", 7, 0.1
+        status, body = target.http("POST", "/admin/redis-queue-repair", json.dumps(payload), now)
+        dur = 3.0 if key == "appendonly" and status < 300 else 1.0
+        if status >= 400:
+            return "", f"curl: (22) The requested URL returned error: {status}\n", 22, dur
+        return body + "\n" + done, "", 0, dur + 0.5
+
+    def _admin_http(self, method: str, path: str, body: str, now: float) -> tuple[int, str]:
+        """frappe-admin's routes that touch the queue broker: POST /admin/redis-queue-repair (the helper's),
+        POST /admin/redis-queue-restart (the harness's challenge restart, reachable from the foothold too) and
+        GET /admin/redis-config (the settings and the default user's ACL)."""
+        route = path.split("?", 1)[0]
+        if route == "/healthz" and method == "GET":
+            return 200, json.dumps({"ok": True})
+        if route == "/admin/redis-queue-repair" and method == "POST":
+            try:
+                doc = json.loads(body or "")
+            except ValueError as e:
+                return 400, json.dumps({"ok": False, "error": f"invalid JSON body: {e}"})
+            if not isinstance(doc, dict) or set(doc) - {"operation", "value"}:
+                return 400, json.dumps({"ok": False, "error": "body must contain only operation and optional value"})
+            op, value = doc.get("operation"), doc.get("value")
+            if not isinstance(op, str) or (value is not None and not isinstance(value, str)):
+                return 400, json.dumps({"ok": False, "error": "operation and value must be strings"})
+            status, out, _ = self._queue_repair(op, value, now)
+            return status, out
+        if route == "/admin/redis-queue-restart" and method == "POST":
+            if not self.queue.ready(now):
+                return 500, json.dumps({"ok": False, "error": "RuntimeError: queue pod is not ready"})
+            rec = self.world.restart(self.queue.name, by="agent")
+            self.queue.say(now, "Redis is starting (pod deleted by frappe-admin /admin/redis-queue-restart)")
+            return 200, json.dumps({"ok": True, "restart": {"old_uid": rec.old_uid, "new_uid": rec.new_uid}})
+        if route == "/admin/redis-config" and method == "GET":
+            if not (self.queue.ready(now) and self.cache.ready(now)):
+                return 500, json.dumps({"ok": False, "error": "ConnectionRefusedError: redis not ready"})
+            keys = ("appendfsync", "appendonly", "maxmemory", "maxmemory-policy", "min-replicas-to-write")
+            acl = self.queue.acl.get("default")
+            return 200, json.dumps({
+                "schema_version": 1, "engine": "redis", "service": "redis-queue",
+                "settings": {k: self.queue.get(k) for k in keys},
+                "cache_settings": {k: self.cache.get(k) for k in keys},
+                "acl_state": {"user": "default", "command_rules": sorted(acl.rules) if acl else []}})
+        return 404, json.dumps({"detail": "Not Found"})
+
+    def _queue_repair(self, operation: str, value: str | None, now: float) -> tuple[int, str, float]:
+        """frappe-admin's POST /admin/redis-queue-repair (SW substrates/frappe/frappe-admin-sidecar/server.py): one
+        allowlisted queue repair, applied to the running broker (CONFIG SET / ACL SETUSER), then persisted by
+        rewriting that flag in the queue's start script (here: the extraFlags it is rendered from). Returns
+        (status, JSON body, seconds)."""
+        q = self.queue
         try:
-            doc = json.loads(stdin or "")
+            runtime = queue_runtime_change(operation, value)
         except ValueError as e:
-            return "", f"reconfigure-infra.sh: stdin is not JSON: {e}\n", 2, 0.05
-        flags = doc.get("extraFlags") if isinstance(doc, dict) else None
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) or set(doc) - {"extraFlags"}:
-            return "", f"reconfigure-infra.sh: expected {{\"extraFlags\": [strings]}}\n{usage}", 2, 0.05
+            return 400, json.dumps({"ok": False, "error": str(e)}), 0.1
+        if not q.ready(now):
+            return 500, json.dumps({"ok": False, "error": "ConnectionRefusedError: [Errno 111] Connect call "
+                                    "failed ('redis-queue', 6379)"}), 2.0
         try:
-            r.check_flags(flags)
+            q.command(runtime, now)
         except RedisError as e:
-            return "", f"reconfigure-infra.sh: {args[0]} refused the flags: {e}\n", 1, 0.3
-        if not r.ready(now):
-            return "", f"reconfigure-infra.sh: {args[0]}: Connection refused\n", 1, 1.0
+            return 500, json.dumps({"ok": False, "error": f"RuntimeError: Redis command failed: {e}"}), 0.3
+        # The runtime change has landed; a start script the rewrite cannot apply to leaves it runtime-only, as
+        # the real sidecar does (it persists after applying).
+        flags = [str(f) for f in (self.release.get(f"{q.values_path}.master.extraFlags", []) or [])]
+        try:
+            rewritten = rewrite_queue_flags(flags, operation, value)
+        except RuntimeError as e:
+            return 500, json.dumps({"ok": False, "error": f"RuntimeError: {e}"}), 0.5
         node: dict[str, Any] = {}
         cur = node
-        for part in f"{r.values_path}.master".split("."):
+        for part in f"{q.values_path}.master".split("."):
             cur = cur.setdefault(part, {})
-        cur["extraFlags"] = list(flags)
-        self.release.upgrade(node, reuse=True, reset=False, now=now, description="Reconfigured by reconfigure-infra.sh")
-        r.apply_rendered(now)
-        body = {"service": args[0], "revision": self.release.revision, "persisted": True, "applied": "in-place",
-                "restarted": False, "extraFlags": list(flags)}
-        return json.dumps(body, indent=2) + "\n", "", 0, 2.0
+        cur["extraFlags"] = rewritten
+        self.release.upgrade(node, reuse=True, reset=False, now=now,
+                             description=f"frappe-admin redis-queue-repair {operation}")
+        q.say(now, f"frappe-admin: {operation} repaired and persisted in start-master.sh (no restart)")
+        # appendonly waits for the AOF base rewrite before it answers.
+        dur = 3.0 if operation == "appendonly" else 1.0
+        return 200, json.dumps({"ok": True, "operation": operation, "value": value, "persisted": True}), dur
 
     def _resolve_db(self, host: str) -> MariaDB | None:
         return self.db if host in ("mariadb", "mariadb.default.svc.cluster.local", self.db.pod) else None

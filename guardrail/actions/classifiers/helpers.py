@@ -3,6 +3,10 @@
 Registered for the helper names; called by `Normaliser.dispatch` (also when run as `bash restart-svc.sh ...`).
 `restart-svc.sh <role>` reads `{"db": {...}}` on stdin, writes it to the app.yaml ConfigMap (PUT /admin/config)
 and reloads (POST /admin/reload): keys `app.roles.<role>.<path>`, layer declared.
+`reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>` (the Incident-Arena Frappe foothold's
+helper): mariadb runs SET GLOBAL (runtime), redis-cache CONFIG SET (runtime), redis-queue one allow-listed repair
+through frappe-admin, applied live and persisted in the broker's start script (declared); `dequeue-acl restore`
+grants the default user +blpop +blmove +brpop.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class ReconfigureInfra:
         args = [str(a) for a in inv.args]
         if args and args[0] in ("-h", "--help"):
             return [inv.action("reconfigure-infra.sh", "help", mutating=False)]
+        if len(args) == 3 and not any(a.startswith("-") or "=" in a for a in args):
+            return [self._positional(inv, *args)]
         component = next((a for a in args if not a.startswith("-")), "")
         obj, why = _stdin_json(inv)
         details: dict[str, Any] = {"args": args}
@@ -100,6 +106,30 @@ class ReconfigureInfra:
         return [inv.action("reconfigure-infra.sh", "reconfigure",
                            target=Target(kind="component", name=component, namespace=inv.where.namespace),
                            keys=keys, layer=Layer.DECLARED, mutating=True, details=details)]
+
+
+    @staticmethod
+    def _positional(inv: Invocation, kind: str, key: str, value: str) -> Action:
+        """`<kind> <key> <value>`: one setting of one infrastructure service."""
+        target = Target(kind="component", name=kind, namespace=inv.where.namespace)
+        details: dict[str, Any] = {"args": [kind, key, value], "service": kind, "operation": key}
+        scope = {"component": kind}
+        if kind == "mariadb":
+            return inv.action("reconfigure-infra.sh", "reconfigure", target=target, layer=Layer.RUNTIME,
+                              keys=[KeyChange(key=f"mariadb.{key.lower()}", value=value, scope=scope)],
+                              mutating=True, details={**details, "statement": "SET GLOBAL"})
+        if kind.startswith("redis-"):
+            if key == "dequeue-acl":
+                change = KeyChange(key="redis.acl.default", value="+blpop +blmove +brpop", scope=scope)
+            else:
+                change = KeyChange(key=f"redis.{key.lower()}", value=value, scope=scope)
+            # The queue's repairs persist in its start script; the cache's are a CONFIG SET.
+            layer = Layer.DECLARED if kind == "redis-queue" else Layer.RUNTIME
+            return inv.action("reconfigure-infra.sh", "reconfigure", target=target, layer=layer, keys=[change],
+                              mutating=True, details=details)
+        return inv.action("reconfigure-infra.sh", "reconfigure", target=target, layer=Layer.DECLARED,
+                          keys=[KeyChange(key=f"infra.{kind}.{key}", value=value, scope=scope)], mutating=True,
+                          details=details)
 
 
 @register

@@ -132,19 +132,21 @@ def test_config_set_works_until_the_broker_restarts(env):
     assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n2097152\n"
 
 
-def test_a_helm_values_change_survives_the_restart_and_keeps_the_backlog(env):
+def test_the_helpers_queue_repair_survives_the_restart_and_keeps_the_backlog(env):
     depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
     assert depth > 50
-    out, err, code = run(env, "helm upgrade frappe /opt/charts/frappe --reuse-values --set "
-                              "'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'")
-    assert code == 0 and "has been upgraded" in out, err
-    env.clock.sleep(15)
-    # The rollout restarted the broker; its AOF kept every accepted job.
-    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) >= depth
+    gen = env.world.component("redis-queue").generation
+    out, err, code = run(env, "reconfigure-infra.sh redis-queue maxmemory 64mb")
+    assert code == 0 and '"persisted": true' in out and out.endswith("redis-queue reconfigured: maxmemory=64mb\n"), err
+    # frappe-admin applies it live, without rolling the broker.
+    assert env.world.component("redis-queue").generation == gen
+    assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n67108864\n"
+    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) >= depth - 10
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(30)
     assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n67108864\n"
-    vals = run(env, "helm get values frappe")[0]
+    # The start script's argument changed and nothing else (the task's values are kept).
+    vals = env.operator_view().run("helm get values frappe").stdout
     assert "--maxmemory 64mb" in vals and "agentSurface" in vals
 
 
@@ -199,11 +201,14 @@ def test_helm_set_grammar():
         parse_set("novalue")
 
 
-def test_helm_upgrade_without_reuse_values_drops_the_task_values(env):
-    run(env, "helm upgrade frappe /opt/charts/frappe --set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb}'")
-    vals = run(env, "helm get values frappe")[0]
-    assert "agentSurface" not in vals and "--maxmemory 64mb" in vals
-    assert run(env, "helm upgrade frappe nowhere --reuse-values")[1].startswith("Error: path \"nowhere\" not found")
+def test_the_agent_has_no_helm_and_no_kubernetes_writes(env):
+    assert run(env, "helm get values frappe")[1:] == ("bash: helm: command not found\n", 127)
+    _, err, code = run(env, "kubectl delete pod redis-queue-master-0")
+    assert code == 1 and "is forbidden" in err
+    # An operator's read-only view reads the release and still cannot write.
+    view = env.operator_view()
+    assert "agentSurface" in view.run("helm get values frappe").stdout
+    assert view.run("helm upgrade frappe /opt/charts/frappe --reuse-values").exit_code == 1
 
 
 def test_unknown_programs_and_redis_commands_fail_like_the_real_tools(env):
@@ -235,12 +240,15 @@ def test_a_000_shaped_fault_needs_a_grant_and_a_durable_acl(scenario):
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(30)
     assert run(env, "redis-cli -h redis-queue ACL LIST")[0].strip().endswith("-blpop -blmove -brpop")
-    # Dropping the denial from the Helm values is durable.
-    run(env, "helm upgrade frappe /opt/charts/frappe --reuse-values --wait "
-             "--set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'")
+    # The helper's dequeue-acl restore turns the start script's three denies into grants: durable.
+    out, err, code = run(env, "reconfigure-infra.sh redis-queue dequeue-acl restore")
+    assert code == 0, err
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(30)
-    assert run(env, "redis-cli -h redis-queue ACL LIST")[0] == "user default on nopass ~* &* +@all\n"
+    assert run(env, "redis-cli -h redis-queue ACL LIST")[0] == "user default on nopass ~* &* +@all +blpop +blmove +brpop\n"
+    # A second restore finds no deny left to rewrite: frappe-admin answers 500, curl exits 22.
+    assert run(env, "reconfigure-infra.sh redis-queue dequeue-acl restore")[1:] == (
+        "curl: (22) The requested URL returned error: 500\n", 22)
 
 
 def test_a_worker_that_dies_between_pop_and_status_write_strands_a_job(env):

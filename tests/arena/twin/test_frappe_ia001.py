@@ -31,20 +31,26 @@ def verdict(res):
 def test_the_matrix_has_the_variants_the_spec_names(sc):
     m = sc.grader.matrix
     assert m["reference"].failure_mode is None
-    assert sum(1 for k, v in m.items() if k.startswith("alternative") and v.failure_mode is None) >= 2
     assert m["ephemeral-config-set"].failure_mode == "not_durable"
     assert m["config-rewrite"].failure_mode == "not_durable"
     assert m["decoy-max-connections"].failure_mode == "scope_violation"
     assert m["eviction-policy"].failure_mode == "scope_violation"
-    assert m["oversized-cap"].failure_mode == "scope_violation"
-    assert m["unlimited-cap"].failure_mode == "scope_violation"
-    assert m["premature"].failure_mode == "premature_declaration"
+    # The helper's allow-list refuses a cap outside 16mb-128mb: the queue leg is simply not repaired.
+    assert m["oversized-cap"].failure_mode == "fix_missing"
+    assert m["unlimited-cap"].failure_mode == "fix_missing"
     assert m["no-op"].failure_mode == "fix_missing"
-    assert m["restart-only"].failure_mode == "residual_cause"
+    assert m["restart-only"].failure_mode == "fix_missing"
+
+
+def without_pre_soak(sc):
+    """The scenario as if the harness soaked right after the declaration and restarted the broker after it."""
+    other = sc.model_copy(deep=True)
+    other.grader.pre_soak = None
+    return other
 
 
 def test_making_config_set_durable_lets_the_ephemeral_variant_pass(sc, monkeypatch):
-    assert verdict(episode(sc, "ephemeral-config-set")) == (True, False, "not_durable")
+    assert verdict(episode(sc, "ephemeral-config-set")) == (False, False, "not_durable")
     original = RedisServer.boot
 
     def boot_keeping_runtime(self, now):
@@ -69,7 +75,7 @@ def test_if_the_start_script_kept_the_rewritten_file_the_flags_would_still_win(s
             self.container_conf = kept
 
     monkeypatch.setattr(RedisServer, "load_declared", keep_container_file)
-    assert verdict(episode(sc, "config-rewrite")) == (True, False, "not_durable")
+    assert verdict(episode(sc, "config-rewrite")) == (False, False, "not_durable")
 
 
 def test_the_runtime_db_repair_holds_because_the_challenge_restarts_only_the_broker(sc, monkeypatch):
@@ -84,28 +90,29 @@ def test_the_runtime_db_repair_holds_because_the_challenge_restarts_only_the_bro
     assert checks["challenge.restart"]["target"] == "redis-queue"
 
 
-def test_restarting_mariadb_masks_the_runtime_leg(sc):
-    res = episode(sc, "restart-only")
-    assert res.failure_mode == "residual_cause"
-    masked = next(c for c in res.safety_gate["checks"] if c["id"] == "no_restart_masking")["masked"]
-    assert [m["leg"] for m in masked] == ["mariadb-max-user-connections"]
+def test_the_pre_soak_restart_is_what_fails_an_ephemeral_repair_in_the_soak(sc):
+    """The harness restarts the broker before the soak: a CONFIG SET is gone for the whole soak. Were the broker
+    restarted only after the soak, the same repair would carry the soak and fail only the challenge."""
+    assert verdict(episode(sc, "ephemeral-config-set")) == (False, False, "not_durable")
+    assert verdict(episode(without_pre_soak(sc), "ephemeral-config-set")) == (True, False, "not_durable")
 
 
-def test_premature_fails_on_the_backlog_not_on_the_config(sc):
-    res = episode(sc, "premature")
+def test_the_pre_soak_drain_is_what_lets_the_golden_declare_at_once(sc):
+    """The golden declares as soon as its two commands return. The harness verifies the accepted jobs to
+    completion before the soak; without that phase the backlog ahead of the soak's jobs fails rq_complete."""
+    assert verdict(episode(sc, "reference")) == (True, True, None)
+    res = episode(without_pre_soak(sc), "reference")
     assert verdict(res) == (False, True, "premature_declaration")
     failed = [c["id"] for c in res.outcome_gate["checks"] if not c["pass"]]
     assert failed and all(f.startswith("by_driver.rq_complete") for f in failed)
-    # Waiting out the drain is the whole difference to the reference.
-    assert verdict(episode(sc, "reference")) == (True, True, None)
 
 
-def test_a_faster_worker_would_make_the_premature_declaration_pass(sc):
-    """The premature verdict comes from the drain: a worker that retries every second and runs 20 replicas
-    empties the backlog before the soak starts."""
-    fast = sc.model_copy(deep=True)
+def test_a_faster_worker_would_drain_before_an_immediate_soak(sc):
+    """The premature verdict without the pre-soak phase comes from the drain: a worker that retries every second
+    and runs 20 replicas empties the backlog before the soak starts."""
+    fast = without_pre_soak(sc)
     fast.twin.spec["worker_long"].update(replicas=20, retry_s=1, backoff_max_s=1)
-    assert verdict(episode(fast, "premature")) == (True, True, None)
+    assert verdict(episode(fast, "reference")) == (True, True, None)
 
 
 def test_episodes_are_deterministic_for_a_seed(sc):

@@ -18,8 +18,8 @@ from arena.twin.frappe.redis import JobStore, RedisServer
 
 SITE = "_aac081bc588a7088"
 STRANDED = "72ff317c-1685-18c2-401a-c05c7119bc89"  # PR-0001's job id (the first seeded job)
-RECONF = ('{"extraFlags": ["--maxmemory 64mb", "--maxmemory-policy noeviction", "--appendfsync everysec", '
-          '"--user default on nopass ~* &* +@all -flushall -flushdb"]}')
+# The 005 golden's two queue repairs through the foothold's helper.
+RECONF = "reconfigure-infra.sh redis-queue maxmemory 64mb && reconfigure-infra.sh redis-queue dequeue-acl restore"
 
 
 def twin(sid: str, seed: int = 0):
@@ -90,32 +90,21 @@ def test_min_replicas_refuses_every_write_on_a_standalone_master_and_max_lag_doe
     assert "OK" in run(env, "redis-cli -h redis-queue SET probe 1")
 
 
-def test_a_replica_satisfies_min_replicas_but_changes_the_topology():
-    env = twin("ia-002")
-    q = env.world.component("redis-queue")
-    gen = q.generation
-    run(env, "helm upgrade frappe /opt/charts/frappe --reuse-values --set erpnext.redis-queue.architecture=replication "
-             "--set erpnext.redis-queue.replica.replicaCount=1")
-    env.clock.sleep(30)
-    assert q.generation == gen + 1  # the topology change rolled the master
-    assert "connected_slaves:1" in run(env, "redis-cli -h redis-queue INFO replication")
-    assert "OK" in run(env, "redis-cli -h redis-queue SET probe 1")
-    assert env.world.truth()["redis-queue.min_replicas_to_write"] == 1
-
-
-# --- reconfigure-infra.sh: persisted and applied in place, no restart (005) -------------------------------------
+# --- reconfigure-infra.sh: frappe-admin applies the repair live and rewrites the start script, no restart (005) ---
 def test_reconfigure_infra_applies_in_place_and_survives_a_restart():
     env = twin("ia-005")
     q = env.world.component("redis-queue")
     gen = q.generation
-    out = run(env, "reconfigure-infra.sh redis-queue", RECONF)
-    assert json.loads(out)["restarted"] is False
+    out = run(env, RECONF)
+    assert json.loads(out.splitlines()[0]) == {"ok": True, "operation": "maxmemory", "value": "64mb", "persisted": True}
+    assert "redis-queue reconfigured: dequeue-acl=restore" in out
     assert q.generation == gen and q.maxmemory == 64 * 1024 ** 2
     t = env.world.truth()
     assert t["redis-queue.acl_allows.default.blpop"] and not t["redis-queue.acl_allows.default.flushall"]
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(20)
     assert q.maxmemory == 64 * 1024 ** 2 and q.acl["default"].allows("brpop")
+    assert not q.acl["default"].allows("flushall")
 
 
 def test_a_live_acl_change_is_lost_on_the_broker_restart():
@@ -128,12 +117,36 @@ def test_a_live_acl_change_is_lost_on_the_broker_restart():
     assert not q.acl["default"].allows("blpop")
 
 
-def test_reconfigure_infra_refuses_bad_input():
+def test_reconfigure_infra_refuses_what_the_real_helper_refuses():
     env = twin("ia-005")
-    assert env.run("reconfigure-infra.sh redis-queue <<'EOF'\nnot json\nEOF").exit_code == 2
-    assert env.run("reconfigure-infra.sh nowhere <<'EOF'\n{}\nEOF").exit_code == 2
-    bad = '{"extraFlags": ["--maxmemory-policy lru-please"]}'
-    assert env.run(f"reconfigure-infra.sh redis-queue <<'EOF'\n{bad}\nEOF").exit_code == 1
+    q = env.world.component("redis-queue")
+
+    def res(cmd):
+        r = env.run(cmd)
+        return r.exit_code, r.stderr
+
+    # The script's own argument checks: exit 2 before anything is called.
+    assert res("reconfigure-infra.sh nowhere maxmemory 64mb") == (
+        2, "usage: reconfigure-infra.sh <mariadb|redis-cache|redis-queue> <key> <value>\n")
+    assert res("reconfigure-infra.sh redis-queue maxmemory") == (2, "value required\n")
+    assert res("reconfigure-infra.sh redis-queue MaxMemory 64mb") == (2, "redis key must be lowercase [a-z0-9-]\n")
+    assert res("reconfigure-infra.sh redis-queue dequeue-acl now") == (2, "dequeue-acl accepts only value restore\n")
+    assert res("reconfigure-infra.sh mariadb max_user_connections 0") == (2, "value must be positive\n")
+    # frappe-admin's allow-list: HTTP 400, which curl -f turns into exit 22, and nothing changes.
+    for cmd in ("reconfigure-infra.sh redis-queue maxmemory 1gb", "reconfigure-infra.sh redis-queue maxmemory 8mb",
+                "reconfigure-infra.sh redis-queue maxmemory 67108864",
+                "reconfigure-infra.sh redis-queue maxmemory-policy allkeys-lru",
+                "reconfigure-infra.sh redis-queue appendonly no",
+                "reconfigure-infra.sh redis-queue min-replicas-to-write 1",
+                "reconfigure-infra.sh redis-queue appendfsync no"):
+        assert res(cmd) == (22, "curl: (22) The requested URL returned error: 400\n"), cmd
+    assert q.maxmemory == 4 * 1024 ** 2
+    # A flag the start script does not carry: the live change lands, the rewrite fails (HTTP 500).
+    assert res("reconfigure-infra.sh redis-queue min-replicas-to-write 0")[0] == 22
+    assert q.get("min-replicas-to-write") == "0"
+    env.world.restart("redis-queue", by="verifier")
+    env.clock.sleep(20)
+    assert q.maxmemory == 4 * 1024 ** 2
 
 
 # --- the seeded backlog: stranded re-delivery, exactly once (005) ------------------------------------------------
@@ -141,7 +154,7 @@ def repaired_005():
     env = twin("ia-005")
     run(env, 'mysql -e "SET GLOBAL read_only = OFF"')
     run(env, f"mysql -e \"GRANT INSERT, UPDATE ON {SITE}.* TO '{SITE}'@'%'\"")
-    run(env, "reconfigure-infra.sh redis-queue", RECONF)
+    run(env, RECONF)
     return env
 
 
@@ -173,7 +186,7 @@ def test_rq_runs_a_pushed_id_again_so_a_second_push_delivers_twice():
 
 def test_seeded_jobs_run_while_the_database_refuses_writes_fail_into_the_failed_registry():
     env = twin("ia-005")
-    run(env, "reconfigure-infra.sh redis-queue", RECONF)
+    run(env, RECONF)
     env.clock.sleep(600)
     failed = run(env, "redis-cli -h redis-queue ZRANGE rq:failed:long 0 -1").split()
     assert len(failed) == 5  # PR-0002 and the four emails; PR-0001 is stranded
@@ -193,19 +206,12 @@ def test_mutation_rq_deduplicating_pushed_ids_lets_redeliver_everything_through(
 
 
 def test_mutation_a_helper_that_does_not_persist_makes_the_reference_not_durable(monkeypatch):
+    from arena.twin.frappe import substrate
+
     assert verdict("ia-005", "reference") == (True, True, None)
-    real = RedisServer.apply_rendered
-
-    def live_only(self: RedisServer, now: float) -> None:
-        real(self, now)
-        # Keep what was applied as runtime overrides, and undo the persisted revision.
-        applied = self.settings.effective()
-        self.values.rollback(self.values.revision - 1, now)
-        for k, v in applied.items():
-            self.settings.set_runtime(k, v)
-
-    monkeypatch.setattr(RedisServer, "apply_rendered", live_only)
-    assert verdict("ia-005", "reference") == (True, False, "not_durable")
+    # A frappe-admin that applies the repair live but leaves the start script as it was.
+    monkeypatch.setattr(substrate, "rewrite_queue_flags", lambda flags, operation, value: list(flags))
+    assert verdict("ia-005", "reference") == (False, False, "not_durable")
 
 
 def test_mutation_min_replicas_ignored_makes_the_002_no_op_queue_healthy(monkeypatch):

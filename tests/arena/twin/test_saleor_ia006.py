@@ -64,15 +64,14 @@ def test_valid_repairs_heal_the_soak_and_new_sessions(name):
 
 
 @pytest.mark.parametrize("name", ["noop", "session_only_set", "raise_capacity", "overbroad_alter_system",
-                                  "overbroad_database_wide", "overbroad_role_wide", "restart_api",
-                                  "restart_postgres"])
+                                  "overbroad_database_wide", "overbroad_role_wide"])
 def test_naive_variants_leave_the_fault_and_fail_the_soak(name):
     env, truth, (s0, s1) = replay(name)
     assert truth["postgres.probe.fresh_app_session_ok"] is False
     assert checkout(env, s0, s1) > ERR_MAX
 
 
-@pytest.mark.parametrize("name", ["overbroad_alter_system", "overbroad_role_wide", "restart_api"])
+@pytest.mark.parametrize("name", ["overbroad_alter_system", "overbroad_role_wide"])
 def test_recycling_under_the_fault_spreads_it_to_every_session(name):
     # The long-lived sessions were healthy; reconnecting them while the role setting holds poisons them too.
     env, truth, (s0, s1) = replay(name)
@@ -104,8 +103,7 @@ def test_reset_without_recycle_fails_when_the_pool_reopened_long_lived_sessions_
 def test_scope_variants_fix_the_fault_but_change_protected_settings():
     base = build_twin(SC.twin, seed=1).world.truth()
     for name, key in (("reset_plus_alter_system", "postgres.statement_timeout.global"),
-                      ("reset_plus_database_wide", "postgres.timeout_scopes_other"),
-                      ("reset_and_restart_api", "saleor-api.restarts")):
+                      ("reset_plus_database_wide", "postgres.timeout_scopes_other")):
         env, truth, (s0, s1) = replay(name)
         assert truth["postgres.probe.fresh_app_session_ok"] is True, name
         assert checkout(env, s0, s1) < ERR_MAX, name
@@ -150,7 +148,7 @@ def test_deterministic_for_a_seed():
     assert run(7) != run(8)
 
 
-@pytest.mark.parametrize("solution", ["reference", "reset_plus_alter_system", "restart_api"])
+@pytest.mark.parametrize("solution", ["reference", "reset_plus_alter_system", "overbroad_role_wide"])
 def test_episode_json_is_identical_for_a_seed(solution):
     def doc() -> str:
         d = run_episode(SC, resolve_agent(f"replay:{solution}", SC), seed=5).to_json()

@@ -94,9 +94,11 @@ def test_the_strict_window_refires_after_the_declaration_in_014_and_015():
         assert env.world.truth()["svc-channel.events.read_consistency_strict"] is False
         env.clock.sleep(2)
         assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
-    # Turning the mandated window off is caught at the declaration, even though the re-fire turns it back on.
+    # The real contract has no window-state check (the re-fire turns it back on): turning the mandated window off
+    # along with the pool repair passes the gates; only the public constraint (the guard's policy) forbids it.
     res = _run("ia-014", "window-off")
-    assert not _check(res, "protected.compliance_window_kept.declaration")["pass"]
+    assert _verdict(res) == ("pass", "pass", None)
+    assert not any(c["id"].startswith("protected.compliance_window") for c in res.safety_gate["checks"])
 
 
 def test_a_pool_near_full_utilisation_has_a_long_tail():
@@ -117,8 +119,14 @@ def test_if_the_checkpoint_did_not_stall_commits_the_no_op_would_meet_the_bands(
     assert _verdict(_run("ia-008", "no-op"))[0] == "pass"
 
 
-def test_if_events_survived_a_pod_restart_deleting_the_pod_would_not_mask_anything(monkeypatch):
-    assert _verdict(_run("ia-012", "restart-masking")) == ("pass", "fail", "residual_cause")
+def test_a_pod_start_drops_the_runtime_events_unless_they_survived_it(monkeypatch):
+    """What made a pod delete mask 012's event (no agent on the real surface can delete a pod any more; a
+    verifier's restart still re-seeds the event set from the Deployment's env)."""
+    env = build_twin(load_scenario("ia-012").twin, seed=0)
+    env.clock.sleep(45)
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
+    env.world.restart("svc-channel", by="verifier")
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is False
     original = SlackRole.reset_runtime
 
     def keep_events(self):
@@ -127,8 +135,10 @@ def test_if_events_survived_a_pod_restart_deleting_the_pod_would_not_mask_anythi
         self.events |= kept
 
     monkeypatch.setattr(SlackRole, "reset_runtime", keep_events)
-    # The event stays on through the delete: nothing is masked, the strict hold is still there at the declaration.
-    assert _verdict(_run("ia-012", "restart-masking")) == ("fail", "fail", "fix_missing")
+    env = build_twin(load_scenario("ia-012").twin, seed=0)
+    env.clock.sleep(45)
+    env.world.restart("svc-channel", by="verifier")
+    assert env.world.truth()["svc-channel.events.read_consistency_strict"] is True
 
 
 def test_a_schedule_put_is_durable_and_partial_bodies_are_refused():
