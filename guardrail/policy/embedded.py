@@ -148,7 +148,7 @@ class EmbeddedOPA:
         policy_dir: str | Path | None = None,
         *,
         data: Mapping[str, Any] | None = None,
-        allow_readonly_on_error: bool = True,
+        allow_readonly_on_error: bool = False,
         timeout_s: float | None = DEFAULT_DEADLINE_S,
         clock: Callable[[], float] = time.perf_counter,
         decision_cache: int = DEFAULT_DECISION_CACHE,
@@ -156,7 +156,8 @@ class EmbeddedOPA:
         """`data` is merged into the data document (e.g. {"exceptions": ["SRE-TRAFFIC-001"]}). Each evaluation
         runs on the engine's own thread and a late answer fails closed after `timeout_s` (DEFAULT_DEADLINE_S);
         `timeout_s=None` evaluates in the caller's thread, with no deadline (and no Ctrl-C until OPA returns).
-        `decision_cache` bounds the memo of decision documents (0 turns it off)."""
+        `decision_cache` bounds the memo of decision documents (0 turns it off). An action the engine cannot
+        decide is denied, read-only or not; `allow_readonly_on_error` opts in to letting plain reads run then."""
         self.tree = PolicyTree.load(policy_dir)
         self.allow_readonly_on_error = allow_readonly_on_error
         self.timeout_s = timeout_s
@@ -216,7 +217,8 @@ class EmbeddedOPA:
                 return salvaged
             return fail_closed(input, _describe(e), decision_id=decision_id, engine=self.name,
                                duration_ms=(self._clock() - start) * 1000.0,
-                               allow_readonly_on_error=self.allow_readonly_on_error)
+                               allow_readonly_on_error=self.allow_readonly_on_error,
+                               timed_out=isinstance(e, EvaluationTimeout))
 
     def decide_all(self, inputs: Sequence[Mapping[str, Any]]) -> list[Decision]:
         """The decisions for the actions of one command, in order: what decide() gives for each, with the memo's
@@ -259,7 +261,8 @@ class EmbeddedOPA:
                 return [self.decide(i) for i in inputs]  # each is decided without the broken rules (_salvage)
             elapsed = (self._clock() - start) * 1000.0
             return [fail_closed(i, _describe(e), decision_id=d, engine=self.name, duration_ms=elapsed,
-                                allow_readonly_on_error=self.allow_readonly_on_error) for i, d in zip(inputs, ids)]
+                                allow_readonly_on_error=self.allow_readonly_on_error,
+                                timed_out=isinstance(e, EvaluationTimeout)) for i, d in zip(inputs, ids)]
 
     def _salvage(self, slot: "_Slot", input: Mapping[str, Any], error: BaseException, decision_id: str,
                  start: float) -> Decision | None:
