@@ -21,6 +21,7 @@ from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
 from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine
+from guardrail.policy.decisions import DecisionIds, over_limit
 from guardrail.policy.enforcement import enforce
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
@@ -142,6 +143,7 @@ class Guard:
         self.journal = journal if journal is not None else Journal(None, clock=env.clock if env else None)
         self.mode = Mode(mode)
         self._normalise = normaliser
+        self._refusal_ids = DecisionIds("guard")
         self._context_input = self.context.policy_input()
         # An engine that can load this context and prepare its queries ahead of the first command does so now.
         warm = getattr(engine, "warm", None)
@@ -189,9 +191,16 @@ class Guard:
                 if obs:
                     inp["observed"] = obs
         # An engine that can decide a command's actions in one evaluation does (EmbeddedOPA.decide_all).
-        decide_all = getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None
-        decisions = decide_all(inputs) if decide_all is not None else [self.engine.decide(i) for i in inputs]
-        effects = [enforce(d, self.mode) for d in decisions]
+        refused = [over_limit(a, decision_id=self._refusal_ids()) for a in action_inputs]
+        if any(refused):
+            # Past the normaliser's limits nothing was read: refused whole, not asked of the policy (an exception
+            # could waive the opaque rule), and in every mode (it never runs unread).
+            decisions = [r or self.engine.decide(i) for r, i in zip(refused, inputs)]
+        elif (decide_all := getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None) is not None:
+            decisions = decide_all(inputs)
+        else:
+            decisions = [self.engine.decide(i) for i in inputs]
+        effects = [enforce(d, Mode.ENFORCE if r else self.mode) for d, r in zip(decisions, refused)]
         denied = [f for e in effects for f in e.denied]
         warned = [f for e in effects for f in e.warned]
         would_deny = [f for e in effects for f in e.would_deny]

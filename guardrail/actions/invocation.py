@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,10 @@ def component_of_host(host: str) -> tuple[str, str | None]:
     if m and m.group(5):
         return m.group(1), m.group(3)
     return h, None
+
+
+# part_raw keeps the invocation's own text when it is at most this much longer than the part (its options).
+_PART_SLACK = 512
 
 
 @dataclass
@@ -127,6 +132,43 @@ class Invocation:
     def file_layer(self) -> Layer:
         # Inside a container a file edit lands in its writable layer, which a restart discards.
         return Layer.RUNTIME if self.where.in_exec else Layer.DECLARED
+
+    def part_raw(self, part: str, others: set[str] = frozenset()) -> str:
+        """This invocation's text with `part` in place of the whole of what it is part of: its words less those
+        that are `others` (the parts of its other actions: the other files of one `rm`), each word that holds
+        more than the part (all the SQL of `-c`) replaced by the part, or the part fed as stdin when no word
+        holds it (a heredoc). See own_raw."""
+        words = [str(w) for w in self.argv]
+        kept = [w for w in words if w == part or w not in others]
+        if part in kept:
+            return " ".join(shlex.quote(w) for w in kept)
+        if any(part in w for w in kept):
+            return " ".join(shlex.quote(part) if part in w else shlex.quote(w) for w in kept)
+        return " ".join(shlex.quote(w) for w in kept) + " <<< " + shlex.quote(part)
+
+    def own_raw(self, actions: list[Action]) -> list[Action]:
+        """`actions`, all of this invocation, each with a raw of its own part (part_raw) when there are several:
+        an invocation that splits into N actions (2,000 statements of one `psql -c`, 1,000 files of one `rm`,
+        URLs of one `curl`, lines of a heredoc into `redis-cli`) gave each the whole text, and N copies of it
+        made the decision input and the journal grow as N squared. An action's part is the first of its SQL
+        statement, its command line, URL, path or target name that the text holds."""
+        if len(actions) < 2 or len(self.raw) <= _PART_SLACK:
+            return actions
+        parts: list[str | None] = []
+        for a in actions:
+            det = a.details if isinstance(a.details, dict) else {}
+            found = None
+            if a.raw == self.raw:
+                for p in (det.get("statement"), det.get("command"), det.get("url"), det.get("path"), a.target.name):
+                    if isinstance(p, str) and p.strip() and p.strip() in self.raw:
+                        found = p.strip()
+                        break
+            parts.append(found)
+        named = {p for p in parts if p is not None}
+        for a, part in zip(actions, parts):
+            if part is not None:
+                a.raw = self.part_raw(part, named - {part})
+        return actions
 
     def opaque(self, verb: str, reason: str, *, tool: str = "shell", **details: Any) -> Action:
         return self.action(tool, verb, mutating=UNKNOWN, opaque_reason=reason, details=details)

@@ -19,10 +19,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from guardrail.policy.base import Decision, Finding, Outcome
 
-__all__ = ["FAIL_CLOSED_RULE", "EVAL_TIMEOUT_RULE", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
+__all__ = ["FAIL_CLOSED_RULE", "EVAL_TIMEOUT_RULE", "OVER_LIMIT_RULE", "over_limit", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
            "MalformedDecision", "findings", "POLICY_BUG_ADVICE", "decide_without_broken", "rule_packages"]
 
 FAIL_CLOSED_RULE = "GUARDRAIL-ENGINE-001"
+# A command past the normaliser's size limits (guardrail.actions.normalise MAX_CHARS, MAX_ACTIONS, MAX_COMMANDS):
+# refused whole by the guard, before and whatever the policy (no exception waives it).
+OVER_LIMIT_RULE = "GUARDRAIL-LIMIT-001"
 # The evaluation ran past its deadline: the decision is unknown, so the action is denied, reads included.
 EVAL_TIMEOUT_RULE = "GUARDRAIL-ENGINE-002"
 
@@ -112,6 +115,19 @@ def fail_closed(input: Any, error: str, *, decision_id: str, engine: str, durati
         {"error": error},
     )
     return Decision(Outcome.DENY, decision_id, (finding,), engine=engine, error=error, duration_ms=duration_ms)
+
+
+def over_limit(action: Any, *, decision_id: str) -> Decision | None:
+    """The refusal of an action the normaliser marked as past its limits (`details.limit`), or None."""
+    try:
+        limit = action["details"]["limit"]
+    except (KeyError, TypeError):
+        return None
+    if not limit:
+        return None
+    why = action.get("opaque_reason") or "the command is past the guard's size limits"
+    finding = Finding(OVER_LIMIT_RULE, f"This command is refused whole, unread: {why}.", {"limit": limit})
+    return Decision(Outcome.DENY, decision_id, (finding,), engine="guard")
 
 
 def rule_packages(modules: Iterable[Any], decision_module: Path) -> list[str]:

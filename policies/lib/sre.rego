@@ -74,7 +74,8 @@ default verb := ""
 
 verb := lower(input.action.verb)
 
-# The whole command as typed, and this action's own text; rules that look at text read both.
+# This action's own text (its invocation as typed; one part of it when the invocation splits into several actions,
+# see guardrail/actions/invocation.py own_raw), and the whole command as typed.
 default raw := ""
 
 raw := input.action.raw
@@ -83,7 +84,12 @@ default command := ""
 
 command := input.command
 
-texts := {raw, command}
+# The texts that rules matching text read: the action's own, or the command when an input has none (a hand-written
+# input). Not both: every action of a command read the whole command, so a command of N statements cost N times
+# its length per rule, and 2,000 statements of one psql -c ran past the evaluation deadline.
+texts := {raw} if raw != ""
+
+else := {command}
 
 # Unknown (opaque) counts as mutating; so does a missing field, because an action we cannot read is not safe.
 default mutating := true

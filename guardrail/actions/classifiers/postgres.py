@@ -487,8 +487,9 @@ def _conn_host(conn: str) -> str | None:
 
 def to_action(inv: Invocation, tool: str, eff: SqlEffect, text: str, target: Target,
               base: dict[str, Any]) -> Action:
-    """A SqlEffect as an Action: the connection is the target, the statement text goes into details."""
-    details = {**{k: v for k, v in base.items() if v is not None}, **eff.details, "statement": text[:2000]}
+    """A SqlEffect as an Action: the connection is the target, the statement text goes into details, whole (rules
+    read it: a statement cut short could hide the words that make it a write)."""
+    details = {**{k: v for k, v in base.items() if v is not None}, **eff.details, "statement": text}
     if eff.target_kind:
         details["object_kind"] = eff.target_kind
         details["object_name"] = eff.target_name
