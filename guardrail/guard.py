@@ -20,15 +20,19 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
+from guardrail.ownfiles import OwnFiles
 from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine
 from guardrail.policy.decisions import DecisionIds, over_limit
 from guardrail.policy.enforcement import enforce
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
-__all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE"]
+__all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE",
+           "JOURNAL_TAMPERED"]
 
 # What a denied command returns to the agent, like a shell's "permission denied" for a command it may not run.
 DENIED_EXIT_CODE = 126
+# The feedback code of a journal file found unlinked, replaced or truncated (guardrail.journal).
+JOURNAL_TAMPERED = "JOURNAL_TAMPERED"
 # How many of the latest feedback codes stats() lists in order (every code is counted in feedback_counts).
 FEEDBACK_KEPT = 1000
 
@@ -132,9 +136,12 @@ class Guard:
         step_checks: Sequence[DeclarationCheck] = (),
         criteria: Any = None,
         suite: Any = None,
+        own_files: OwnFiles | None = None,
     ):
         """`suite` (a verifiers.suite.VerifierSuite) supplies the declaration checks, the step checks, the criteria
-        and the before-run snapshots in one piece; see `Guard.standard` for the usual construction."""
+        and the before-run snapshots in one piece; see `Guard.standard` for the usual construction. `own_files`:
+        the guard's configuration files (context, criteria, tokens) that no command may write; its journal and
+        its engine's policy tree are added to them here."""
         if normaliser is None:
             from guardrail.actions import normalise as normaliser
         self.engine = engine
@@ -144,6 +151,7 @@ class Guard:
         self.mode = Mode(mode)
         self._normalise = normaliser
         self._refusal_ids = DecisionIds("guard")
+        self.own_files = (own_files or OwnFiles()).for_guard(engine, self.journal.path)
         self._context_input = self.context.policy_input()
         # An engine that can load this context and prepare its queries ahead of the first command does so now.
         warm = getattr(engine, "warm", None)
@@ -191,10 +199,12 @@ class Guard:
                 if obs:
                     inp["observed"] = obs
         # An engine that can decide a command's actions in one evaluation does (EmbeddedOPA.decide_all).
-        refused = [over_limit(a, decision_id=self._refusal_ids()) for a in action_inputs]
+        refused = [over_limit(a, decision_id=self._refusal_ids())
+                   or self.own_files.refusal(a, decision_id=self._refusal_ids()) for a in action_inputs]
         if any(refused):
-            # Past the normaliser's limits nothing was read: refused whole, not asked of the policy (an exception
-            # could waive the opaque rule), and in every mode (it never runs unread).
+            # Past the normaliser's limits nothing was read, and the guard's own files are not the policy's to
+            # allow: refused by the guard itself, not asked of the policy (an exception could waive a rule), and in
+            # every mode (the guard's journal and rules stay the guard's, even in a dry run).
             decisions = [r or self.engine.decide(i) for r, i in zip(refused, inputs)]
         elif (decide_all := getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None) is not None:
             decisions = decide_all(inputs)
@@ -225,8 +235,16 @@ class Guard:
             ran=adm.runs, would_deny=[f.id for f in would_deny] or False, **extra,
         )
         adm.seq = rec["seq"]
+        adm.feedback += self._tampering()
         self._note_codes(adm.feedback)
         return adm
+
+    def _tampering(self) -> list[Feedback]:
+        """What the journal found done to its file since it last said (unlinked, replaced, truncated)."""
+        take = getattr(self.journal, "take_tampering", None)
+        return [Feedback(JOURNAL_TAMPERED, f"The guard's journal was {e['what']} by something other than the guard: "
+                         f"{e['note']}. Leave the guard's files alone; this is on the record.", e)
+                for e in (take() if take is not None else ())]
 
     def _observe(self, action_inputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """What the suite reads before a mutating command is decided (the state it would change, the session's
@@ -245,7 +263,7 @@ class Guard:
         self.journal.append("result", ref=admission.seq, exit_code=result.exit_code,
                             duration_s=result.duration_s, stdout_head=result.stdout[:512],
                             stderr_head=result.stderr[:512])
-        fb: list[Feedback] = []
+        fb: list[Feedback] = self._tampering()
         if self.env is not None:
             for chk in self._step_checks:
                 v = _safe_check(chk, self.env, self.journal, self._criteria)

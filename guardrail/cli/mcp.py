@@ -43,13 +43,15 @@ def mcp(env_spec: str, context_path: str | None, policy: str | None, journal_dir
     from guardrail.adapters.mcp_server import build_server
     from guardrail.adapters.session import GuardSessions, context_from, load_criteria, load_engine
     from guardrail.envs import resolve_environment
+    from guardrail.ownfiles import OwnFiles
 
     context = context_from(context_path, env_spec=env_spec)
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     resolve_environment(env_spec, context)
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=lambda ctx: resolve_environment(env_spec, ctx), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path))
+                             criteria=load_criteria(criteria_path),
+                             own_files=OwnFiles().add_files([context_path, criteria_path]))
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)

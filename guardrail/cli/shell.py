@@ -46,6 +46,7 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
     from guardrail.adapters.shell import GuardDaemon, build_shim_dir
     from guardrail.adapters.shell.protocol import SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs.local import LocalEnvironment
+    from guardrail.ownfiles import OwnFiles
 
     context = context_from(context_path)
     if journal_path is None:
@@ -58,7 +59,8 @@ def shell(context_path: str | None, policy: str | None, journal_path: str | None
         raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
                              env_factory=lambda ctx: LocalEnvironment(), mode=Mode(mode),
-                             criteria=load_criteria(criteria_path))
+                             criteria=load_criteria(criteria_path),
+                             own_files=OwnFiles().add_files([context_path, criteria_path]))
     # Everything else is checked before the journal is opened: a failed start appends nothing to it.
     _check_runnable(agent_command[0])
     # The session's journal must land exactly at --journal: name the session after the file.
