@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from guardrail.errors import InputError, JournalError
+from verifiers.datafile import read_input_bytes
 
 __all__ = ["Journal", "JournalRecords", "read_journal", "JournalReadResult", "GROUP_COMMIT_KINDS"]
 
@@ -63,10 +64,8 @@ def read_journal(path: str | Path) -> JournalReadResult:
 
     A last line that is not UTF-8 counts as torn too (a crash can leave garbage in the last block written)."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read journal: {e.strerror or e}", path=str(p)) from e
+    # A regular file only, and bounded: a journal path given to `guardrail audit` may be anything.
+    data = read_input_bytes(p, error=InputError, limit=MAX_JOURNAL_BYTES)
     out = JournalReadResult()
     lines = data.split(b"\n")
     # Everything after the last newline is an unterminated tail: complete records always end with "\n".
@@ -102,6 +101,8 @@ def read_journal(path: str | Path) -> JournalReadResult:
 # Kinds whose fsync waits for the next durable record (or close): results and feedback describe a command that
 # already ran, and the command's own record, fsync'd before it ran, is the durability point.
 GROUP_COMMIT_KINDS = frozenset({"result", "feedback"})
+# The largest journal file read back (a session's commands at ~1 KB each: a million of them).
+MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
 # Records kept in memory for readers that want the newest (e.g. the last command record of a session).
 TAIL_RECORDS = 256
 # executed() entries kept in memory by a file-backed journal; older ones are read back from the file on demand.
