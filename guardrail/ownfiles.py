@@ -93,7 +93,7 @@ class OwnFiles:
         """`on_tree`: the verb acts on everything below a directory it names (delete, chmod -R ...), so a
         directory far above a protected path touches it; other writes to a directory only put an entry in it."""
         if _GLOB & set(written):
-            return self._glob_touches(written)
+            return self._glob_touches(written, on_tree)
         if not written.startswith("/"):
             return self._relative_touches(written, on_tree)
         for w in _variants(written):
@@ -123,18 +123,29 @@ class OwnFiles:
         # ... and from the guard's own directory, the likeliest one.
         return self._touches(os.path.abspath(written), on_tree)
 
-    def _glob_touches(self, pattern: str) -> str | None:
-        # A glob is judged as every path it could match: a protected one or a directory above one.
-        pat = posixpath.normpath(pattern) if pattern.startswith("/") else "*/" + posixpath.normpath(pattern)
+    def _glob_touches(self, pattern: str, on_tree: bool) -> str | None:
+        """A glob is judged as every path it could match, component by component (`*` stays within one, as the
+        shell's does): a protected path itself, a path inside a protected directory, or (for a verb that acts on
+        a whole tree) a directory above a protected path. A relative glob is matched against their last
+        components."""
+        pat = [c for c in posixpath.normpath(pattern).split("/") if c not in ("", ".")]
         for own in sorted(self.all):
-            for candidate in [own, *_ancestors(own)]:
-                if fnmatch.fnmatchcase(candidate, pat) or fnmatch.fnmatchcase("/" + candidate.lstrip("/"), pat):
+            comps = [c for c in own.split("/") if c]
+            is_dir = own in self.dirs
+            if pattern.startswith("/"):
+                n = min(len(pat), len(comps))
+                if not all(fnmatch.fnmatchcase(comps[i], pat[i]) for i in range(n)):
+                    continue
+                if len(pat) == len(comps) or (len(pat) > len(comps) and is_dir) \
+                        or (len(pat) < len(comps) and (on_tree or len(pat) == len(comps) - 1)):
                     return own
-        for d in sorted(self.dirs):
-            # A pattern below a protected directory (`/var/log/g/*`) could match a file inside it.
-            head = pat.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
-            if head.startswith(d + "/") or (d + "/").startswith(head):
-                return d
+            else:
+                for end in range(1, len(comps) + 1):  # the pattern ending at each component of the path
+                    head = comps[:end]
+                    if len(pat) <= len(head) and all(fnmatch.fnmatchcase(a, b) for a, b in
+                                                     zip(head[len(head) - len(pat):], pat)):
+                        if end == len(comps) or on_tree:
+                            return own
         return None
 
     def refusal(self, action: Mapping[str, Any], *, decision_id: str) -> Decision | None:

@@ -99,7 +99,8 @@ class Invocation:
                layer: Layer = Layer.NONE, mutating: Mutating = UNKNOWN, opaque_reason: str | None = None,
                details: dict[str, Any] | None = None) -> Action:
         return Action(tool=tool, verb=verb, target=target or Target(namespace=self.where.namespace),
-                      keys=keys or [], layer=layer, mutating=mutating, raw=self.raw, via=list(self.where.via),
+                      keys=keys or [], layer=layer, mutating=mutating, raw=self.raw,
+                      words=[str(w) for w in self.argv], via=list(self.where.via),
                       opaque_reason=opaque_reason, details=self._with_pod(details or {}))
 
     def _with_pod(self, details: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +169,18 @@ class Invocation:
         for a, part in zip(actions, parts):
             if part is not None:
                 a.raw = self.part_raw(part, named - {part})
+                a.words = self.part_words(part, named - {part})
         return actions
+
+    def part_words(self, part: str, others: set[str] = frozenset()) -> list[str]:
+        """The words of part_raw, unquoted: the invocation's words less the other parts, the part in place of a
+        word that holds more, or after them when no word holds it."""
+        kept = [w for w in (str(x) for x in self.argv) if w == part or w not in others]
+        if part in kept:
+            return kept
+        if any(part in w for w in kept):
+            return [part if part in w else w for w in kept]
+        return [*kept, part]
 
     def opaque(self, verb: str, reason: str, *, tool: str = "shell", **details: Any) -> Action:
         return self.action(tool, verb, mutating=UNKNOWN, opaque_reason=reason, details=details)

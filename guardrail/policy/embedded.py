@@ -479,7 +479,8 @@ class _Slot:
 
 # The action warm() decides: `true`, a read-only no-op, in the shape the normaliser gives it.
 _WARM_ACTION = {"tool": "true", "verb": "true", "target": {"kind": "", "name": "", "namespace": None}, "keys": [],
-                "layer": "none", "mutating": False, "raw": "true", "opaque_reason": None, "details": {}}
+                "layer": "none", "mutating": False, "raw": "true", "words": ["true"], "opaque_reason": None,
+                "details": {}}
 
 
 def _one_command(inputs: Sequence[Mapping[str, Any]]) -> bool:

@@ -84,10 +84,14 @@ default command := ""
 
 command := input.command
 
-# The texts that rules matching text read: the action's own, or the command when an input has none (a hand-written
-# input). Not both: every action of a command read the whole command, so a command of N statements cost N times
-# its length per rule, and 2,000 statements of one psql -c ran past the evaluation deadline.
-texts := {raw} if raw != ""
+# The texts that rules matching text read: the action's own words as its program receives them (parsed, quotes and
+# escapes removed: `'NOSAVE'` and `NOS\AVE` are NOSAVE), joined by single spaces; raw text only for a hand-written
+# input that has no words, and the command only when it has no raw either. Never the whole command for every
+# action: a command of N statements cost N times its length per rule, and 2,000 statements of one psql -c ran past
+# the evaluation deadline.
+texts := {concat(" ", input.action.words)} if count(object.get(input.action, "words", [])) > 0
+
+else := {raw} if raw != ""
 
 else := {command}
 

@@ -68,6 +68,12 @@ class Parsed:
     def has(self, *names: str) -> bool:
         return any(n in self.flags or n in self.opts for n in names)
 
+    @property
+    def operands(self) -> list[Word]:
+        """Every word that is not an option: the positionals and what follows a bare `--`. For a wrapper, its
+        command (`command -- rm -rf /`, `exec -- ...`: the words after `--` were dropped, and nothing was judged)."""
+        return list(self.positionals) + list(self.after_dashdash or [])
+
 
 @dataclass(frozen=True)
 class OptionSpec:
@@ -79,14 +85,27 @@ class OptionSpec:
     stop_at_positional: bool = False
     # Tools whose `-abc` is one long option (`-name`), not three flags (find, kubectl's `-o=json` is handled).
     long_single_dash: bool = False
+    # GNU getopt_long: a long option may be abbreviated to any unambiguous prefix (`rm --rec` is --recursive,
+    # `sort --compress-prog=sh`). The tool's long options, those without a value too, so that canon() can resolve
+    # a prefix as the tool does: an exact name wins, an ambiguous prefix stays as written (the tool rejects it).
+    long_flags: frozenset[str] = frozenset()
 
     @staticmethod
     def of(takes_value: Iterable[str] = (), aliases: dict[str, str] | None = None, **kw: Any) -> "OptionSpec":
         al = dict(aliases or {})
         tv = {al.get(t, t) for t in takes_value}
+        if "long_flags" in kw:
+            # The long options that take a value are long options too, under the names they were written with.
+            kw["long_flags"] = frozenset(kw["long_flags"]) | {t for t in takes_value if t.startswith("--")}
         return OptionSpec(takes_value=frozenset(tv), aliases=al, **kw)
 
     def canon(self, name: str) -> str:
+        if self.long_flags and name.startswith("--") and len(name) > 2:
+            known = self.long_flags | {n for n in self.takes_value | set(self.aliases) if n.startswith("--")}
+            if name not in known:
+                hits = sorted(k for k in known if k.startswith(name))
+                if len(hits) == 1 or len({self.aliases.get(h, h) for h in hits}) == 1:
+                    name = hits[0]
         return self.aliases.get(name, name)
 
     def parse(self, args: list[Word]) -> Parsed:

@@ -174,6 +174,17 @@ class CopyMove:
         return out
 
 
+# Each tool's long options without a value (GNU: any unambiguous prefix of one is accepted: `rm --r` is -r).
+_RM_LONG = {
+    "rm": frozenset({"--force", "--interactive", "--one-file-system", "--no-preserve-root", "--preserve-root",
+                     "--recursive", "--dir", "--verbose", "--help", "--version"}),
+    "rmdir": frozenset({"--ignore-fail-on-non-empty", "--parents", "--verbose", "--help", "--version"}),
+    "shred": frozenset({"--exact", "--force", "--remove", "--zero", "--random-source", "--verbose", "--help",
+                        "--version"}),
+    "unlink": frozenset({"--help", "--version"}),
+}
+
+
 @register
 class Remove:
     """rm, unlink, rmdir, shred."""
@@ -181,7 +192,7 @@ class Remove:
     commands = ("rm", "unlink", "rmdir", "shred")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = OptionSpec.of(["-n", "--iterations", "-s", "--size"]).parse(inv.args)
+        p = OptionSpec.of(["-n", "--iterations", "-s", "--size"], long_flags=_RM_LONG.get(inv.name, frozenset())).parse(inv.args)
         files = [str(f) for f in p.positionals] + [str(f) for f in (p.after_dashdash or [])]
         recursive = p.has("-r", "-R", "--recursive")
         if not files:
