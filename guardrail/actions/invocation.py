@@ -24,6 +24,33 @@ LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"
 # File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
 # the same set (guardrail/adapters/shell/shim.py, standard library only); a test holds them equal.
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# The largest file a classifier reads at decision time (a manifest, a values file): larger is not judged.
+MAX_READ_AT_DECISION = 1024 * 1024
+
+
+class Unreadable(Exception):
+    """A file a command names that the guard cannot read at decision time; its message says why."""
+
+
+def read_at_decision(path: str, where: "Where") -> str:
+    """The text of a file a command will read (`kubectl apply -f FILE`, `helm -f FILE`), read now so that it is
+    judged as a heredoc holding it would be; Unreadable when it cannot be: fetched as the command runs (a URL),
+    inside a container, missing, not a regular file, over MAX_READ_AT_DECISION or not UTF-8 text. (It is read
+    again when the command runs: a file changed in between is the same race as any check before a use.)"""
+    from verifiers.datafile import DataFileError, read_input_bytes
+
+    if "://" in path:
+        raise Unreadable(f"{path} is fetched when the command runs")
+    if where.in_exec:
+        raise Unreadable(f"{path} is in the container")
+    try:
+        raw = read_input_bytes(path, limit=MAX_READ_AT_DECISION)
+    except DataFileError as e:
+        raise Unreadable(f"{path}: {e.message}") from e
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"{path} is not UTF-8 text") from e
 
 
 @dataclass(frozen=True)

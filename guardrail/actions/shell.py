@@ -34,6 +34,9 @@ __all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECOD
 _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
+# Inside backticks bash turns \\` and \\$ and \\\\ into ` and $ and \\ before it parses the command.
+_BACKTICK_ESCAPE = re.compile(r"\\([\\`$])")
+
 def parse(text: str) -> tree_sitter.Tree:
     """Parse shell text with the one cached parser (building a Parser costs more than parsing a command)."""
     return _PARSER.parse(text.encode("utf-8", "surrogatepass"))
@@ -271,6 +274,15 @@ class ShellWalker:
         while stack:
             n = stack.pop()
             if n.type in SUBSTITUTIONS:
+                text = _txt(n)
+                if n.type == "command_substitution" and text.startswith("`") and text.endswith("`"):
+                    body = _BACKTICK_ESCAPE.sub(r"\1", text[1:-1])
+                    if body != text[1:-1]:
+                        # Inside backticks bash first turns \`, \$ and \\ into `, $ and \, then parses what is
+                        # left: `echo \`rm -rf /etc\`` runs rm. The grammar reads \` as a plain character.
+                        self.run(parse(body).root_node, None)
+                        self.numbers.discard(n.id)
+                        continue
                 named = [c for c in n.children if c.is_named]
                 out = None
                 for c in named:

@@ -5,6 +5,8 @@ shipped library through the real normaliser."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from guardrail.actions import normalise
@@ -95,3 +97,63 @@ def test_the_words_rules_read_are_the_words_the_program_gets():
     assert a.words == ["redis-cli", "SHUTDOWN", "NOSAVE"]
     (a,) = normalise("rm -rf /tmp/../etc")
     assert a.target.name == "/etc" and a.details["written_as"] == "/tmp/../etc"
+
+
+DENIED_MANIFEST = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: redis-config, namespace: slack}
+data:
+  maxmemory-policy: allkeys-lru
+"""
+VALUES = "maintenanceController:\n  enabled: false\n"
+
+
+def _decided(guard, command):
+    adm = guard.before(command)
+    return adm.runs, sorted({f.id for d in adm.decisions for f in d.denies + d.warns})
+
+
+@pytest.mark.parametrize("verb", ["apply", "create", "replace"])
+def test_kubectl_reads_the_manifest_file_as_it_reads_a_heredoc(guard, tmp_path, verb):
+    """`kubectl apply -f FILE` was allowed unread while the same manifest from a heredoc was denied."""
+    f = tmp_path / "m.yaml"
+    f.write_text(DENIED_MANIFEST)
+    heredoc = _decided(guard, f"kubectl {verb} -f - <<'EOF'\n{DENIED_MANIFEST}EOF")
+    assert _decided(guard, f"kubectl {verb} -f {f}") == heredoc
+    (a,) = normalise(f"kubectl {verb} -f {f}")
+    assert (a.target.kind, a.target.name) == ("configmap", "redis-config") and a.mutating is True
+
+
+def test_helm_reads_the_values_file_as_it_reads_a_heredoc(tmp_path):
+    f = tmp_path / "values.yaml"
+    f.write_text(VALUES)
+    from_file = normalise(f"helm upgrade slack ./chart -n slack -f {f}")[0]
+    from_heredoc = normalise(f"helm upgrade slack ./chart -n slack -f - <<'EOF'\n{VALUES}EOF")[0]
+    assert [(k.key, k.value) for k in from_file.keys] == [(k.key, k.value) for k in from_heredoc.keys] != []
+
+
+def _unreadable(kind, tmp):
+    if kind == "missing":
+        return str(tmp / "nope.yaml")
+    if kind == "directory":
+        return str(tmp)
+    if kind == "fifo":
+        os.mkfifo(tmp / "f.yaml")
+        return str(tmp / "f.yaml")
+    if kind == "device":
+        return "/dev/zero"
+    if kind == "too-large":
+        (tmp / "big.yaml").write_text("a: " + "x" * (2 * 1024 * 1024) + "\n")
+        return str(tmp / "big.yaml")
+    if kind == "binary":
+        (tmp / "bin.yaml").write_bytes(b"\xff\xfe" * 100)
+        return str(tmp / "bin.yaml")
+    return "https://example.com/m.yaml"
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "device", "too-large", "binary", "remote"])
+@pytest.mark.parametrize("template", ["kubectl apply -f {}", "kubectl create -f {}", "kubectl replace -f {}",
+                                      "helm upgrade slack ./chart -f {}", "helm install slack ./chart --values {}"])
+def test_a_file_that_cannot_be_read_now_is_opaque(tmp_path, kind, template):
+    (a,) = normalise(template.format(_unreadable(kind, tmp_path)))
+    assert a.mutating == "unknown" and a.opaque_reason, a.to_input()
