@@ -16,7 +16,7 @@ from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
-from guardrail.actions.shell import Session, ShellWalker, parse
+from guardrail.actions.shell import Session, ShellWalker, join_continuations, parse
 from tree_sitter import Node
 
 __all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS", "MAX_CHARS", "MAX_ACTIONS"]
@@ -46,6 +46,7 @@ class Normaliser:
 
     def script(self, text: str, where: Where, stdin: Stdin | None = None) -> list[Action]:
         """Every Action of a shell script (the top-level command, or the body of `sh -c`, a heredoc ...)."""
+        text = join_continuations(text)
         inv = Invocation(argv=[], where=where, raw=text)
         if where.depth > MAX_DEPTH:
             return [inv.opaque("nested", f"wrappers nested more than {MAX_DEPTH} deep are not followed")]

@@ -42,7 +42,8 @@ SAME_AS_RUN = [
       "rm --recursive --force /etc", "rm --rec /etc", "rm --recur -f /etc", "rm --r /etc", "command -- rm -rf /etc",
       "exec -- rm -rf /etc", "builtin -- rm -rf /etc", "nohup -- rm -rf /etc", "env -- rm -rf /etc",
       "nice -n 5 -- rm -rf /etc", "setsid -- rm -rf /etc", "stdbuf -o0 -- rm -rf /etc", "sudo -- rm -rf /etc",
-      "timeout -- 5 rm -rf /etc", "echo /etc | xargs -- rm -rf", "rm -r\\\n -f /etc"]),
+      "timeout -- 5 rm -rf /etc", "echo /etc | xargs -- rm -rf", "rm -r\\\n -f /etc", "r\\\nm -rf /etc",
+      "rm -r\\\nf /etc", "rm -rf /e\\\ntc", "echo `echo \\`rm -rf /etc\\``", "x=`echo \\`rm -rf /etc\\``"]),
     ("rm -rf /var/lib/postgresql/data", "SRE-DATA-006",
      ["rm -rf /var/lib/p*ostgresql/data", "rm -rf /var/lib/postgres?l/data", "rm -rf /var/lib/[p]ostgresql/data",
       "rm -rf /var/*/postgresql", "rm -rf /tmp/../var/lib/postgresql/data", "rm -rf /var/lib/./postgresql//data"]),
@@ -157,3 +158,10 @@ def _unreadable(kind, tmp):
 def test_a_file_that_cannot_be_read_now_is_opaque(tmp_path, kind, template):
     (a,) = normalise(template.format(_unreadable(kind, tmp_path)))
     assert a.mutating == "unknown" and a.opaque_reason, a.to_input()
+
+
+def test_a_continuation_inside_single_quotes_is_kept_as_bash_keeps_it():
+    (a,) = normalise("echo 'a\\\nb'")
+    assert a.words == ["echo", "a\\\nb"]
+    (a,) = normalise('echo "a\\\nb"')
+    assert a.words == ["echo", "ab"]
