@@ -32,6 +32,18 @@ class Unreadable(Exception):
     """A file a command names that the guard cannot read at decision time; its message says why."""
 
 
+def stdin_at_decision(stdin: "Stdin | None", where: "Where") -> str:
+    """What a command will read on stdin, known now: the heredoc's (or piped echo's) text, or a file redirected in
+    (`< deploy.yaml`) read now (read_at_decision); Unreadable otherwise (another program's output, no stdin)."""
+    if stdin is None:
+        raise Unreadable("there is no stdin to read")
+    if stdin.text is not None and not stdin.decoded:
+        return stdin.text
+    if stdin.source == "file" and stdin.producer and not stdin.decoded:
+        return read_at_decision(stdin.producer, where)
+    raise Unreadable(f"stdin comes from {stdin.producer or stdin.source}")
+
+
 def read_at_decision(path: str, where: "Where") -> str:
     """The text of a file a command will read (`kubectl apply -f FILE`, `helm -f FILE`), read now so that it is
     judged as a heredoc holding it would be; Unreadable when it cannot be: fetched as the command runs (a URL),

@@ -12,7 +12,8 @@ from typing import Any
 
 from guardrail.actions.helmvals import split_top, value_of
 from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
-from guardrail.actions.invocation import STDIN_PATHS, Invocation, Unreadable, read_at_decision
+from guardrail.actions.invocation import (STDIN_PATHS, Invocation, Unreadable, read_at_decision,
+                                          stdin_at_decision)
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 __all__ = ["Helm", "parse_set"]
@@ -150,14 +151,13 @@ class Helm:
                 details.setdefault("set_files", []).append(v)
             elif name == "-f":
                 details.setdefault("values_files", []).append(str(value))
-                if str(value) in STDIN_PATHS and inv.stdin is not None and inv.stdin.text is not None:
-                    keys += self._values(inv.stdin.text, scope)
-                elif str(value) not in STDIN_PATHS:
-                    # Read now, as `-f -` from a heredoc is: its values are the changes (they were never read).
-                    try:
-                        keys += self._values(read_at_decision(str(value), inv.where), scope)
-                    except Unreadable as e:
-                        details.setdefault("unread_values", []).append(str(e))
+                # Read now, a file as `-f -` from a heredoc is: its values are the changes (they were never read).
+                try:
+                    text = stdin_at_decision(inv.stdin, inv.where) if str(value) in STDIN_PATHS \
+                        else read_at_decision(str(value), inv.where)
+                    keys += self._values(text, scope)
+                except Unreadable as e:
+                    details.setdefault("unread_values", []).append(str(e))
         flags = [d for k in keys for d in server_flag_keys(k.key, k.value, release)]
         if flags:
             # A flags list is rewritten whole, so it restates flags it does not mean to change; rules that forbid

@@ -13,7 +13,8 @@ from typing import Any
 
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
-from guardrail.actions.invocation import STDIN_PATHS, Invocation, Unreadable, read_at_decision
+from guardrail.actions.invocation import (STDIN_PATHS, Invocation, Unreadable, read_at_decision,
+                                          stdin_at_decision)
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.shell import file_write
 from guardrail.actions.words import Word
@@ -407,7 +408,14 @@ class Kubectl:
                                "download it, read it, and apply the file (or pipe it through a heredoc)")
         elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
             self._manifests(a, inv.stdin.text, ns)
-        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source != "file":
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source == "file":
+            try:  # `-f - < deploy.yaml`: the file, read now as `-f deploy.yaml` is
+                self._manifests(a, stdin_at_decision(inv.stdin, inv.where), ns)
+            except Unreadable as e:
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl {a.verb} -f -: the manifest on stdin cannot be read now ({e}); apply "
+                                   "a readable file of at most 1 MB, or a heredoc")
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None:
             a.mutating = UNKNOWN
             a.opaque_reason = (f"the manifest on stdin comes from {inv.stdin.producer or inv.stdin.source} and is "
                                "not visible; apply it from a heredoc or a file you have read")

@@ -165,3 +165,13 @@ def test_a_continuation_inside_single_quotes_is_kept_as_bash_keeps_it():
     assert a.words == ["echo", "a\\\nb"]
     (a,) = normalise('echo "a\\\nb"')
     assert a.words == ["echo", "ab"]
+
+
+@pytest.mark.parametrize("template", ["kubectl apply -f - < {}", "helm upgrade slack ./chart -f - < {}"])
+def test_a_file_redirected_into_stdin_is_read_as_the_file(tmp_path, template):
+    f = tmp_path / "m.yaml"
+    f.write_text(DENIED_MANIFEST)
+    (a,) = normalise(template.format(f))
+    assert a.mutating is True and (a.target.kind == "configmap" or a.keys)
+    (a,) = normalise(template.format(tmp_path / "missing.yaml"))
+    assert a.mutating == "unknown"
