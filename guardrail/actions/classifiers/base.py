@@ -75,6 +75,19 @@ class Parsed:
         return list(self.positionals) + list(self.after_dashdash or [])
 
 
+def resolve_long(arg: str, known: Iterable[str]) -> str:
+    """`arg` with a GNU long-option abbreviation spelled out (`--in-pl=.bak` -> `--in-place=.bak`), as getopt_long
+    reads it: an exact name wins, a prefix of exactly one known name is that name, anything else stays."""
+    if not arg.startswith("--") or len(arg) <= 2:
+        return arg
+    name, eq, value = arg.partition("=")
+    known = set(known)
+    if name in known:
+        return arg
+    hits = [k for k in known if k.startswith(name)]
+    return f"{hits[0]}{eq}{value}" if len(hits) == 1 else arg
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """Which options of a tool take a value, and their canonical names (`--namespace` -> `-n`)."""
@@ -101,11 +114,8 @@ class OptionSpec:
 
     def canon(self, name: str) -> str:
         if self.long_flags and name.startswith("--") and len(name) > 2:
-            known = self.long_flags | {n for n in self.takes_value | set(self.aliases) if n.startswith("--")}
-            if name not in known:
-                hits = sorted(k for k in known if k.startswith(name))
-                if len(hits) == 1 or len({self.aliases.get(h, h) for h in hits}) == 1:
-                    name = hits[0]
+            name = resolve_long(name, self.long_flags | {n for n in self.takes_value | set(self.aliases)
+                                                         if n.startswith("--")})
         return self.aliases.get(name, name)
 
     def parse(self, args: list[Word]) -> Parsed:

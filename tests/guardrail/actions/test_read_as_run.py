@@ -175,3 +175,26 @@ def test_a_file_redirected_into_stdin_is_read_as_the_file(tmp_path, template):
     assert a.mutating is True and (a.target.kind == "configmap" or a.keys)
     (a,) = normalise(template.format(tmp_path / "missing.yaml"))
     assert a.mutating == "unknown"
+
+
+@pytest.mark.parametrize("command,verb,path", [
+    ("sed --in-pl s/a/b/ /etc/x", "edit", "/etc/x"),
+    ("sed --in s/a/b/ /etc/x", "edit", "/etc/x"),
+    ("sed --in-place=.bak s/a/b/ /etc/x", "edit", "/etc/x"),
+    ("tee --app /etc/x", "append", "/etc/x"),
+    ("rm --rec --f /etc/x", "delete", "/etc/x"),
+    ("sed --expr=w/etc/y /tmp/x", "write", "/etc/y"),
+    ("sed '1w/etc/y' /tmp/x", "write", "/etc/y"),
+])
+def test_gnu_long_options_are_read_abbreviated_as_the_tool_reads_them(command, verb, path):
+    assert any(a.tool == "file" and a.verb == verb and a.target.name == path for a in normalise(command)), \
+        [a.to_input() for a in normalise(command)]
+
+
+def test_an_abbreviation_that_names_no_option_or_two_is_left_as_written():
+    from guardrail.actions.classifiers.base import resolve_long
+
+    assert resolve_long("--in-pl=.bak", {"--in-place", "--expression"}) == "--in-place=.bak"
+    assert resolve_long("--e", {"--expression", "--exclude"}) == "--e"  # ambiguous: the tool refuses it
+    assert resolve_long("--all", {"--all", "--all-namespaces"}) == "--all"  # an exact name wins
+    assert [a.verb for a in normalise("sed -n p /tmp/x")] == ["read"]  # the control
