@@ -40,8 +40,11 @@ from guardrail.context import IncidentContext
 from guardrail.errors import InputError
 from guardrail.journal import read_journal
 from guardrail.policy.base import Decision, Outcome, PolicyEngine, distinct_findings
-from verifiers.datafile import decode_text
+from verifiers.datafile import decode_text, read_input_bytes
 from verifiers.protocols import FeedbackCode, Verdict, VerdictStatus
+
+# The largest recorded session `guardrail audit` reads (a journal of a long session is ~1 KB per command).
+MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
 
 __all__ = ["Step", "Trajectory", "PendingChange", "DurabilityLedger", "StepAudit", "AuditReport",
            "load_trajectory", "audit", "UnpersistedChangesCheck", "FORMATS"]
@@ -196,10 +199,8 @@ def _check_lines(p: Path, fmt: str, jl: _JsonLines, *, detected: bool = False) -
 
 def load_trajectory(path: str | Path, *, fmt: Format = "auto", command_arg: str = "command") -> Trajectory:
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read trajectory: {e.strerror or e}", path=str(p)) from e
+    # A regular file of at most MAX_TRAJECTORY_BYTES (not a device, FIFO or directory), read by the shared reader.
+    raw = read_input_bytes(p, error=InputError, limit=MAX_TRAJECTORY_BYTES)
     if fmt == "auto":
         # Sniff on the text up to the first line with content, decoded strictly: undecodable bytes there are bad
         # input, not a command list. A journal's lines are read by read_journal (a non-UTF-8 last record is torn).

@@ -20,15 +20,20 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
+from guardrail.ownfiles import OwnFiles
 from guardrail.policy.base import Decision, Finding, Mode, Outcome, PolicyEngine, distinct_findings
+from guardrail.policy.decisions import DecisionIds, over_limit
 from guardrail.policy.enforcement import enforce
 from verifiers.progress import Progress, report, reporting_to
 from verifiers.protocols import CommandResult, Environment, FeedbackCode, Verdict, VerdictStatus
 
-__all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE"]
+__all__ = ["Feedback", "Admission", "DeclareOutcome", "DeclarationCheck", "Guard", "DENIED_EXIT_CODE",
+           "JOURNAL_TAMPERED"]
 
 # What a denied command returns to the agent, like a shell's "permission denied" for a command it may not run.
 DENIED_EXIT_CODE = 126
+# The feedback code of a journal file found unlinked, replaced or truncated (guardrail.journal).
+JOURNAL_TAMPERED = "JOURNAL_TAMPERED"
 # How many of the latest feedback codes stats() lists in order (every code is counted in feedback_counts).
 FEEDBACK_KEPT = 1000
 
@@ -171,12 +176,14 @@ class Guard:
         criteria: Any = None,
         suite: Any = None,
         agent_env: Environment | None = None,
+        own_files: OwnFiles | None = None,
     ):
         """`suite` (a verifiers.suite.VerifierSuite) supplies the declaration checks, the step checks, the criteria
         and the before-run snapshots in one piece; see `Guard.standard` for the usual construction. `agent_env`,
         when given, is where the agent's admitted commands run (its own tool surface), while `env` is what the
         guard's verifiers read with (a guard deployed with an operator's read-only credential); by default both
-        are `env`."""
+        are `env`. `own_files`: the guard's configuration files (context, criteria, tokens) that no command may
+        write; its journal and its engine's policy tree are added to them here."""
         if normaliser is None:
             from guardrail.actions import normalise as normaliser
         self.engine = engine
@@ -186,6 +193,8 @@ class Guard:
         self.journal = journal if journal is not None else Journal(None, clock=env.clock if env else None)
         self.mode = Mode(mode)
         self._normalise = normaliser
+        self._refusal_ids = DecisionIds("guard")
+        self.own_files = (own_files or OwnFiles()).for_guard(engine, self.journal.path)
         self._context_input = self.context.policy_input()
         # An engine that can load this context and prepare its queries ahead of the first command does so now.
         warm = getattr(engine, "warm", None)
@@ -237,9 +246,18 @@ class Guard:
                 if obs:
                     inp["observed"] = obs
         # An engine that can decide a command's actions in one evaluation does (EmbeddedOPA.decide_all).
-        decide_all = getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None
-        decisions = decide_all(inputs) if decide_all is not None else [self.engine.decide(i) for i in inputs]
-        effects = [enforce(d, self.mode) for d in decisions]
+        refused = [over_limit(a, decision_id=self._refusal_ids())
+                   or self.own_files.refusal(a, decision_id=self._refusal_ids()) for a in action_inputs]
+        if any(refused):
+            # Past the normaliser's limits nothing was read, and the guard's own files are not the policy's to
+            # allow: refused by the guard itself, not asked of the policy (an exception could waive a rule), and in
+            # every mode (the guard's journal and rules stay the guard's, even in a dry run).
+            decisions = [r or self.engine.decide(i) for r, i in zip(refused, inputs)]
+        elif (decide_all := getattr(self.engine, "decide_all", None) if len(inputs) > 1 else None) is not None:
+            decisions = decide_all(inputs)
+        else:
+            decisions = [self.engine.decide(i) for i in inputs]
+        effects = [enforce(d, Mode.ENFORCE if r else self.mode) for d, r in zip(decisions, refused)]
         # What the agent is told about the whole command: each rule's message once (see distinct_findings).
         denied = distinct_findings(f for e in effects for f in e.denied)
         warned = distinct_findings((f for e in effects for f in e.warned), besides=denied)
@@ -272,6 +290,7 @@ class Guard:
             ran=adm.runs, would_deny=[f.id for f in would_deny] or False, **extra,
         )
         adm.seq = rec["seq"]
+        adm.feedback += self._tampering()
         self._note_codes(adm.feedback)
         return adm
 
@@ -288,6 +307,13 @@ class Guard:
                         "changes wait for its answer. Read-only commands run meanwhile; change things again "
                         "after the guard has answered.",
                         {"pending": dict(pending)})
+
+    def _tampering(self) -> list[Feedback]:
+        """What the journal found done to its file since it last said (unlinked, replaced, truncated)."""
+        take = getattr(self.journal, "take_tampering", None)
+        return [Feedback(JOURNAL_TAMPERED, f"The guard's journal was {e['what']} by something other than the guard: "
+                         f"{e['note']}. Leave the guard's files alone; this is on the record.", e)
+                for e in (take() if take is not None else ())]
 
     def _observe(self, action_inputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """What the suite reads before a mutating command is decided (the state it would change, the session's
@@ -306,7 +332,7 @@ class Guard:
         self.journal.append("result", ref=admission.seq, exit_code=result.exit_code,
                             duration_s=result.duration_s, stdout_head=result.stdout[:512],
                             stderr_head=result.stderr[:512])
-        fb: list[Feedback] = []
+        fb: list[Feedback] = self._tampering()
         if self.env is not None:
             for chk in self._step_checks:
                 v = _safe_check(chk, self.env, self.journal, self._criteria)

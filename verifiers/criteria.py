@@ -85,16 +85,23 @@ class WatchdogCriteria:
 # no zero-length cycle, no count below one. `Criteria.coerce` enforces them on every override, and a criteria
 # file (guardrail.adapters.session.load_criteria) is checked against the same table, with its line.
 POSITIVE, NON_NEGATIVE, COUNT, SHARE = {"gt": 0}, {"ge": 0}, {"ge": 1}, {"ge": 0, "le": 1}
+# Upper bounds too: `default_cycle_s: 1e308` is finite and positive, and a wait computed from it never ends (or
+# overflows a timer). Generous: a week of seconds, ten thousand cycles, a million of a count.
+_WEEK_S = 7 * 86400.0
+SECONDS, WAIT_S = {"gt": 0, "le": _WEEK_S}, {"ge": 0, "le": _WEEK_S}
+CYCLES, SOME_CYCLES = {"gt": 0, "le": 10_000}, {"ge": 0, "le": 10_000}
+MANY, SOME = {"ge": 1, "le": 1_000_000}, {"ge": 0, "le": 1_000_000}
+SIGMAS = {"ge": 0, "le": 1_000}
 RANGES: dict[str, dict[str, dict[str, float]]] = {
-    "convergence": {"consecutive_cycles": COUNT, "interval_s": POSITIVE, "count": COUNT, "max_wait_cycles": POSITIVE,
-                    "drain_wait_cycles": NON_NEGATIVE, "failure_limit": NON_NEGATIVE,
-                    "inconclusive_limit": NON_NEGATIVE, "error_limit": NON_NEGATIVE, "min_count": NON_NEGATIVE,
-                    "noise_z": NON_NEGATIVE, "confidence_z": NON_NEGATIVE, "first_look_z": NON_NEGATIVE,
-                    "default_cycle_s": POSITIVE, "window_s": POSITIVE,
-                    "baseline_window_s": NON_NEGATIVE, "baseline_min_segments": COUNT,
-                    "baseline_sigmas": NON_NEGATIVE, "baseline_rel": NON_NEGATIVE, "backlog_settled_abs": NON_NEGATIVE},
-    "restart": {"ready_timeout_s": POSITIVE, "poll_s": POSITIVE, "post_ready_wait_s": NON_NEGATIVE},
-    "watchdog": {"window_steps": COUNT, "repeat_limit": COUNT, "idle_steps": COUNT, "max_distinct_ratio": SHARE},
+    "convergence": {"consecutive_cycles": MANY, "interval_s": SECONDS, "count": MANY, "max_wait_cycles": CYCLES,
+                    "drain_wait_cycles": SOME_CYCLES, "failure_limit": SOME,
+                    "inconclusive_limit": SOME, "error_limit": SOME, "min_count": SOME,
+                    "noise_z": SIGMAS, "confidence_z": SIGMAS, "first_look_z": SIGMAS,
+                    "default_cycle_s": SECONDS, "window_s": SECONDS,
+                    "baseline_window_s": WAIT_S, "baseline_min_segments": MANY,
+                    "baseline_sigmas": SIGMAS, "baseline_rel": SIGMAS, "backlog_settled_abs": {"ge": 0, "le": 1e12}},
+    "restart": {"ready_timeout_s": SECONDS, "poll_s": SECONDS, "post_ready_wait_s": WAIT_S},
+    "watchdog": {"window_steps": MANY, "repeat_limit": MANY, "idle_steps": MANY, "max_distinct_ratio": SHARE},
 }
 _OPS = {"gt": (lambda v, b: v > b, "greater than"), "ge": (lambda v, b: v >= b, "at least"),
         "le": (lambda v, b: v <= b, "at most")}

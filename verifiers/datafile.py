@@ -9,13 +9,25 @@ verifiers.errors.CatalogueError are both of it.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["DataFileError", "read_data", "decode_text", "line_of", "json_node_tree", "validate", "load_model"]
+__all__ = ["DataFileError", "read_data", "read_input_bytes", "decode_text", "line_of", "json_node_tree", "validate", "load_model",
+           "MAX_DATA_BYTES", "MAX_EXPANSION"]
+
+# The largest data file read (contexts, criteria, scenarios, scripts, policy data, --input): configuration, not
+# bulk data. Larger ones are bad input, before a byte is parsed.
+MAX_DATA_BYTES = 16 * 1024 * 1024
+# Values a YAML document may come to once its aliases are expanded: EXPANSION_FACTOR times the values it writes
+# out, plus MAX_EXPANSION. A 366-byte document of nested aliases (a "billion laughs") expands to billions, and every
+# reader after the parser (pydantic, the policy input's JSON) walks the expansion.
+MAX_EXPANSION = 100_000
+EXPANSION_FACTOR = 4
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -90,6 +102,77 @@ def _looks_json(p: Path, text: str) -> bool:
     return p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "["))
 
 
+def read_input_bytes(path: str | Path, *, error: type[DataFileError] = DataFileError,
+                     limit: int = MAX_DATA_BYTES) -> bytes:
+    """The bytes of an input file, or `error` naming it: a regular file only (a device such as /dev/zero, a FIFO,
+    a socket or a directory is refused before it is read), opened non-blocking (so a FIFO cannot hold the open),
+    at most `limit` bytes (checked on the size and again while reading: a file that grows is cut off, refused).
+    Every CLI option that reads a file comes here, through read_data or directly."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(f"cannot read: {e.strerror or e}", path=str(p)) from e
+    try:
+        st = os.fstat(fd)  # of what was opened: no window between a check and the open
+        if stat.S_ISDIR(st.st_mode):
+            raise error("is a directory, not a file", path=str(p))
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+            raise error(f"is {kind}, not a regular file: give the path of a file", path=str(p))
+        too_big = f"is larger than {limit:,} bytes, the limit for this input"
+        if st.st_size > limit:
+            raise error(too_big, path=str(p))
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise error(too_big, path=str(p))
+        return b"".join(chunks)
+    except OSError as e:
+        raise error(f"cannot read: {e.strerror or e}", path=str(p)) from e
+    finally:
+        os.close(fd)
+
+
+def _expansion_error(node: yaml.Node | None, p: Path, error: type[DataFileError]) -> None:
+    """Refuse a YAML document whose aliases expand past EXPANSION_FACTOR times the values it writes out, plus
+    MAX_EXPANSION (counted on the node tree, each shared node once: linear in the document). A value that
+    holds itself (`r: &r [*r]`) counts once: PyYAML builds it as one shared object, and the models reject it.
+    (Numbers that are not finite are the models' to refuse, naming the field.)"""
+    if node is None:
+        return
+    sizes: dict[int, int] = {}
+    distinct = 0
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            active.discard(id(n))
+            kids = n.value if isinstance(n, yaml.SequenceNode) else \
+                [x for kv in n.value for x in kv] if isinstance(n, yaml.MappingNode) else []
+            sizes[id(n)] = 1 + sum(sizes.get(id(k), 1) for k in kids)
+            if sizes[id(n)] > EXPANSION_FACTOR * distinct + MAX_EXPANSION:
+                raise error(f"its aliases expand to more than {MAX_EXPANSION:,} values (an alias bomb?): write the "
+                            "values out", path=str(p), line=n.start_mark.line + 1)
+            continue
+        if id(n) in sizes:
+            continue
+        if isinstance(n, yaml.ScalarNode) or id(n) in active:
+            distinct += 1
+            sizes[id(n)] = 1
+            continue
+        distinct += 1
+        active.add(id(n))
+        stack.append((n, True))
+        kids = n.value if isinstance(n, yaml.SequenceNode) else [x for kv in n.value for x in kv]
+        stack.extend((k, False) for k in reversed(kids) if id(k) not in sizes)
+
+
 def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -> tuple[Any, yaml.Node | None, str]:
     """Parse a YAML (or JSON) file. Returns the data, its node tree (for line numbers) and the text.
 
@@ -97,10 +180,7 @@ def read_data(path: str | Path, *, error: type[DataFileError] = DataFileError) -
     so JSON that YAML does not accept (tab indentation) loads too; anything else is YAML. Undecodable bytes and
     a key given twice in one mapping are errors naming the line."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise error(f"cannot read: {e.strerror or e}", path=str(p)) from e
+    raw = read_input_bytes(p, error=error)
     text = decode_text(raw, path=p, error=error)
     try:
         return _parse(p, text, error)
@@ -133,6 +213,7 @@ def _parse(p: Path, text: str, error: type[DataFileError]) -> tuple[Any, yaml.No
         raise error(f"bad YAML: {why}", path=str(p), line=where) from e
     try:
         node = loader.get_single_node()
+        _expansion_error(node, p, error)
         dup = _duplicate_key(node)
         if dup is not None:
             raise error(f"duplicate key {dup[0]!r} (first given at line {dup[2]})", path=str(p), line=dup[1])

@@ -25,7 +25,9 @@ def file_write(inv: Invocation, path: str, *, verb: str = "write", content: str 
     change to the machine every service on it shares. A path through a process's root (`/proc/1/root/var/lib/x`)
     is the file under it."""
     resolved = clean_path(path)
-    if path.startswith("/proc/") and not resolved.startswith("/proc"):
+    if resolved != path and (path.startswith("/") or not resolved.startswith("..")):
+        # The path as the kernel reads it (`/tmp/../etc` is /etc, `//var/./lib` is /var/lib): every rule and the
+        # guard's own-files check compare this one; the spelling typed is kept beside it.
         details = {**details, "written_as": path}
         path = resolved
     d: dict[str, Any] = {"path": path, **details}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,45 @@ LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"
 # File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
 # the same set (guardrail/adapters/shell/shim.py, standard library only); a test holds them equal.
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# The largest file a classifier reads at decision time (a manifest, a values file): larger is not judged.
+MAX_READ_AT_DECISION = 1024 * 1024
+
+
+class Unreadable(Exception):
+    """A file a command names that the guard cannot read at decision time; its message says why."""
+
+
+def stdin_at_decision(stdin: "Stdin | None", where: "Where") -> str:
+    """What a command will read on stdin, known now: the heredoc's (or piped echo's) text, or a file redirected in
+    (`< deploy.yaml`) read now (read_at_decision); Unreadable otherwise (another program's output, no stdin)."""
+    if stdin is None:
+        raise Unreadable("there is no stdin to read")
+    if stdin.text is not None and not stdin.decoded:
+        return stdin.text
+    if stdin.source == "file" and stdin.producer and not stdin.decoded:
+        return read_at_decision(stdin.producer, where)
+    raise Unreadable(f"stdin comes from {stdin.producer or stdin.source}")
+
+
+def read_at_decision(path: str, where: "Where") -> str:
+    """The text of a file a command will read (`kubectl apply -f FILE`, `helm -f FILE`), read now so that it is
+    judged as a heredoc holding it would be; Unreadable when it cannot be: fetched as the command runs (a URL),
+    inside a container, missing, not a regular file, over MAX_READ_AT_DECISION or not UTF-8 text. (It is read
+    again when the command runs: a file changed in between is the same race as any check before a use.)"""
+    from verifiers.datafile import DataFileError, read_input_bytes
+
+    if "://" in path:
+        raise Unreadable(f"{path} is fetched when the command runs")
+    if where.in_exec:
+        raise Unreadable(f"{path} is in the container")
+    try:
+        raw = read_input_bytes(path, limit=MAX_READ_AT_DECISION)
+    except DataFileError as e:
+        raise Unreadable(f"{path}: {e.message}") from e
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"{path} is not UTF-8 text") from e
 
 
 @dataclass(frozen=True)
@@ -67,6 +107,10 @@ def component_of_host(host: str) -> tuple[str, str | None]:
     return h, None
 
 
+# part_raw keeps the invocation's own text when it is at most this much longer than the part (its options).
+_PART_SLACK = 512
+
+
 @dataclass
 class Invocation:
     """One simple command to classify."""
@@ -94,7 +138,8 @@ class Invocation:
                layer: Layer = Layer.NONE, mutating: Mutating = UNKNOWN, opaque_reason: str | None = None,
                details: dict[str, Any] | None = None) -> Action:
         return Action(tool=tool, verb=verb, target=target or Target(namespace=self.where.namespace),
-                      keys=keys or [], layer=layer, mutating=mutating, raw=self.raw, via=list(self.where.via),
+                      keys=keys or [], layer=layer, mutating=mutating, raw=self.raw,
+                      words=[str(w) for w in self.argv], via=list(self.where.via),
                       opaque_reason=opaque_reason, details=self._with_pod(details or {}))
 
     def _with_pod(self, details: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +172,54 @@ class Invocation:
     def file_layer(self) -> Layer:
         # Inside a container a file edit lands in its writable layer, which a restart discards.
         return Layer.RUNTIME if self.where.in_exec else Layer.DECLARED
+
+    def part_raw(self, part: str, others: set[str] = frozenset()) -> str:
+        """This invocation's text with `part` in place of the whole of what it is part of: its words less those
+        that are `others` (the parts of its other actions: the other files of one `rm`), each word that holds
+        more than the part (all the SQL of `-c`) replaced by the part, or the part fed as stdin when no word
+        holds it (a heredoc). See own_raw."""
+        words = [str(w) for w in self.argv]
+        kept = [w for w in words if w == part or w not in others]
+        if part in kept:
+            return " ".join(shlex.quote(w) for w in kept)
+        if any(part in w for w in kept):
+            return " ".join(shlex.quote(part) if part in w else shlex.quote(w) for w in kept)
+        return " ".join(shlex.quote(w) for w in kept) + " <<< " + shlex.quote(part)
+
+    def own_raw(self, actions: list[Action]) -> list[Action]:
+        """`actions`, all of this invocation, each with a raw of its own part (part_raw) when there are several:
+        an invocation that splits into N actions (2,000 statements of one `psql -c`, 1,000 files of one `rm`,
+        URLs of one `curl`, lines of a heredoc into `redis-cli`) gave each the whole text, and N copies of it
+        made the decision input and the journal grow as N squared. An action's part is the first of its SQL
+        statement, its command line, URL, path or target name that the text holds."""
+        if len(actions) < 2 or len(self.raw) <= _PART_SLACK:
+            return actions
+        parts: list[str | None] = []
+        for a in actions:
+            det = a.details if isinstance(a.details, dict) else {}
+            found = None
+            if a.raw == self.raw:
+                for p in (det.get("statement"), det.get("command"), det.get("url"), det.get("path"), a.target.name):
+                    if isinstance(p, str) and p.strip() and p.strip() in self.raw:
+                        found = p.strip()
+                        break
+            parts.append(found)
+        named = {p for p in parts if p is not None}
+        for a, part in zip(actions, parts):
+            if part is not None:
+                a.raw = self.part_raw(part, named - {part})
+                a.words = self.part_words(part, named - {part})
+        return actions
+
+    def part_words(self, part: str, others: set[str] = frozenset()) -> list[str]:
+        """The words of part_raw, unquoted: the invocation's words less the other parts, the part in place of a
+        word that holds more, or after them when no word holds it."""
+        kept = [w for w in (str(x) for x in self.argv) if w == part or w not in others]
+        if part in kept:
+            return kept
+        if any(part in w for w in kept):
+            return [part if part in w else w for w in kept]
+        return [*kept, part]
 
     def opaque(self, verb: str, reason: str, *, tool: str = "shell", **details: Any) -> Action:
         return self.action(tool, verb, mutating=UNKNOWN, opaque_reason=reason, details=details)

@@ -65,6 +65,9 @@ class Action(BaseModel):
     layer: Layer = Layer.NONE
     mutating: Mutating = UNKNOWN
     raw: str = ""
+    # The words of its invocation as the program receives them: parsed, quotes and escapes removed (`'NOSAVE'`,
+    # `NOS\AVE` and `"-A"` are NOSAVE and -A). Rules that match text match these, never the raw text.
+    words: list[str] = Field(default_factory=list)
     via: list[str] = Field(default_factory=list)  # wrappers it was found inside: "bash -c", "kubectl exec", ...
     opaque_reason: str | None = None  # why its content cannot be known before it runs
     details: dict[str, Any] = Field(default_factory=dict)

@@ -17,10 +17,10 @@ from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.dispatch import Session
-from guardrail.actions.shell import ShellWalker, parse
+from guardrail.actions.shell import ShellWalker, join_continuations, parse
 from tree_sitter import Node
 
-__all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS"]
+__all__ = ["normalise", "Normaliser", "MAX_DEPTH", "MAX_COMMANDS", "MAX_CHARS", "MAX_ACTIONS"]
 
 # Deeper nesting than this (sh -c inside sh -c inside ...) is treated as opaque rather than followed.
 MAX_DEPTH = 12
@@ -30,6 +30,9 @@ MAX_CHARS = 200_000
 # one opaque action: nested loops and functions calling functions grow geometrically (three nested 32-value loops
 # are 32,768 commands, each a policy decision), and a guard that takes minutes on one command fails its agent.
 MAX_COMMANDS = 512
+# Actions one text may come to (2,000 statements of one psql -c are 2,000 actions, each a decision: about half a
+# millisecond each, bench/input_growth.py). Past it the text is refused whole, never cut short and judged.
+MAX_ACTIONS = 4096
 
 
 class TooComplex(Exception):
@@ -44,6 +47,7 @@ class Normaliser:
 
     def script(self, text: str, where: Where, stdin: Stdin | None = None) -> list[Action]:
         """Every Action of a shell script (the top-level command, or the body of `sh -c`, a heredoc ...)."""
+        text = join_continuations(text)
         inv = Invocation(argv=[], where=where, raw=text)
         if where.depth > MAX_DEPTH:
             return [inv.opaque("nested", f"wrappers nested more than {MAX_DEPTH} deep are not followed")]
@@ -76,7 +80,7 @@ class Normaliser:
         if self.session.dispatched > MAX_COMMANDS:
             raise TooComplex()
         try:
-            return self._dispatch(inv)
+            return inv.own_raw(self._dispatch(inv))
         except TooComplex:
             raise
         except RecursionError:
@@ -159,16 +163,27 @@ def normalise(raw: str) -> list[Action]:
         if not raw.strip():
             return []
         if len(raw) > MAX_CHARS:
-            return [Action(tool="shell", verb="oversized", mutating=UNKNOWN, raw=raw[:1000],
-                           opaque_reason=f"command longer than {MAX_CHARS} characters is not parsed")]
-        return Normaliser().script(raw, Where())
+            return [_over_limit("oversized", raw, f"the command is longer than {MAX_CHARS} characters")]
+        actions = Normaliser().script(raw, Where())
+        if len(actions) > MAX_ACTIONS:
+            return [_over_limit("too-many-actions", raw, f"the command comes to more than {MAX_ACTIONS} actions "
+                                                         "(statements, files, URLs ...)")]
+        return actions
     except TooComplex:
-        return [Action(tool="shell", verb="too-complex", mutating=UNKNOWN, raw=str(raw)[:1000],
-                       opaque_reason=f"the text expands to more than {MAX_COMMANDS} commands (loops, functions); "
-                                     "send the commands you mean to run, a few at a time")]
+        return [_over_limit("too-complex", str(raw), f"the text expands to more than {MAX_COMMANDS} commands "
+                                                     "(loops, functions)")]
     except Exception as e:  # the guard must get an answer for every text; unknown is the safe one
         return [Action(tool="shell", verb="unclassified", mutating=UNKNOWN, raw=str(raw)[:1000],
                        opaque_reason=f"normalisation failed ({type(e).__name__}); effect not known")]
+
+
+def _over_limit(verb: str, raw: str, why: str) -> Action:
+    """A text past one of the normaliser's limits: one opaque action marked `details.limit`, which the guard refuses
+    without asking the policy (guardrail.policy.decisions.refuse_over_limit). Its raw is cut for the journal only:
+    nothing of it is judged."""
+    return Action(tool="shell", verb=verb, mutating=UNKNOWN, raw=raw[:1000],
+                  opaque_reason=f"{why}; send the commands you mean to run, a few at a time",
+                  details={"limit": verb})
 
 
 def _system_path(path: str) -> bool:

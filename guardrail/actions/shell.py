@@ -31,6 +31,39 @@ __all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECOD
 _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
+# Inside backticks bash turns \\` and \\$ and \\\\ into ` and $ and \\ before it parses the command.
+_BACKTICK_ESCAPE = re.compile(r"\\([\\`$])")
+
+def join_continuations(text: str) -> str:
+    """The text with each backslash-newline inside a word removed, as bash removes it before it splits words
+    (`r\\<newline>m -rf /etc` runs rm); outside single quotes, where a backslash is literal. Between words the
+    grammar reads a continuation itself."""
+    if "\\\n" not in text:
+        return text
+    out: list[str] = []
+    i, n, quote = 0, len(text), ""
+    while i < n:
+        c = text[i]
+        if quote == "'":
+            if c == "'":
+                quote = ""
+        elif c == "'" and quote == "":
+            quote = "'"
+        elif c == '"':
+            quote = "" if quote == '"' else '"'
+        elif c == "\\" and i + 1 < n:
+            if text[i + 1] == "\n" and out and not out[-1].isspace() and i + 2 < n and not text[i + 2].isspace():
+                i += 2
+                continue
+            out.append(c)
+            out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def parse(text: str) -> tree_sitter.Tree:
     """Parse shell text with the one cached parser (building a Parser costs more than parsing a command)."""
     return _PARSER.parse(text.encode("utf-8", "surrogatepass"))
@@ -223,6 +256,15 @@ class ShellWalker:
         while stack:
             n = stack.pop()
             if n.type in SUBSTITUTIONS:
+                text = _txt(n)
+                if n.type == "command_substitution" and text.startswith("`") and text.endswith("`"):
+                    body = _BACKTICK_ESCAPE.sub(r"\1", text[1:-1])
+                    if body != text[1:-1]:
+                        # Inside backticks bash first turns \`, \$ and \\ into `, $ and \, then parses what is
+                        # left: `echo \`rm -rf /etc\`` runs rm. The grammar reads \` as a plain character.
+                        self.run(parse(body).root_node, None)
+                        self.numbers.discard(n.id)
+                        continue
                 named = [c for c in n.children if c.is_named]
                 out = None
                 for c in named:

@@ -151,9 +151,9 @@ def source(inv: Invocation, n: Dispatcher) -> list[Action]:
 @wrapper("exec")
 def exec_(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(["-a"], stop_at_positional=True).parse(inv.args)
-    if not p.positionals:
+    if not p.operands:
         return []  # `exec 3>file`: only redirections, which the walker already saw
-    return n.dispatch(_inner(inv, p.positionals, "exec"))
+    return n.dispatch(_inner(inv, p.operands, "exec"))
 
 
 @wrapper("busybox")
@@ -169,7 +169,7 @@ def _prefix(label: str, spec: OptionSpec, *, skip_assignments: bool = False, ski
             empty: Callable[[Invocation], list[Action]] | None = None) -> Wrapper:
     def unwrap(inv: Invocation, n: Dispatcher) -> list[Action] | None:
         p = spec.parse(inv.args)
-        rest = list(p.positionals) if p.after_dashdash is None else list(p.positionals) + p.after_dashdash
+        rest = p.operands
         if skip_assignments:
             while rest and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
                 rest.pop(0)
@@ -209,9 +209,9 @@ def command_(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     p = OptionSpec.of(stop_at_positional=True).parse(inv.args)
     if p.has("-v", "-V"):
         return [inv.action("shell", "command -v", mutating=False)]
-    if not p.positionals:
+    if not p.operands:
         return []
-    return n.dispatch(_inner(inv, p.positionals, inv.name))
+    return n.dispatch(_inner(inv, p.operands, inv.name))
 
 
 @wrapper("env")
@@ -223,7 +223,7 @@ def env(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     if split is not None:
         tail = " ".join(shlex.quote(str(a)) for a in p.positionals)
         return n.script(f"{split} {tail}".strip(), inv.where.inside("env -S"), inv.stdin)
-    rest = list(p.positionals) + (p.after_dashdash or [])
+    rest = p.operands
     while rest and (m := re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", rest[0])):
         if runs_code(m.group(1), str(rest[0])[m.end():]):
             return [inv.opaque("environment", f"env sets {m.group(1)}, which changes which program runs or what it "
@@ -313,9 +313,9 @@ def ssh(inv: Invocation, n: Dispatcher) -> list[Action] | None:
         return [inv.opaque("ssh", f"ssh {hidden}; use ssh with plain options, or run the command directly")]
     log = p.get("-E")  # -E LOGFILE: ssh appends its log there
     pre = [file_write(inv, str(log), verb="append", by="ssh -E")] if log is not None else []
-    if not p.positionals:
+    if not p.operands:
         return pre + _interactive(inv)
-    host, cmd = p.positionals[0], p.positionals[1:]
+    host, cmd = p.operands[0], p.operands[1:]
     if not cmd and "-N" in p.flags:
         # -N: no remote command and no shell; the connection only carries its forwards (a tunnel to a database).
         forwards = {o: [str(v) for v in p.all(o)] for o in ("-L", "-R", "-D") if p.all(o)}
@@ -504,9 +504,9 @@ def container_exec(inv: Invocation, n: Dispatcher) -> list[Action] | None:
     if not args or args[0] != "exec":
         return None
     p = CONTAINER_EXEC.parse(args[1:])
-    if not p.positionals:
+    if not p.operands:
         return None
-    container, inner = str(p.positionals[0]), list(p.positionals[1:])
+    container, inner = str(p.operands[0]), list(p.operands[1:])
     own = inv.action(inv.name, "exec", target=Target(kind="container", name=container), mutating=False,
                      details={"command": [str(a) for a in inner]})
     if not inner:
@@ -526,9 +526,9 @@ def _container_run(inv: Invocation, n: Dispatcher, args: list[Word]) -> list[Act
     which the guard cannot see."""
     own = _own_actions(inv, inv.name)
     p = CONTAINER_RUN.parse(args)
-    if not p.positionals:
+    if not p.operands:
         return own
-    image, command = p.positionals[0], list(p.positionals[1:])
+    image, command = p.operands[0], list(p.operands[1:])
     entrypoint = p.get("--entrypoint")
     if entrypoint is not None and str(entrypoint):
         command = [entrypoint if isinstance(entrypoint, Word) else Word.of(entrypoint)] + command

@@ -29,6 +29,7 @@ from guardrail.context import IncidentContext, load_context
 from guardrail.errors import GuardrailError, InputError
 from guardrail.guard import Admission, DeclareOutcome, Feedback, Guard
 from guardrail.journal import Journal
+from guardrail.ownfiles import OwnFiles
 from guardrail.policy.base import Decision, Mode, PolicyEngine
 from verifiers.protocols import CommandResult, Environment, FeedbackCode
 
@@ -265,6 +266,7 @@ class GuardSessions:
         max_sessions: int | None = MAX_SESSIONS,
         idle_close_s: float | None = IDLE_CLOSE_S,
         clock: Callable[[], float] = time.monotonic,
+        own_files: OwnFiles | None = None,
     ):
         self.engine = EnginePool(engine)
         self.max_sessions = max_sessions
@@ -279,6 +281,8 @@ class GuardSessions:
         self._checks = declaration_checks
         self._criteria = criteria
         self._fsync = fsync
+        # The guard's own files no command may write: the caller's (context, criteria, tokens) and the journals.
+        self.own_files = (own_files or OwnFiles()).add_dir(self.journal_dir)
         self._sessions: dict[str, GuardSession] = {}
         self._lock = threading.Lock()
         # Every session shares this context: the engines load it now, before any client waits on them.
@@ -324,7 +328,8 @@ class GuardSessions:
         # Each session gets its own copy of the context: nothing one agent does can leak into another's.
         context = self.context.model_copy(deep=True)
         guard = Guard(self.engine, context, env=env, journal=journal, mode=self.mode, normaliser=self._normaliser,
-                      declaration_checks=self._checks, criteria=self._criteria, suite=self._suite(context))
+                      declaration_checks=self._checks, criteria=self._criteria, suite=self._suite(context),
+                      own_files=self.own_files)
         journal.append("session_start", context=self.context.id, mode=self.mode.value,
                        env=env.describe().name if env is not None else None)
         return GuardSession(key=key, guard=guard, journal=journal, env=env)

@@ -42,6 +42,7 @@ def check(context_path: str | None, policy_dir: str | None, mode: str, as_json: 
           command: tuple[str, ...]) -> None:
     """Decide COMMAND (everything after --) without running it; print the actions and the decision."""
     from guardrail.guard import Guard
+    from guardrail.ownfiles import OwnFiles
     from guardrail.policy.embedded import EmbeddedOPA
 
     context = load_context(context_path) if context_path else IncidentContext()
@@ -51,7 +52,7 @@ def check(context_path: str | None, policy_dir: str | None, mode: str, as_json: 
     if not raw.strip():  # nothing to decide; an "allow" here could be read as permission by a wrapper
         raise InputError("is empty: give the command after --", path="COMMAND")
     with EmbeddedOPA(policy_dir) as engine:
-        adm = Guard(engine, context, mode=Mode(mode)).before(raw)
+        adm = Guard(engine, context, mode=Mode(mode), own_files=OwnFiles().add_file(context_path)).before(raw)
     out = adm.to_dict()
     out["decision"] = {
         "outcome": adm.outcome.value,

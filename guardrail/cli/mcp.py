@@ -61,6 +61,7 @@ def mcp(env_spec: str, kubeconfig: str | None, context_name: str | None, context
     from guardrail.adapters.mcp_server import build_server
     from guardrail.adapters.session import MAX_SESSIONS, GuardSessions, context_from, load_criteria, load_engine
     from guardrail.envs import resolve_environment
+    from guardrail.ownfiles import OwnFiles
 
     credentials = None
     if transport == "http":
@@ -80,7 +81,8 @@ def mcp(env_spec: str, kubeconfig: str | None, context_name: str | None, context
                                      slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=env_factory, mode=Mode(mode), criteria=criteria,
-                             max_sessions=max_sessions or MAX_SESSIONS)
+                             max_sessions=max_sessions or MAX_SESSIONS,
+                             own_files=OwnFiles().add_files([context_path, criteria_path, slo_path, token_file]))
     # Journals are written when a client connects; a directory that cannot take them fails now, at start.
     _check_journal_dir(Path(journal_dir))
     server = build_server(sessions)

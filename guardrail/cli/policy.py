@@ -22,7 +22,7 @@ from guardrail.policy.inputdoc import read_policy_input
 from guardrail.policy.loader import load_error, opa_error_location
 from guardrail.policy.testing import run_rego_tests
 from guardrail.resources import policy_dir
-from verifiers.datafile import decode_text
+from verifiers.datafile import decode_text, read_input_bytes
 
 __all__ = ["policy"]
 
@@ -144,10 +144,7 @@ def _finite_float(text: str) -> float:
 
 
 def _read_json(path: Path) -> tuple[object, str]:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", path=str(path)) from e
+    raw = read_input_bytes(path, error=InputError)  # a regular file, bounded: not /dev/zero, not a FIFO
     text = decode_text(raw, path=path, error=InputError)  # undecodable bytes: one line naming file:line
     try:
         return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float), text

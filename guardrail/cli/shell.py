@@ -64,6 +64,7 @@ def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, conte
     from guardrail.adapters.shell.shimdir import RESOLVED_FILE
     from guardrail.adapters.shell.protocol import SECRET_ENV, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV
     from guardrail.envs import resolve_environment
+    from guardrail.ownfiles import OwnFiles
 
     agent_user = confined_user(confine_user) if confine else None
     context = context_from(context_path)
@@ -80,7 +81,8 @@ def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, conte
     env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options), prometheus_url,
                                      slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
-                             env_factory=env_factory, mode=Mode(mode), criteria=criteria)
+                             env_factory=env_factory, mode=Mode(mode), criteria=criteria,
+                             own_files=OwnFiles().add_files([context_path, criteria_path, slo_path]))
     # Everything else is checked before the journal is opened: a failed start appends nothing to it.
     _check_runnable(agent_command[0])
     # The session's journal must land exactly at --journal: name the session after the file.

@@ -12,6 +12,14 @@ Memory stays flat over a long session: a file-backed journal keeps only counts p
 records and the last EXECUTED_TAIL executed() entries; records() and executed() read older ones back from the
 file (the verifiers ask for the whole executed() list only at a declaration). `Journal(None)` has no file and
 keeps every record in memory.
+
+The journal is the evidence of what an agent did, so it watches its own file. Before each append it compares the
+file at its path with the one it holds open (st_dev, st_ino, and the size it wrote). Unlinked (`rm`) or replaced
+(`sed -i`, `mv`, `cp` over it): it re-creates the file at its path from the descriptor it still holds (every record
+is kept), sets any impostor aside as `<name>.replaced-<ns>`, and appends a `journal_tampered` record. Truncated in
+place (`truncate -s0`, `> file`): the lost records cannot be read back, and the record says how many bytes went.
+Either way it says so on stderr, and take_tampering() hands the events to the Guard, which tells the agent. The
+guard also refuses commands that write its journal (guardrail.ownfiles); this catches what it could not read.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from guardrail.errors import InputError, JournalError
+from verifiers.datafile import read_input_bytes
 
 __all__ = ["Journal", "JournalRecords", "read_journal", "JournalReadResult", "GROUP_COMMIT_KINDS"]
 
@@ -54,10 +64,8 @@ def read_journal(path: str | Path) -> JournalReadResult:
 
     A last line that is not UTF-8 counts as torn too (a crash can leave garbage in the last block written)."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read journal: {e.strerror or e}", path=str(p)) from e
+    # A regular file only, and bounded: a journal path given to `guardrail audit` may be anything.
+    data = read_input_bytes(p, error=InputError, limit=MAX_JOURNAL_BYTES)
     out = JournalReadResult()
     lines = data.split(b"\n")
     # Everything after the last newline is an unterminated tail: complete records always end with "\n".
@@ -93,6 +101,8 @@ def read_journal(path: str | Path) -> JournalReadResult:
 # Kinds whose fsync waits for the next durable record (or close): results and feedback describe a command that
 # already ran, and the command's own record, fsync'd before it ran, is the durability point.
 GROUP_COMMIT_KINDS = frozenset({"result", "feedback"})
+# The largest journal file read back (a session's commands at ~1 KB each: a million of them).
+MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
 # Records kept in memory for readers that want the newest (e.g. the last command record of a session).
 TAIL_RECORDS = 256
 # executed() entries kept in memory by a file-backed journal; older ones are read back from the file on demand.
@@ -121,6 +131,8 @@ class Journal:
         self._batch_depth = 0  # inside batch(): every append waits for the one fsync at its end
         self._fh = None
         self._seq = 0
+        self._size = 0  # bytes of the file as this journal wrote it: less on disk means it was truncated
+        self._tampered: list[dict[str, Any]] = []  # events not yet taken by take_tampering()
         if self.path is not None:
             self._open()
 
@@ -136,7 +148,7 @@ class Journal:
             why = "not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
             raise JournalError(f"{self.path}: cannot create journal directory {parent}: {why}") from e
         try:
-            self._fh = open(self.path, "ab", buffering=0)
+            self._fh = open(self.path, "a+b", buffering=0)  # readable: see _check_in_place
         except OSError as e:
             raise JournalError(f"{self.path}: cannot open journal: {e.strerror or e}") from e
         # One writer per journal: a second session appending with its own seq counter would interleave records
@@ -158,6 +170,7 @@ class Journal:
         if existing.torn:
             torn = existing.torn_bytes
             os.ftruncate(self._fh.fileno(), self.path.stat().st_size - torn)
+        self._size = os.fstat(self._fh.fileno()).st_size
         if torn:
             self.append("recovery", torn_bytes=torn, note="a torn last record from an earlier crash was dropped")
 
@@ -171,8 +184,15 @@ class Journal:
             rec.update(fields)
             if self._fh is not None:
                 try:
+                    event = self._check_in_place()
+                    if event is not None:
+                        rec["seq"] = self._seq + 1  # the tampering record takes this seq
+                        self._write_locked({"seq": self._seq, "kind": "journal_tampered", "session": self.session,
+                                            "wall": rec["wall"], **event})
+                        self._seq += 1
                     line = json.dumps(rec, separators=(",", ":"), default=_jsonable).encode() + b"\n"
                     self._fh.write(line)
+                    self._size += len(line)
                     if self._fsync:
                         if self._batch_depth or (self._group_commit and kind in GROUP_COMMIT_KINDS):
                             self._unsynced = True
@@ -183,6 +203,69 @@ class Journal:
                     raise JournalError(f"{self.path}: cannot append record: {e}") from e
             self._index(rec)
             return rec
+
+    def _write_locked(self, rec: dict[str, Any]) -> None:
+        line = json.dumps(rec, separators=(",", ":"), default=_jsonable).encode() + b"\n"
+        assert self._fh is not None
+        self._fh.write(line)
+        self._size += len(line)
+        os.fsync(self._fh.fileno())
+        self._index(rec)
+
+    def _check_in_place(self) -> dict[str, Any] | None:
+        """Is the file at the path still the one this journal writes, whole? If it was unlinked or replaced, put
+        it back from the open descriptor; return what happened, or None. Called under the lock, before a write."""
+        assert self._fh is not None and self.path is not None
+        held = os.fstat(self._fh.fileno())
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            if held.st_size >= self._size:
+                return None
+            event = {"what": "truncated", "bytes_lost": self._size - held.st_size,
+                     "note": "the journal file was cut short in place; the records in the lost bytes are gone "
+                             "from the file"}
+            self._size = held.st_size
+            return self._report(event)
+        what = "unlinked" if now is None else "replaced"
+        aside = None
+        if now is not None:
+            aside = self.path.with_name(f"{self.path.name}.replaced-{time.time_ns()}")
+            os.rename(self.path, aside)
+        fresh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600), "a+b",
+                          buffering=0)
+        try:
+            fcntl.flock(fresh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            at = 0
+            while chunk := os.pread(self._fh.fileno(), 1 << 20, at):  # every record, from the inode we hold
+                fresh.write(chunk)
+                at += len(chunk)
+            os.fsync(fresh.fileno())
+        except OSError:
+            fresh.close()
+            raise
+        self._fh.close()
+        self._fh = fresh
+        self._size = at
+        return self._report({"what": what, "restored_bytes": at, "impostor_moved_to": str(aside) if aside else None,
+                             "note": f"the journal file was {what} while the guard held it open; it was re-created "
+                                     "at its path from the guard's own descriptor, with every record"})
+
+    def _report(self, event: dict[str, Any]) -> dict[str, Any]:
+        self._tampered.append(dict(event))
+        print(f"guardrail: journal {self.path} was {event['what']} by something other than the guard: "
+              f"{event['note']}", file=sys.stderr, flush=True)
+        return event
+
+    def take_tampering(self) -> list[dict[str, Any]]:
+        """The tampering events found since the last call (unlinked, replaced, truncated), for the agent's answer."""
+        with self._lock:
+            out, self._tampered = self._tampered, []
+            return out
 
     def _index(self, rec: dict[str, Any]) -> None:
         """Keep what readers need without the whole history: counts, the tail, and the executed() list."""

@@ -1,8 +1,11 @@
 """Turn an engine's answer into a Decision, and an engine failure into a fail-closed Decision.
 
 Shared by EmbeddedOPA and OPAServer so both read the document `data.guardrail.decision` the same way and fail
-closed the same way: an error, a timeout, an undefined or malformed result denies a mutating action (mutating
-true or "unknown", or an input we cannot read) and allows a read-only one unless `allow_readonly_on_error` is off.
+closed the same way: an error, a timeout, an undefined or malformed result denies the action, read-only ones
+included: a read the policy would deny (`SELECT rolpassword FROM pg_authid`, `kubectl get secret -o yaml`) is
+as dangerous as a write, and an engine that cannot decide does not know which reads those are. A timeout has its
+own rule id (EVAL_TIMEOUT_RULE) and tells the agent to split the command. `allow_readonly_on_error=True` is an
+operator's explicit opt-in to let plain reads run when the engine cannot decide; nothing in the guard sets it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from guardrail.policy.base import Decision, Finding, Outcome
 
-__all__ = ["FAIL_CLOSED_RULE", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
+__all__ = ["FAIL_CLOSED_RULE", "EVAL_TIMEOUT_RULE", "OVER_LIMIT_RULE", "over_limit", "DecisionIds", "from_document", "fail_closed", "is_mutating_input",
            "MalformedDecision", "findings", "POLICY_BUG_ADVICE", "decide_without_broken", "rule_packages"]
 
 FAIL_CLOSED_RULE = "GUARDRAIL-ENGINE-001"
+# A command past the normaliser's size limits (guardrail.actions.normalise MAX_CHARS, MAX_ACTIONS, MAX_COMMANDS):
+# refused whole by the guard, before and whatever the policy (no exception waives it).
+OVER_LIMIT_RULE = "GUARDRAIL-LIMIT-001"
+# The evaluation ran past its deadline: the decision is unknown, so the action is denied, reads included.
+EVAL_TIMEOUT_RULE = "GUARDRAIL-ENGINE-002"
 
 
 class MalformedDecision(ValueError):
@@ -77,25 +85,49 @@ _POLICY_BUG = re.compile(r"eval_(builtin_|conflict_|type_)?error|MalformedDecisi
 
 
 POLICY_BUG_ADVICE = ("The policy itself is in error: whoever owns it must fix it (`guardrail policy test` runs its "
-                     "tests); until then changes are blocked, and read-only commands (get, describe, logs, SELECT) "
-                     "still run.")
+                     "tests); until then every command it cannot decide is blocked, read-only ones included.")
+
+SPLIT_ADVICE = ("Run it as several smaller commands (fewer statements, files or resources in each); if a small "
+                "command also times out, the policy itself is in error and whoever owns it must fix it.")
 
 
 def fail_closed(input: Any, error: str, *, decision_id: str, engine: str, duration_ms: float,
-                allow_readonly_on_error: bool = True) -> Decision:
-    """The default Decision when the engine could not decide."""
+                allow_readonly_on_error: bool = False, timed_out: bool = False) -> Decision:
+    """The default Decision when the engine could not decide: a denial of the action, read-only or not (unless the
+    operator opted in to `allow_readonly_on_error`). `timed_out` names the evaluation deadline as the cause."""
     if allow_readonly_on_error and not is_mutating_input(input):
         return Decision(Outcome.ALLOW, decision_id, engine=engine, error=error, duration_ms=duration_ms)
+    if timed_out:
+        finding = Finding(
+            EVAL_TIMEOUT_RULE,
+            f"The policy could not decide this command in time ({error}), so it is blocked, read-only or not "
+            f"(fail closed). {SPLIT_ADVICE}",
+            {"error": error},
+        )
+        return Decision(Outcome.DENY, decision_id, (finding,), engine=engine, error=error, duration_ms=duration_ms)
     if _POLICY_BUG.search(error):
         advice = POLICY_BUG_ADVICE
     else:
-        advice = "Retry in a moment; read-only commands (get, describe, logs, SELECT) still run."
+        advice = "Retry in a moment; until the engine answers, every command is blocked, read-only ones included."
     finding = Finding(
         FAIL_CLOSED_RULE,
-        f"The policy engine could not decide ({error}), so this change is blocked (fail closed). {advice}",
+        f"The policy engine could not decide ({error}), so this command is blocked (fail closed). {advice}",
         {"error": error},
     )
     return Decision(Outcome.DENY, decision_id, (finding,), engine=engine, error=error, duration_ms=duration_ms)
+
+
+def over_limit(action: Any, *, decision_id: str) -> Decision | None:
+    """The refusal of an action the normaliser marked as past its limits (`details.limit`), or None."""
+    try:
+        limit = action["details"]["limit"]
+    except (KeyError, TypeError):
+        return None
+    if not limit:
+        return None
+    why = action.get("opaque_reason") or "the command is past the guard's size limits"
+    finding = Finding(OVER_LIMIT_RULE, f"This command is refused whole, unread: {why}.", {"limit": limit})
+    return Decision(Outcome.DENY, decision_id, (finding,), engine="guard")
 
 
 def rule_packages(modules: Iterable[Any], decision_module: Path) -> list[str]:
@@ -113,14 +145,16 @@ def decide_without_broken(input: Any, error: str, packages: Sequence[str],
                           evaluate: Callable[[str], tuple[Any, Any]],
                           exempt: Callable[[list[dict[str, Any]]], Iterable[int]], *,
                           decision_id: str, engine: str, duration_ms: Callable[[], float],
-                          allow_readonly_on_error: bool = True) -> Decision | None:
+                          allow_readonly_on_error: bool = False) -> Decision | None:
     """The decision without the rules packages that cannot decide this input, or None when every one can.
 
     A rule in error (a conflict, a type error, a finding without an id) makes the whole decision document
     undefined, and a read-only action would then be allowed with no rule read at all: one bad team rule let
     `kubectl get secret` through. So each package is evaluated alone (`evaluate(pkg)` -> its deny and warn
     lists): the findings of those that decide stand, less what `exempt` (indices into them) exempts, and each one
-    that cannot adds a fail-closed finding, a denial of a change and a warning on a read-only action."""
+    that cannot adds a fail-closed finding: a denial, read-only or not (what the broken package would have said
+    of a read is unknown), or a warning on a read-only action when the operator opted in to
+    `allow_readonly_on_error`."""
     denies: list[Finding] = []
     warns: list[Finding] = []
     broken: list[tuple[str, str]] = []
@@ -145,7 +179,7 @@ def decide_without_broken(input: Any, error: str, packages: Sequence[str],
     why = "; ".join(f"guardrail.rules.{p}: {e}" for p, e in broken)
     blocks = is_mutating_input(input) or not allow_readonly_on_error
     failed = Finding(FAIL_CLOSED_RULE, (
-        f"The rules of {names} could not decide this action ({why}), so they count as a denial of this change "
+        f"The rules of {names} could not decide this action ({why}), so they count as a denial of it "
         f"(fail closed); the rest of the library decided it. {POLICY_BUG_ADVICE}" if blocks else
         f"The rules of {names} could not decide this read-only action ({why}); the rest of the library decided "
         "it. The policy itself is in error: whoever owns it must fix it (`guardrail policy test`)."),

@@ -28,6 +28,7 @@ from guardrail.errors import PolicyLoadError
 from guardrail.policy.exceptions import RULE_ID, exception_problem, rule_ids
 from guardrail.resources import policy_dir, shipped_policy_dir
 from guardrail.yamlio import read_data
+from verifiers.datafile import decode_text, read_input_bytes
 
 __all__ = ["RegoModule", "PolicyTree", "DECISION_PACKAGE", "opa_error_location", "load_error",
            "shipped_rule_ids"]
@@ -148,14 +149,8 @@ class PolicyTree:
         base = root.parent if root.is_file() else root
         modules = []
         for f in files:
-            try:
-                text = f.read_text()
-            except UnicodeDecodeError as e:
-                line = e.object[:e.start].count(b"\n") + 1
-                raise PolicyLoadError(f"not UTF-8 text (undecodable byte {e.object[e.start]:#04x})", path=str(f),
-                                      line=line) from e
-            except OSError as e:
-                raise PolicyLoadError(f"cannot read: {e}", path=str(f)) from e
+            # The shared bounded reader: a FIFO or device named *.rego cannot hold the load, a huge one is refused.
+            text = decode_text(read_input_bytes(f, error=PolicyLoadError), path=f, error=PolicyLoadError)
             m = _PACKAGE.search(text)
             if m is None:
                 raise PolicyLoadError("no package declaration", path=str(f), line=1)

@@ -39,7 +39,7 @@ class OPAServer:
         data: Mapping[str, Any] | None = None,
         timeout_s: float = 1.0,
         retries: int = 0,
-        allow_readonly_on_error: bool = True,
+        allow_readonly_on_error: bool = False,
         token: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
@@ -90,7 +90,8 @@ class OPAServer:
                 return salvaged
             return fail_closed(input, str(e), decision_id=decision_id, engine=self.name,
                                duration_ms=(self._clock() - start) * 1000.0,
-                               allow_readonly_on_error=self.allow_readonly_on_error)
+                               allow_readonly_on_error=self.allow_readonly_on_error,
+                               timed_out=_timed_out(e))
 
     def _salvage(self, input: Mapping[str, Any], error: Exception, decision_id: str,
                  start: float) -> Decision | None:
@@ -123,6 +124,11 @@ class OPAServer:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _timed_out(e: BaseException) -> bool:
+    """The server did not answer in time (guardrail.clients.opa_rest's read deadline), not an error answer."""
+    return str(e).endswith(" timed out")
 
 
 def _in_the_rules(e: Exception) -> bool:

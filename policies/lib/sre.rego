@@ -74,7 +74,8 @@ default verb := ""
 
 verb := lower(input.action.verb)
 
-# The whole command as typed, and this action's own text; rules that look at text read both.
+# This action's own text (its invocation as typed; one part of it when the invocation splits into several actions,
+# see guardrail/actions/invocation.py own_raw), and the whole command as typed.
 default raw := ""
 
 raw := input.action.raw
@@ -83,7 +84,16 @@ default command := ""
 
 command := input.command
 
-texts := {raw, command}
+# The texts that rules matching text read: the action's own words as its program receives them (parsed, quotes and
+# escapes removed: `'NOSAVE'` and `NOS\AVE` are NOSAVE), joined by single spaces; raw text only for a hand-written
+# input that has no words, and the command only when it has no raw either. Never the whole command for every
+# action: a command of N statements cost N times its length per rule, and 2,000 statements of one psql -c ran past
+# the evaluation deadline.
+texts := {concat(" ", input.action.words)} if count(object.get(input.action, "words", [])) > 0
+
+else := {raw} if raw != ""
+
+else := {command}
 
 # Unknown (opaque) counts as mutating; so does a missing field, because an action we cannot read is not safe.
 default mutating := true

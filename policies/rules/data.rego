@@ -178,10 +178,19 @@ clean_path(p) := regex.replace(regex.replace(p, `/(\./)+`, "/"), `/{2,}`, "/")
 
 data_path(p) if regex.match(data_paths, clean_path(p))
 
+# A glob is judged as every path it could match: one whose first components could name a data directory (or a
+# directory above one) could match it or a file below it (`/var/lib/p*ostgresql/data`, `/var/*/mysql`, `/v*`).
 data_path(p) if {
 	regex.match(`[*?\[{]`, p)
 	some d in data_dirs
-	glob.match(clean_path(p), ["/"], d)
+	could_match(clean_path(p), d)
+}
+
+could_match(pattern, d) if {
+	parts := split(pattern, "/")
+	dparts := split(d, "/")
+	n := min([count(parts), count(dparts)])
+	glob.match(concat("/", array.slice(parts, 0, n)), ["/"], concat("/", array.slice(dparts, 0, n)))
 }
 
 # Emptied by a redirection (`> dump.rdb`), overwritten (`cp /dev/null`, `tee`, `dd of=`), edited in place, or all
@@ -272,8 +281,21 @@ deny contains {
 	lib.verb in {"rm", "delete", "remove"}
 	object.get(lib.details, "recursive", false) == true
 	path := object.get(lib.details, "path", lib.target_name)
-	regex.match(system_dirs, path)
+	system_dir(path)
 }
+
+system_dir(p) if regex.match(system_dirs, p)
+
+# A glob that could name a system directory itself, or all of one's contents (`/e?c`, `/[e]tc/*`, `/u*`).
+system_dir(p) if {
+	regex.match(`[*?\[{]`, p)
+	some d in system_dir_names
+	some candidate in {d, concat("", [d, "/*"])}
+	glob.match(clean_path(p), ["/"], candidate)
+}
+
+system_dir_names := ["/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/var", "/home", "/root",
+	"/opt", "/srv", "/dev", "/sys", "/proc", "/run"]
 
 deny contains {
 	"id": "SRE-DATA-011",

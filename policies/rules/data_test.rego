@@ -342,3 +342,22 @@ test_binary_logs_purged_to_a_name_are_denied if {
 	"SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "purge binary", "mutating": true, "details": {"sql_kind": "server", "discards_logs": "every binary log before the one named (all of them, for a name past the last)"}}}
 	not "SRE-DATA-015" in ids(data.deny) with input as {"action": {"tool": "mysql", "verb": "purge binary", "mutating": true, "details": {"sql_kind": "server"}}}
 }
+
+test_a_glob_is_judged_as_every_data_path_it_could_match if {
+	every path in ["/var/lib/p*ostgresql/data", "/var/lib/postgres?l/data", "/var/lib/[p]ostgresql/data",
+		"/var/*/mysql/ibdata1", "/v*"] {
+		"SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
+	}
+	every path in ["/var/log/p*/x", "/tmp/*/postgresql", "/var/lib/x*/data"] {
+		not "SRE-DATA-006" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path}}}
+	}
+}
+
+test_a_glob_that_could_name_a_system_directory_is_one if {
+	every path in ["/e?c", "/[e]tc", "/e*c/*", "/u*"] {
+		"SRE-DATA-011" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path, "recursive": true}}}
+	}
+	every path in ["/tmp/e?c", "/etc/nginx/*.bak"] {
+		not "SRE-DATA-011" in ids(data.deny) with input as {"action": {"tool": "file", "verb": "delete", "mutating": true, "details": {"path": path, "recursive": true}}}
+	}
+}

@@ -96,6 +96,14 @@ deny contains {
 } if {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	count(grants) > 0
+	hands_privileges_on
+}
+
+# As the SQL lexer read the statement (comments and quoting gone: `WITH/**/GRANT OPTION`); the text of a
+# hand-written input without the classifier's details.
+hands_privileges_on if lib.details.with_grant_option == true
+
+hands_privileges_on if {
 	some t in lib.texts
 	regex.match(`(?i)with\s+grant\s+option`, t)
 }

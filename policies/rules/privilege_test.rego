@@ -158,3 +158,12 @@ test_an_administrators_role_or_proxy_is_denied if {
 	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["PG_READ_ALL_STATS"], {"role_membership": true})
 	not "SRE-PRIV-006" in {f.id | some f in data.guardrail.rules.privilege.deny} with input as admin_grant_in(["SELECT"], {"on": "frappe.*"})
 }
+
+# As the SQL lexer read it: a comment between WITH and GRANT does not hide the option.
+test_with_grant_option_read_from_the_parsed_statement if {
+	"SRE-PRIV-005" in ids(privilege.deny) with input as {"action": {
+		"tool": "psql", "verb": "grant", "mutating": true, "words": ["psql", "-c", "GRANT ALL ON t TO bob WITH/**/GRANT OPTION"],
+		"keys": [{"key": "postgres.grant", "value": ["ALL"], "scope": {"grantee": "bob"}}],
+		"details": {"sql_kind": "grant", "privileges": ["ALL"], "on": "t", "to": "bob", "grantees": ["bob"], "all": true, "with_grant_option": true},
+	}, "context": ctx}
+}

@@ -139,3 +139,15 @@ test_docker_kill_denied if {
 	"SRE-RESTART-001" in ids(restart.deny) with input as docker_kill("redis", {"signal": "-KILL", "restart": true})
 	"SRE-RESTART-001" in ids(restart.deny) with input as docker_kill("redis", {})
 }
+
+# The words the program receives, not the text typed: `'NOSAVE'` and `NOS\AVE` are NOSAVE.
+test_shutdown_nosave_read_from_the_words_not_the_raw_text if {
+	"SRE-RESTART-004" in ids(restart.deny) with input as {"action": {
+		"tool": "redis-cli", "verb": "shutdown", "mutating": true, "raw": "redis-cli SHUTDOWN 'NOSAVE'",
+		"words": ["redis-cli", "SHUTDOWN", "NOSAVE"], "target": {"kind": "component", "name": "redis"},
+	}, "context": ctx}
+	not "SRE-RESTART-004" in ids(restart.deny) with input as {"action": {
+		"tool": "redis-cli", "verb": "shutdown", "mutating": true, "raw": "redis-cli SHUTDOWN SAVE # NOSAVE",
+		"words": ["redis-cli", "SHUTDOWN", "SAVE"], "target": {"kind": "component", "name": "redis"},
+	}, "context": ctx}
+}

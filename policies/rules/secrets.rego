@@ -159,7 +159,7 @@ pod_env_read if {
 }
 
 # printenv's variable names (its options, -0 and --null, are not names).
-printenv_names := [w | some w in array.slice(regex.split(`\s+`, trim_space(lib.raw)), 1, 1000); not startswith(w, "-")]
+printenv_names := [w | some t in lib.texts; some w in array.slice(regex.split(`\s+`, trim_space(t)), 1, 1000); not startswith(w, "-")]
 
 # The shell's own listings of its variables (export -p, declare -p/-x, a bare set) print the same environment.
 pod_env_read if {

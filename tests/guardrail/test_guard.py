@@ -325,6 +325,8 @@ def test_one_rule_firing_for_two_actions_of_a_command_is_said_once_to_the_agent(
     assert [len(d["deny"]) for d in rec["decisions"]] == [1, 1]  # the per-action record keeps both
     g, _ = make(deny={"flush"}, mode=Mode.WARN_ONLY)
     assert g.execute("flush; flush").stderr.count("no flush; do X instead") == 1
+
+
 def test_an_unjudgeable_declaration_is_never_accepted_silently():
     # An INCONCLUSIVE with a code (the verifier says what stands in the way) rejects, like a FAIL.
     g, _ = make(checks=[FixedCheck(VerdictStatus.INCONCLUSIVE, FeedbackCode.NO_SLI_SOURCE, "configure --prometheus"),
@@ -388,3 +390,35 @@ def test_while_a_declaration_is_held_reads_run_and_changes_wait():
     assert change.exit_code == DENIED_EXIT_CODE and "DECLARATION_PENDING" in change.stderr
     assert g.stats()["declaration_pending"] is None
     assert g.execute("set").exit_code == 0  # after the answer, changes run again
+
+
+def test_a_command_past_the_normalisers_limits_is_refused_whole_in_every_mode():
+    """Never cut short and judged, and never asked of the policy (an exception could waive the opaque rule): the
+    guard refuses it itself, under its own rule, even in dry-run and warn-only."""
+    from guardrail.actions import normalise
+    from guardrail.actions.normalise import MAX_ACTIONS
+    from guardrail.policy.decisions import OVER_LIMIT_RULE
+
+    command = "psql -c '" + "SELECT 1; " * (MAX_ACTIONS + 1) + "'"
+    for mode in Mode:
+        engine = FakeEngine()
+        g = Guard(engine, IncidentContext(), mode=mode, normaliser=normalise)
+        adm = g.before(command)
+        assert not adm.runs and adm.outcome is Outcome.DENY and engine.inputs == []
+        assert adm.decisions[0].rule_ids == [OVER_LIMIT_RULE] and "a few at a time" in adm.decisions[0].denies[0].msg
+    g = Guard(FakeEngine(), IncidentContext(), normaliser=normalise)  # the control: under the limit, decided
+    assert g.before("psql -c '" + "SELECT 1; " * 10 + "'").runs
+
+
+def test_the_20kb_psql_example_is_decided_by_the_library_not_by_a_deadline():
+    """2,000 statements then `SELECT rolpassword FROM pg_authid`: the input grew quadratically, the evaluation ran
+    past its deadline, and the read ran. It is decided by the library's own rule, with no engine error."""
+    from guardrail.policy.embedded import EmbeddedOPA
+
+    command = "psql -c '" + "SELECT 1; " * 2000 + "SELECT rolpassword FROM pg_authid'"
+    assert len(command) > 20_000
+    with EmbeddedOPA(timeout_s=120, decision_cache=0) as engine:
+        adm = Guard(engine, IncidentContext()).before(command)
+    assert not adm.runs and len(adm.decisions) == 2001
+    assert all(d.error is None for d in adm.decisions)
+    assert adm.decisions[-1].rule_ids == ["SRE-SECRET-003"] and adm.decisions[0].outcome is Outcome.ALLOW

@@ -413,23 +413,23 @@ def test_right_references_and_packages_outside_the_guard_load(tmp_path):
 def test_a_broken_team_rule_does_not_switch_off_the_library(tmp_path):
     """A team rule in error (here a conflict on every input) made the whole decision undefined, and a read-only
     action was then allowed with no rule read: `kubectl get secret` went through. Each package is then decided
-    alone: the library's findings stand, and the broken package fails closed on its own."""
+    alone: the library's findings stand, and the broken package fails closed on its own, for reads too (what it
+    would have said of them is unknown)."""
     (tmp_path / "team.rego").write_text('package guardrail.rules.team\n\nlevel := "a" if input.action.tool\n'
                                         'level := "b" if input.action.verb\n\nwarn contains {"id": "T", "msg": '
                                         'level, "details": {}} if level == "never"\n')
     r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
     d = json.loads(r.output)
-    assert r.exit_code == 1 and _outcome(r) == ("deny", ["SRE-SECRET-001"]), r.output
-    assert [f["id"] for f in d["decisions"][0]["warn"]] == ["GUARDRAIL-ENGINE-001"]
-    assert "guardrail.rules.team" in d["decisions"][0]["warn"][0]["msg"]
-    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get pods -n slack"])
-    assert r.exit_code == 0 and json.loads(r.output)["outcome"] == "warn", r.output
-    r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl label pod x a=b"])
-    assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001"]), r.output
-    # An exception still applies to what the library found.
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001", "SRE-SECRET-001"]), r.output
+    assert "guardrail.rules.team" in d["decisions"][0]["deny"][1]["msg"]
+    for command in ("kubectl get pods -n slack", "kubectl label pod x a=b"):
+        r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", command])
+        assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001"]), r.output
+    # An exception still applies to what the library found; the broken package still fails closed.
     (tmp_path / "data.yaml").write_text("exceptions: [SRE-SECRET-001]\n")
     r = CliRunner().invoke(cli, ["check", "--json", "--policy", str(tmp_path), "--", "kubectl get secret db -o yaml"])
-    assert r.exit_code == 0 and _outcome(r) == ("warn", []), r.output
+    assert r.exit_code == 1 and _outcome(r) == ("deny", ["GUARDRAIL-ENGINE-001"]), r.output
+    assert [f["id"] for f in json.loads(r.output)["decisions"][0]["exempted"]] == ["SRE-SECRET-001"]
 
 
 def test_a_whole_library_of_ones_own_reads_input_context(tmp_path):

@@ -68,6 +68,25 @@ class Parsed:
     def has(self, *names: str) -> bool:
         return any(n in self.flags or n in self.opts for n in names)
 
+    @property
+    def operands(self) -> list[Word]:
+        """Every word that is not an option: the positionals and what follows a bare `--`. For a wrapper, its
+        command (`command -- rm -rf /`, `exec -- ...`: the words after `--` were dropped, and nothing was judged)."""
+        return list(self.positionals) + list(self.after_dashdash or [])
+
+
+def resolve_long(arg: str, known: Iterable[str]) -> str:
+    """`arg` with a GNU long-option abbreviation spelled out (`--in-pl=.bak` -> `--in-place=.bak`), as getopt_long
+    reads it: an exact name wins, a prefix of exactly one known name is that name, anything else stays."""
+    if not arg.startswith("--") or len(arg) <= 2:
+        return arg
+    name, eq, value = arg.partition("=")
+    known = set(known)
+    if name in known:
+        return arg
+    hits = [k for k in known if k.startswith(name)]
+    return f"{hits[0]}{eq}{value}" if len(hits) == 1 else arg
+
 
 @dataclass(frozen=True)
 class OptionSpec:
@@ -79,14 +98,24 @@ class OptionSpec:
     stop_at_positional: bool = False
     # Tools whose `-abc` is one long option (`-name`), not three flags (find, kubectl's `-o=json` is handled).
     long_single_dash: bool = False
+    # GNU getopt_long: a long option may be abbreviated to any unambiguous prefix (`rm --rec` is --recursive,
+    # `sort --compress-prog=sh`). The tool's long options, those without a value too, so that canon() can resolve
+    # a prefix as the tool does: an exact name wins, an ambiguous prefix stays as written (the tool rejects it).
+    long_flags: frozenset[str] = frozenset()
 
     @staticmethod
     def of(takes_value: Iterable[str] = (), aliases: dict[str, str] | None = None, **kw: Any) -> "OptionSpec":
         al = dict(aliases or {})
         tv = {al.get(t, t) for t in takes_value}
+        if "long_flags" in kw:
+            # The long options that take a value are long options too, under the names they were written with.
+            kw["long_flags"] = frozenset(kw["long_flags"]) | {t for t in takes_value if t.startswith("--")}
         return OptionSpec(takes_value=frozenset(tv), aliases=al, **kw)
 
     def canon(self, name: str) -> str:
+        if self.long_flags and name.startswith("--") and len(name) > 2:
+            name = resolve_long(name, self.long_flags | {n for n in self.takes_value | set(self.aliases)
+                                                         if n.startswith("--")})
         return self.aliases.get(name, name)
 
     def parse(self, args: list[Word]) -> Parsed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from guardrail.actions.classifiers.base import OptionSpec, Parsed, register
+from guardrail.actions.classifiers.base import OptionSpec, Parsed, register, resolve_long
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.filewrite import NULL_SINKS, file_write
@@ -24,9 +24,15 @@ _ADDR1 = r"(?:\d+(?:~\d+)?|\$|/(?:\\.|[^/\n])*/[IM]*|\\(?P<c>.)(?:\\.|(?!(?P=c))
 _ADDR = rf"(?:{_ADDR1}(?:\s*,\s*(?:{_ADDR1.replace('?P<c>', '?:').replace('(?P=c)', '.')}|[+~]\d+))?\s*!?\s*)?"
 _CMD_START = r"(?:^|[;\n{}])\s*" + _ADDR
 _SED_EXEC = re.compile(_S + r"[gpIiMm0-9w]*e|" + _CMD_START + r"e(?:\s|;|$|})")
-_SED_WRITE = re.compile(_CMD_START + r"w\s+(?P<cmd>\S+)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
+_SED_WRITE = re.compile(_CMD_START + r"w\s*(?P<cmd>[^\s;}]\S*)|" + _S + r"[gpIiMm0-9e]*w\s*(?P<flag>\S+)")
 
 __all__ = ["Sed", "Tee", "CopyMove", "Remove", "Attributes", "Create", "SSH_OPTIONS", "ssh_hidden"]
+
+
+# GNU sed's long options.
+_SED_LONG = frozenset({"--in-place", "--expression", "--file", "--quiet", "--silent", "--regexp-extended",
+                       "--separate", "--sandbox", "--null-data", "--zero-terminated", "--unbuffered", "--line-length",
+                       "--posix", "--debug", "--follow-symlinks", "--binary", "--help", "--version"})
 
 
 @register
@@ -42,7 +48,7 @@ class Sed:
         files: list[str] = []
         i = 0
         while i < len(args):
-            a = str(args[i])
+            a = resolve_long(str(args[i]), _SED_LONG)  # `--in-pl`, `--expr=...`: GNU sed takes any unique prefix
             if a.startswith("--in-place") or re.fullmatch(r"-[nrEsuzl]*i.*", a):
                 in_place = True
             elif a in ("-e", "--expression") and i + 1 < len(args):
@@ -83,7 +89,8 @@ class Tee:
     commands = ("tee",)
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = OptionSpec.of(["--output-error"]).parse(inv.args)
+        p = OptionSpec.of(["--output-error"], long_flags={"--append", "--ignore-interrupts", "--help",
+                                                          "--version"}).parse(inv.args)
         append = p.has("-a", "--append")
         content = inv.stdin.text if inv.stdin is not None else None
         paths = [str(f) for f in p.positionals if str(f) not in NULL_SINKS]
@@ -174,6 +181,17 @@ class CopyMove:
         return out
 
 
+# Each tool's long options without a value (GNU: any unambiguous prefix of one is accepted: `rm --r` is -r).
+_RM_LONG = {
+    "rm": frozenset({"--force", "--interactive", "--one-file-system", "--no-preserve-root", "--preserve-root",
+                     "--recursive", "--dir", "--verbose", "--help", "--version"}),
+    "rmdir": frozenset({"--ignore-fail-on-non-empty", "--parents", "--verbose", "--help", "--version"}),
+    "shred": frozenset({"--exact", "--force", "--remove", "--zero", "--random-source", "--verbose", "--help",
+                        "--version"}),
+    "unlink": frozenset({"--help", "--version"}),
+}
+
+
 @register
 class Remove:
     """rm, unlink, rmdir, shred."""
@@ -181,7 +199,7 @@ class Remove:
     commands = ("rm", "unlink", "rmdir", "shred")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = OptionSpec.of(["-n", "--iterations", "-s", "--size"]).parse(inv.args)
+        p = OptionSpec.of(["-n", "--iterations", "-s", "--size"], long_flags=_RM_LONG.get(inv.name, frozenset())).parse(inv.args)
         files = [str(f) for f in p.positionals] + [str(f) for f in (p.after_dashdash or [])]
         recursive = p.has("-r", "-R", "--recursive")
         if not files:

@@ -12,7 +12,8 @@ from typing import Any
 
 from guardrail.actions.helmvals import split_top, value_of
 from guardrail.actions.classifiers.base import OptionSpec, flatten, load_yaml, register
-from guardrail.actions.invocation import STDIN_PATHS, Invocation
+from guardrail.actions.invocation import (STDIN_PATHS, Invocation, Unreadable, read_at_decision,
+                                          stdin_at_decision)
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 __all__ = ["Helm", "parse_set"]
@@ -150,8 +151,13 @@ class Helm:
                 details.setdefault("set_files", []).append(v)
             elif name == "-f":
                 details.setdefault("values_files", []).append(str(value))
-                if str(value) in STDIN_PATHS and inv.stdin is not None and inv.stdin.text is not None:
-                    keys += self._values(inv.stdin.text, scope)
+                # Read now, a file as `-f -` from a heredoc is: its values are the changes (they were never read).
+                try:
+                    text = stdin_at_decision(inv.stdin, inv.where) if str(value) in STDIN_PATHS \
+                        else read_at_decision(str(value), inv.where)
+                    keys += self._values(text, scope)
+                except Unreadable as e:
+                    details.setdefault("unread_values", []).append(str(e))
         flags = [d for k in keys for d in server_flag_keys(k.key, k.value, release)]
         if flags:
             # A flags list is rewritten whole, so it restates flags it does not mean to change; rules that forbid
@@ -170,6 +176,11 @@ class Helm:
         if p.has("--dry-run") or p.get("--dry-run") is not None:
             details["dry_run"] = True
             return [inv.action("helm", verb, target=target, keys=keys, mutating=False, details=details)]
+        if details.get("unread_values"):
+            return [inv.action("helm", verb, target=target, keys=keys, layer=Layer.DECLARED, mutating=UNKNOWN,
+                               opaque_reason=f"helm -f: a values file cannot be read now ({details['unread_values'][0]}), "
+                                             "so what it changes is not known; pass a readable file of at most 1 MB, "
+                                             "or the values with --set", details=details)]
         return [inv.action("helm", verb, target=target, keys=keys, layer=Layer.DECLARED, mutating=True,
                            details=details)]
 

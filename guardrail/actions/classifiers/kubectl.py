@@ -13,7 +13,8 @@ from typing import Any
 
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, load_yaml, register
-from guardrail.actions.invocation import STDIN_PATHS, Invocation
+from guardrail.actions.invocation import (STDIN_PATHS, Invocation, Unreadable, read_at_decision,
+                                          stdin_at_decision)
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.actions.filewrite import file_write
 from guardrail.actions.words import Word
@@ -407,10 +408,31 @@ class Kubectl:
                                "download it, read it, and apply the file (or pipe it through a heredoc)")
         elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
             self._manifests(a, inv.stdin.text, ns)
-        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source != "file":
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source == "file":
+            try:  # `-f - < deploy.yaml`: the file, read now as `-f deploy.yaml` is
+                self._manifests(a, stdin_at_decision(inv.stdin, inv.where), ns)
+            except Unreadable as e:
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl {a.verb} -f -: the manifest on stdin cannot be read now ({e}); apply "
+                                   "a readable file of at most 1 MB, or a heredoc")
+        elif STDIN_PATHS.intersection(files) and inv.stdin is not None:
             a.mutating = UNKNOWN
             a.opaque_reason = (f"the manifest on stdin comes from {inv.stdin.producer or inv.stdin.source} and is "
                                "not visible; apply it from a heredoc or a file you have read")
+        elif files and not STDIN_PATHS.intersection(files) and a.mutating is not False:
+            # Read now, as a heredoc holding it would be: `kubectl apply -f m.yaml` was allowed unread while the
+            # same manifest from a heredoc was denied.
+            try:
+                text = "\n---\n".join(read_at_decision(str(f), inv.where) for f in files)
+            except Unreadable as e:
+                a.target = Target(kind="manifest", name=files[0], namespace=ns)
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"kubectl {a.verb} -f: the manifest cannot be read now ({e}), so what it changes "
+                                   "is not known; apply a readable file of at most 1 MB, or a heredoc")
+            else:
+                self._manifests(a, text, ns)
+                if a.target.kind == "":
+                    a.target = Target(kind="manifest", name=files[0], namespace=ns)
         elif files and a.target.kind == "":
             a.target = Target(kind="manifest", name=files[0], namespace=ns)
         elif a.details.get("kustomize") and a.target.kind == "":

@@ -373,10 +373,24 @@ class Psql:
                                opaque_reason=f"psql -o {str(piped)[:60]!r} sends the output to a shell command (or "
                                              "to a place known only as it runs); write it to a file instead",
                                details={**base, "output": str(piped)})]
-        if p.all("-f") and str(p.all("-f")[-1]) != "-":
+        files = [str(f) for f in p.all("-f")]
+        other = next((f for f in files if f not in _STDIN_FILES), None)
+        if other is not None:
             return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
-                               opaque_reason=f"psql -f {p.all('-f')[-1]}: the file's SQL is not visible",
-                               details={**base, "file": str(p.all("-f")[-1])})]
+                               opaque_reason=f"psql -f {other}: the file's SQL is not visible",
+                               details={**base, "file": other})]
+        if sources and (files or (inv.stdin is not None and inv.stdin.text is not None)):
+            # psql runs every -c and -f in order, and `-f -` (or /dev/stdin) is its stdin: that SQL runs too
+            # (`psql -c 'SELECT 1' -f -` ran what the guard never saw). A heredoc beside -c is judged as well.
+            st = inv.stdin
+            if st is None or st.text is None:
+                if files:
+                    return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
+                                       opaque_reason="psql -f - runs SQL from stdin, which is not visible"
+                                                     + (f" (it comes from {st.producer or st.source})" if st else ""),
+                                       details=base)]
+            else:
+                sources = sources + [st.text]
         if not sources:
             st = inv.stdin
             if st is None:
@@ -457,6 +471,10 @@ class Psql:
         return [inv.action("psql", cmd, target=target, mutating=False, details={**base, "meta": line})]
 
 
+# What `psql -f` reads as its stdin.
+_STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+
+
 def _conn_db(conn: str) -> str | None:
     """The database a connection string names (`postgresql://u@h:6432/pgbouncer`, `dbname=pgbouncer host=h`)."""
     if conn.startswith("$"):
@@ -487,8 +505,9 @@ def _conn_host(conn: str) -> str | None:
 
 def to_action(inv: Invocation, tool: str, eff: SqlEffect, text: str, target: Target,
               base: dict[str, Any]) -> Action:
-    """A SqlEffect as an Action: the connection is the target, the statement text goes into details."""
-    details = {**{k: v for k, v in base.items() if v is not None}, **eff.details, "statement": text[:2000]}
+    """A SqlEffect as an Action: the connection is the target, the statement text goes into details, whole (rules
+    read it: a statement cut short could hide the words that make it a write)."""
+    details = {**{k: v for k, v in base.items() if v is not None}, **eff.details, "statement": text}
     if eff.target_kind:
         details["object_kind"] = eff.target_kind
         details["object_name"] = eff.target_name

@@ -95,7 +95,7 @@ def redis_command(inv: Invocation, words: list[str], target: Target, base: dict[
     if kind is None and container:
         kind = cat.kind_of(cmd)
     details = dict(base)
-    details["command"] = " ".join(words)[:500]
+    details["command"] = " ".join(words)  # whole: a rule reading a cut-off command could miss its last words
 
     def act(mutating: Any, layer: Layer = Layer.NONE, keys: list[KeyChange] | None = None,
             reason: str | None = None) -> Action:

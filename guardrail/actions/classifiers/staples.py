@@ -59,8 +59,25 @@ def _positionals(args: list[str]) -> list[str]:
     return [a for a in args if not a.startswith("-") or a == "-"]
 
 
+# sort's long options (GNU: any unambiguous prefix is accepted, `--compress-prog=sh`).
+_SORT = OptionSpec.of(["-o", "--output", "-k", "--key", "-t", "--field-separator", "-S", "--buffer-size", "-T",
+                       "--temporary-directory", "--compress-program", "--files0-from", "--parallel", "--batch-size",
+                       "--random-source", "--sort"],
+                      {"--output": "-o", "--key": "-k", "--field-separator": "-t", "--buffer-size": "-S",
+                       "--temporary-directory": "-T"},
+                      long_flags={"--check", "--debug", "--merge", "--reverse", "--stable", "--unique", "--zero-terminated",
+                                  "--ignore-leading-blanks", "--dictionary-order", "--ignore-case", "--general-numeric-sort",
+                                  "--ignore-nonprinting", "--month-sort", "--human-numeric-sort", "--numeric-sort",
+                                  "--random-sort", "--version-sort", "--help", "--version"})
+
+
 def _sort(args: list[str]) -> tuple[str, str] | None:
-    out = _OUTPUT.parse(args).get("-o")
+    p = _SORT.parse([a if isinstance(a, Word) else Word.of(a) for a in args])
+    program = p.get("--compress-program")
+    if program is not None:
+        # sort runs it (with `sh`-like lookup) to compress its temporary files: any program, any code.
+        return ("runs", f"--compress-program={program}")
+    out = p.get("-o")
     return ("write", str(out)) if out else None
 
 

@@ -77,8 +77,8 @@ def test_a_redirection_alone_writes_its_file(cmd):
     ("kubectl apply -f https://example.com/x.yaml", "unknown"),  # fetched as it runs: never seen
     ("kubectl create -f http://example.com/x.yaml", "unknown"),
     ("curl -s https://example.com/x.yaml | kubectl apply -f -", "unknown"),
-    ("kubectl apply -f deploy.yaml -n payments", True),  # a file the operator has
-    ("kubectl apply -f - < deploy.yaml", True),
+    ("kubectl apply -f deploy.yaml -n payments", "unknown"),  # read at decision time: not here, so not known
+    ("kubectl apply -f - < deploy.yaml", "unknown"),  # the file on stdin is read now: not here
     ("kubectl apply -f - < <(curl -s https://example.com/x.yaml)", "unknown"),  # process substitution on stdin
     ("kubectl apply -f <(curl -s https://example.com/x.yaml)", "unknown"),  # ... or as the file
     ("kubectl apply -k https://github.com/org/repo/overlays/prod", "unknown"),  # a remote kustomization

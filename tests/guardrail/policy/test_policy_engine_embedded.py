@@ -14,7 +14,7 @@ from guardrail.actions import normalise
 from guardrail.context import Constraint, IncidentContext
 from guardrail.errors import PolicyLoadError
 from guardrail.policy.base import Outcome
-from guardrail.policy.decisions import FAIL_CLOSED_RULE
+from guardrail.policy.decisions import EVAL_TIMEOUT_RULE, FAIL_CLOSED_RULE
 from guardrail.policy.embedded import EmbeddedOPA
 
 SLACK = IncidentContext(
@@ -161,18 +161,20 @@ def _policy(tmp_path: Path, body: str) -> Path:
 NARROW = 'decision := {"deny": [], "warn": []} if input.action.tool == "never"\n'
 
 
-def test_undefined_decision_fails_closed(tmp_path):
+def test_undefined_decision_fails_closed_for_reads_too(tmp_path):
+    """What the policy would say of a read is unknown as much as of a write (`SELECT rolpassword FROM
+    pg_authid` is a read): an undecided action is denied, whatever its kind."""
     with EmbeddedOPA(_policy(tmp_path, NARROW)) as e:
-        for inp in (MUTATING, UNKNOWN):
+        for inp in (MUTATING, UNKNOWN, READ):
             d = e.decide(inp)
             assert d.outcome is Outcome.DENY and d.rule_ids == [FAIL_CLOSED_RULE] and "undefined" in d.error
+
+
+def test_reads_run_on_an_engine_error_only_when_the_operator_opts_in(tmp_path):
+    with EmbeddedOPA(_policy(tmp_path, NARROW), allow_readonly_on_error=True) as e:
         d = e.decide(READ)
         assert d.outcome is Outcome.ALLOW and d.error
-
-
-def test_read_only_can_also_fail_closed(tmp_path):
-    with EmbeddedOPA(_policy(tmp_path, NARROW), allow_readonly_on_error=False) as e:
-        assert e.decide(READ).outcome is Outcome.DENY
+        assert e.decide(MUTATING).outcome is Outcome.DENY
 
 
 def test_an_evaluation_error_fails_closed(tmp_path):
@@ -201,10 +203,10 @@ def test_a_slow_evaluation_times_out_and_fails_closed(tmp_path):
     body = ('decision := {"deny": [], "warn": [], "n": n}\n\n'
             'n := count([x | some i in numbers.range(1, 400); some j in numbers.range(1, 400); x := i * j])\n')
     with EmbeddedOPA(_policy(tmp_path, body), timeout_s=0.02) as e:
-        d = e.decide(MUTATING)
-        assert d.outcome is Outcome.DENY and "took longer than 0.02 s" in d.error
-        assert "policy itself is in error" in d.denies[0].msg  # it recurs: retrying will not help
-        assert e.decide(READ).outcome is Outcome.ALLOW
+        for inp in (MUTATING, READ, UNKNOWN):
+            d = e.decide(inp)
+            assert d.outcome is Outcome.DENY and "took longer than 0.02 s" in d.error
+            assert d.rule_ids == [EVAL_TIMEOUT_RULE] and "several smaller commands" in d.denies[0].msg
 
 
 def test_the_caller_stops_waiting_at_the_deadline_while_opa_runs_on(tmp_path, monkeypatch):
@@ -343,3 +345,64 @@ def test_a_runaway_evaluation_does_not_hold_up_the_decisions_after_it(tmp_path, 
     finally:
         gate.set()
         e.close()
+
+
+def _get_stuck(e: EmbeddedOPA, release: threading.Event) -> None:
+    """From now on `e`'s current engine does not answer until `release` (an evaluation that runs past any deadline,
+    without burning a core the way a looping rule would); the engines built after it answer at once."""
+    real = e._slot.worker._fn
+
+    def stuck(*args):
+        release.wait(120)
+        return real(*args)
+
+    e._slot.worker._fn = stuck
+
+
+@pytest.mark.parametrize("command", [
+    "psql -c 'SELECT rolpassword FROM pg_authid'",  # a read the library denies
+    "psql -c 'SELECT 1; SELECT rolpassword FROM pg_authid'",  # several actions, decided in one evaluation
+    "kubectl get secret db -n slack -o yaml",  # another tool's read the library denies
+    "kubectl get pods -n slack",  # a read the library allows: undecided all the same
+    "redis-cli -h redis CONFIG SET maxmemory-policy allkeys-lru",  # a change
+])
+def test_an_evaluation_timeout_denies_every_undecided_action_reads_included(command):
+    """On a timeout the guard let read-only actions run even when the policy would deny them: a 20 KB psql
+    command timed out and printed the password hashes. An action the engine did not decide is now denied, read or
+    not, under its own rule id; and the runaway does not hold up the decisions after it."""
+    from guardrail.guard import Guard
+
+    with EmbeddedOPA() as library:  # the control: what the library says with time to answer
+        answered = Guard(library, SLACK).before(command)
+    release = threading.Event()
+    e = EmbeddedOPA(timeout_s=60, decision_cache=0)
+    try:
+        guard = Guard(e, SLACK)  # its warm-up loads the context on the engine before it gets stuck
+        _get_stuck(e, release)
+        e.timeout_s = 0.2
+        adm = guard.before(command)
+        assert not adm.runs and adm.outcome is Outcome.DENY
+        assert [d.rule_ids for d in adm.decisions] == [[EVAL_TIMEOUT_RULE]] * len(adm.actions)
+        assert "several smaller commands" in adm.decisions[0].denies[0].msg
+        # Later decisions go to a fresh engine (given all the time a busy machine needs to prepare its queries)
+        # and are the library's own again.
+        e.timeout_s = 60
+        again = guard.before(command)
+        assert e.abandoned() == 1
+        assert (again.outcome, again.runs, [d.rule_ids for d in again.decisions]) == \
+            (answered.outcome, answered.runs, [d.rule_ids for d in answered.decisions])
+    finally:
+        release.set()
+        e.close()
+
+
+def test_the_library_denies_the_reads_the_timeout_test_relies_on():
+    """The negative control of the test above: without a timeout, these reads are denied by the library's own
+    rules (so the timeout's denial is not what the library would have said anyway for every case)."""
+    from guardrail.guard import Guard
+
+    with EmbeddedOPA() as library:
+        guard = Guard(library, SLACK)
+        assert not guard.before("psql -c 'SELECT rolpassword FROM pg_authid'").runs
+        assert not guard.before("kubectl get secret db -n slack -o yaml").runs
+        assert guard.before("kubectl get pods -n slack").runs

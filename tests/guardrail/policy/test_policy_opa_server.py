@@ -12,7 +12,7 @@ import pytest
 
 from guardrail.errors import PolicyEngineError, PolicyLoadError
 from guardrail.policy.base import Outcome
-from guardrail.policy.decisions import FAIL_CLOSED_RULE
+from guardrail.policy.decisions import EVAL_TIMEOUT_RULE, FAIL_CLOSED_RULE
 from guardrail.policy.embedded import EmbeddedOPA
 from guardrail.policy.server import OPAServer
 from guardrail.policy.testserver import StandInOPAServer
@@ -79,11 +79,11 @@ def test_server_down_fails_closed(tiny):
     server.stop()
     d = remote.decide(MUTATING)
     assert d.outcome is Outcome.DENY and d.rule_ids == [FAIL_CLOSED_RULE] and "unreachable" in d.error
-    r = remote.decide(READ)
-    assert r.outcome is Outcome.ALLOW and r.error
+    r = remote.decide(READ)  # a read the engine could not decide is denied too
+    assert r.outcome is Outcome.DENY and r.rule_ids == [FAIL_CLOSED_RULE] and r.error
     assert not remote.healthy()
-    strict = OPAServer(server.url, upload=False, allow_readonly_on_error=False)
-    assert strict.decide(READ).outcome is Outcome.DENY
+    lenient = OPAServer(server.url, upload=False, allow_readonly_on_error=True)  # the operator's opt-in
+    assert lenient.decide(READ).outcome is Outcome.ALLOW and lenient.decide(MUTATING).outcome is Outcome.DENY
 
 
 def test_a_slow_server_times_out_and_fails_closed(tiny):
@@ -91,9 +91,10 @@ def test_a_slow_server_times_out_and_fails_closed(tiny):
     with StandInOPAServer(before_answer=lambda path: release.wait(120)) as server:  # answers after the test
         remote = OPAServer(server.url, tiny, timeout_s=0.1)
         try:
-            d = remote.decide(MUTATING)
-            assert d.outcome is Outcome.DENY and "timed out" in d.error
-            assert remote.decide(READ).outcome is Outcome.ALLOW
+            for inp in (MUTATING, READ):
+                d = remote.decide(inp)
+                assert d.outcome is Outcome.DENY and "timed out" in d.error
+                assert d.rule_ids == [EVAL_TIMEOUT_RULE] and "several smaller commands" in d.denies[0].msg
         finally:
             release.set()
 
@@ -193,7 +194,8 @@ def test_a_team_rule_in_error_fails_closed_alone_on_the_server_as_in_process(tmp
                 assert [f.id for f in there.exempted] == [f.id for f in here.exempted]
             d = remote.decide({**secret, "context": CTX, "command": ""})
             assert d.outcome is Outcome.DENY and "SRE-SECRET-001" in d.rule_ids  # the library still decided
-            assert [f.id for f in d.warns] == [FAIL_CLOSED_RULE] and "eval_builtin_error" in d.error
+            assert [f.id for f in d.denies] == ["SRE-SECRET-001", FAIL_CLOSED_RULE]  # and the read fails closed
+            assert "eval_builtin_error" in d.error
             d = remote.decide({**label, "context": CTX, "command": ""})
             assert d.rule_ids == ["TEAM-001"]  # the rule decides where it can
             d = remote.decide({**scale, "context": CTX, "command": ""})

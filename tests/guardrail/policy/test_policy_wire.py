@@ -167,7 +167,7 @@ def test_decide_all_fails_closed_for_each_action(tmp_path):
         inputs = [{"action": {"tool": "a", "mutating": True}, "context": {}, "command": "a; b"},
                   {"action": {"tool": "b", "mutating": False}, "context": {}, "command": "a; b"}]
         out = e.decide_all(inputs)
-        assert [d.outcome for d in out] == [Outcome.DENY, Outcome.ALLOW] and all(d.error for d in out)
+        assert [d.outcome for d in out] == [Outcome.DENY, Outcome.DENY] and all(d.error for d in out)  # reads too
 
 
 def test_decide_all_decides_unrelated_inputs_one_by_one():
