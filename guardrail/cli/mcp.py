@@ -77,8 +77,9 @@ def mcp(env_spec: str, kubeconfig: str | None, context_name: str | None, context
     # Resolve once now so a bad --env fails at start (exit 2), not on the agent's first command.
     env_options = {"kubeconfig": kubeconfig, "context_name": context_name}
     resolve_environment(env_spec, context, env_options)
-    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options), prometheus_url,
-                                     slo_path, load_criteria(criteria_path))
+    # The lambda reads `criteria` when a session starts: the merged criteria this line assigns (the restart bounds).
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options, criteria),
+                                     prometheus_url, slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=Path(journal_dir),
                              env_factory=env_factory, mode=Mode(mode), criteria=criteria,
                              max_sessions=max_sessions or MAX_SESSIONS,

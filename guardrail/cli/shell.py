@@ -78,8 +78,9 @@ def shell(env_spec: str, kubeconfig: str | None, context_name: str | None, conte
     key = journal.name[:-len(".jsonl")]
     if journal_name(key) != journal.name:
         raise InputError("a journal's name may hold only letters, digits, '.', '_' and '-'", path="--journal")
-    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options), prometheus_url,
-                                     slo_path, load_criteria(criteria_path))
+    # The lambda reads `criteria` when a session starts: the merged criteria this line assigns (the restart bounds).
+    env_factory, criteria = observed(lambda ctx: resolve_environment(env_spec, ctx, env_options, criteria),
+                                     prometheus_url, slo_path, load_criteria(criteria_path))
     sessions = GuardSessions(load_engine(policy), context, journal_dir=journal.parent,
                              env_factory=env_factory, mode=Mode(mode), criteria=criteria,
                              own_files=OwnFiles().add_files([context_path, criteria_path, slo_path]))

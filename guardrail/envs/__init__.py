@@ -46,11 +46,13 @@ def _factory(name: str) -> Callable[..., Any]:
 
 
 def resolve_environment(spec: str, context: IncidentContext | None = None,
-                        options: Mapping[str, Any] | None = None) -> Environment:
+                        options: Mapping[str, Any] | None = None, criteria: Any = None) -> Environment:
     """Build the environment a spec names. Bad or missing environments are InputErrors (CLI exit 2).
 
     `options` are an environment's own settings from the command line (`kubeconfig`, `context_name` ...): each one
-    given (not None) goes to the factory's keyword of that name; one the environment does not take is bad input."""
+    given (not None) goes to the factory's keyword of that name; one the environment does not take is bad input.
+    `criteria` (the session's verifier criteria) go to a factory that takes them, e.g. so that an environment that
+    waits on a restart itself waits as long as the restart probe's `restart.ready_timeout_s` says."""
     name, arg = split_spec(spec)
     if not name:
         raise InputError("empty environment spec (try `local` or `twin:<scenario>`)", path="--env")
@@ -63,6 +65,8 @@ def resolve_environment(spec: str, context: IncidentContext | None = None,
     for k in given:
         if k not in params:
             raise InputError(f"does not apply to --env {name}", path="--" + k.replace("_", "-"))
+    if criteria is not None and "criteria" in params:
+        given["criteria"] = criteria
     if "context" in params:
         return factory(arg, context=context, **given)
     return factory(arg, **given) if arg or params else factory()

@@ -38,6 +38,7 @@ from guardrail.errors import EnvironmentError_, InputError
 from guardrail.policy import goruntime
 from verifiers.clock import RealClock
 from verifiers.context import PublicContext
+from verifiers.criteria import Criteria
 from verifiers.protocols import (Clock, CommandResult, ComponentInfo, DeclaredRef, EnvironmentDescription,
                                  RestartResult, Sample, SLISource)
 
@@ -364,8 +365,12 @@ class KubernetesEnvironment:
 
 
 def make(spec: str = "", context: IncidentContext | None = None, *, kubeconfig: str | None = None,
-         context_name: str | None = None, sli_source: SLISource | None = None) -> KubernetesEnvironment:
-    """Entry-point factory: `kubernetes` or `kubernetes:<namespace>`, with --kubeconfig and --context-name."""
+         context_name: str | None = None, sli_source: SLISource | None = None,
+         criteria: Any = None) -> KubernetesEnvironment:
+    """Entry-point factory: `kubernetes` or `kubernetes:<namespace>`, with --kubeconfig and --context-name.
+
+    `restart()` waits on the rollout itself, and the restart probe takes its answer as final: so the rollout wait is
+    the criteria's `restart.ready_timeout_s`, the bound the probe would have waited on readiness."""
     if kubeconfig is not None and not Path(kubeconfig).is_file():
         raise InputError("no such kubeconfig file", path=f"--kubeconfig {kubeconfig}")
     namespace = spec or None
@@ -376,4 +381,5 @@ def make(spec: str = "", context: IncidentContext | None = None, *, kubeconfig: 
     except KubeError as e:
         raise InputError(e.message, path=kubeconfig or "--env kubernetes") from e
     return KubernetesEnvironment(kube, context=context, namespace=namespace, sli_source=sli_source,
-                                 kubeconfig=kubeconfig, kube_context=context_name)
+                                 kubeconfig=kubeconfig, kube_context=context_name,
+                                 rollout_timeout_s=Criteria.coerce(criteria).restart.ready_timeout_s)

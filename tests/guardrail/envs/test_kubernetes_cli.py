@@ -78,3 +78,14 @@ def test_bad_environment_options_exit_2_with_one_line(cluster, tmp_path, args, m
     proc = subprocess.run([GUARDRAIL, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env=child_env(tmp_path))
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_rollout_wait_is_the_restart_probes_ready_timeout_from_the_criteria(cluster):
+    from guardrail.envs import resolve_environment
+
+    _, kubeconfig = cluster
+    options = {"kubeconfig": str(kubeconfig)}
+    env = resolve_environment(f"kubernetes:{NAMESPACE}", None, options, {"restart": {"ready_timeout_s": 7}})
+    assert env.rollout_timeout_s == 7  # the probe takes the environment's rollout answer as final
+    assert resolve_environment(f"kubernetes:{NAMESPACE}", None, options).rollout_timeout_s == 300  # the default
+    assert resolve_environment("local", None, None, {"restart": {"ready_timeout_s": 7}}) is not None
