@@ -175,7 +175,8 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
 
     async def on_progress(value, total, message):
         progress.append((value, message or ""))
-        if sum("convergence:" in m for _, m in progress) >= 2:
+        # Held while Prometheus shows the SLO breached: the measurements say so, window after window.
+        if sum(m.startswith("convergence:") and "(failing)" in m for _, m in progress) >= 2:
             held.set()
 
     async def session():
@@ -208,7 +209,10 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
     assert declared["accepted"] is True, declared
     conv = check(declared, "convergence")
     assert conv["status"] == "PASS" and "windows of 2 s" in conv["summary"], conv
+    messages = [m for _, m in progress]
     assert [v for v, _ in progress] == sorted(v for v, _ in progress)
+    # The probe's re-verification reported its own progress: converged again after the restart.
+    assert any("(converged)" in m for m in messages[messages.index("checking restart_probe"):]), messages
     records = prod.journal()
     verdict = next(r for r in records if r["kind"] == "verdict" and r["verifier"] == "convergence" and
                    r["status"] == "PASS")
@@ -240,6 +244,8 @@ def test_the_configmap_repair_while_the_slo_stays_breached_is_not_converged(prod
     declared = anyio.run(session)
     assert declared["accepted"] is False and declared["codes"] == ["NOT_CONVERGED"], declared
     assert check(declared, "convergence")["status"] == "FAIL"
+    verdict = next(r for r in prod.journal() if r["kind"] == "verdict" and r["verifier"] == "convergence")
+    assert "error_ratio{slo=shop-availability}" in {f["sli"] for f in verdict["evidence"]["failing"]}, verdict
     assert prod.runtime.started.count("redis-0") == 2  # never converged, so never restarted by the probe
 
 
