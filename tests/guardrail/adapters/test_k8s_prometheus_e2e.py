@@ -89,9 +89,9 @@ class Prod:
     """The emulated cluster with its redis StatefulSet, the exporter, Prometheus and the session's files."""
 
     def __init__(self, tmp_path: Path, api: KubeAPI, runtime: ProcessRuntime, redis_port: int, shop: Shop,
-                 url: str):
-        self.tmp, self.api, self.runtime, self.redis_port, self.shop, self.url = (
-            tmp_path, api, runtime, redis_port, shop, url)
+                 url: str, guardrail: str):
+        self.tmp, self.api, self.runtime, self.redis_port, self.shop, self.url, self.guardrail = (
+            tmp_path, api, runtime, redis_port, shop, url, guardrail)
         self.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", namespace="default")
         self.ctx, self.slo, self.criteria = tmp_path / "ctx.yaml", tmp_path / "slo.yaml", tmp_path / "criteria.yaml"
         self.ctx.write_text(CTX)
@@ -137,8 +137,7 @@ def prod(tmp_path, guardrail_cmd):
                                                  "volumeMounts": [{"name": "config", "mountPath": "/etc/redis"}]}],
                                  "volumes": [{"name": "config", "configMap": {"name": "redis-config"}}]}}}})
         with running_prometheus(tmp_path, shop.server.server_port, job="shop", scrape_interval="250ms") as url:
-            p = Prod(tmp_path, api, runtime, redis_port, shop, url)
-            p.guardrail = guardrail_cmd
+            p = Prod(tmp_path, api, runtime, redis_port, shop, url, guardrail_cmd)
             _wait_for(lambda: ping(redis_port), "the redis pod's redis-server answering")
             yield p
     finally:
