@@ -23,8 +23,9 @@ from guardrail.actions.dispatch import Dispatcher, Session
 from guardrail.actions.filewrite import NULL_SINKS, file_write
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, runs_code
 from guardrail.actions.model import Action
-from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, hidden_commands,
-                                     substitutions_in, unparsed_text, unquoted_expansions, word_of)
+from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, brace_words, decode_ansi_c,
+                                     hidden_commands, substitutions_in, unparsed_text, unquoted_expansions,
+                                     word_of)
 
 __all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECODERS"]
 
@@ -227,7 +228,10 @@ class ShellWalker:
         if var is None or body is None or not values or len(values) > MAX_UNROLL:
             return False
         name = _txt(var)
-        words = [word_of(v, self.env) for v in values]
+        words: list[Word] = []
+        for v in values:  # `for a in {stop,start}` loops over the brace expansion's words
+            braced = brace_words(v, self.env)
+            words += braced if braced is not None else [word_of(v, self.env)]
         if any(w.dynamic or any(ch in w for ch in "*?[") for w in words):
             return False
         if re.search(rf"(\b{re.escape(name)}\+?=|\bread\b[^;\n]*\b{re.escape(name)}\b|\bfor\s+{re.escape(name)}\b"
@@ -703,10 +707,16 @@ class ShellWalker:
         all_writes = list(writes or []) + more_writes
         # The command name is never taken from a variable, even a loop-bound one: that stays opaque.
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
-        argv += [self.word(a) for a in args]
+        for a in args:
+            # `systemctl {stop,} db` runs `systemctl stop db`: brace expansion comes first, as bash does it.
+            braced = brace_words(a, self.env)
+            argv += braced if braced is not None else [self.word(a)]
         argv += extra or []
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)
+        named = brace_words(name_node.named_children[0], self.env) if name_node.named_children else None
+        if named is not None and (named or len(argv) > 1):
+            argv[:1] = named  # `s{ed,} -i ...` runs `sed s -i ...`; `{,} rm -rf x` runs `rm -rf x`
         effective = in_stdin or own_stdin or stdin
         inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
