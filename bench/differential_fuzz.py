@@ -17,7 +17,7 @@ The sandbox, when the machine allows it (root, or unprivileged namespaces): a pr
 namespace in which every real binary of a stubbed tool (`/usr/bin/rm`, `/usr/bin/psql`, ...) is bind-mounted over
 by its stub, so absolute paths and `command -p` reach the stub too, and bash runs as `nobody` (when root) in a
 temporary directory with HOME there, a PATH of only the stubs and the coreutils shell plumbing needs, an empty
-environment and a `timeout`. Without namespaces ("path" sandbox) only PATH lookups reach the stubs, so the
+environment and a `timeout`; every file system but that directory is read-only there. Without namespaces ("path" sandbox) only PATH lookups reach the stubs, so the
 generator leaves out absolute paths and `command -p` (they would run the real binary).
 
 Called by tests/guardrail/test_differential_fuzz.py (a bounded, seeded sample) and run alone for a long sample:
@@ -68,8 +68,11 @@ HERE = os.path.dirname(os.path.realpath(__file__)) if not os.environ.get("FUZZ_S
 sys.path.insert(0, "@STUBDIR@")
 tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 try:
-    from _shim import reads_stdin
+    from _shim import _file_from_stdin, reads_stdin
     reads = reads_stdin(tool, args)
+    # psql runs every -c and -f in order: `-c 'SELECT 1' -f -` reads stdin too (the shim says no and sends no
+    # payload; the guard then denies it as opaque, which fails closed).
+    reads = reads or (tool == "psql" and not os.isatty(0) and _file_from_stdin(args, ("-f",), ("--file",)))
 except Exception:
     reads = False
 if not reads and tool == "redis-cli":
@@ -375,8 +378,8 @@ def generate(seed: int, index: int, absolute: bool = True) -> Sample:
 class Sandbox:
     """A temporary directory with the stubs, the plumbing and the log; runs one text at a time in bash."""
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="guardrail-fuzz-"))
+    def __init__(self, parent: str | None = None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="guardrail-fuzz-", dir=parent))
         self.stubs = self.root / "stubs"
         self.plumbing = self.root / "bin"
         self.work = self.root / "work"
@@ -427,6 +430,14 @@ class Sandbox:
     def _prefix(self) -> list[str]:
         userns = [] if os.geteuid() == 0 else ["--map-root-user"]
         mounts = "; ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(str(r))}" for s, r in self.covered)
+        # Then every file system read-only but the run's own directory and the stubs' log (their binds, made
+        # first, keep their own flags): a shared /tmp or /dev/shm is outside the sandbox too.
+        own = " ".join(shlex.quote(str(d)) for d in (self.work, self.logdir))
+        mounts += (f"; for d in {own}; do mount --bind \"$d\" \"$d\"; done; "
+                   "while read -r _ m _; do case \"$m\" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/pts) ;; "
+                   f"{'|'.join(shlex.quote(str(d)) for d in (self.work, self.logdir))}) ;; "
+                   "*) mount -o remount,bind,ro \"$m\" 2>/dev/null || true;; esac; done < /proc/self/mounts")
+        mounts += f"; cd {shlex.quote(str(self.work))}"  # onto the writable bind, not the directory under it
         drop = ("setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs "
                 if self.as_nobody and shutil.which("setpriv") else "")
         return ["unshare", "--mount", "--net", "--pid", "--fork", "--propagation", "private", *userns, "/bin/sh",
@@ -537,9 +548,9 @@ def check_one(oracle: Oracle, sandbox: Sandbox, index: int, text: str, construct
 _WORKER: tuple[Oracle, Sandbox] | None = None
 
 
-def _init_worker() -> None:
+def _init_worker(parent: str) -> None:
     global _WORKER
-    _WORKER = (Oracle(), Sandbox())
+    _WORKER = (Oracle(), Sandbox(parent))
 
 
 def _work(args: tuple[int, int, bool]) -> Outcome:
@@ -593,22 +604,30 @@ def main() -> int:
     if args.count < 1 or args.jobs < 1:
         print("differential_fuzz: --count and --jobs must be at least 1", file=sys.stderr)
         return 2
-    probe = Sandbox()
-    kind = probe.kind
-    probe.close()
-    absolute = kind == "namespace"
-    started = time.monotonic()
-    import multiprocessing
+    # The workers' sandboxes live under one directory, removed at the end whatever happens to the workers.
+    parent = tempfile.mkdtemp(prefix="guardrail-fuzz-run-")
+    os.chmod(parent, 0o755)
+    try:
+        probe = Sandbox(parent)
+        kind = probe.kind
+        probe.close()
+        absolute = kind == "namespace"
+        started = time.monotonic()
+        import multiprocessing
 
-    ctx = multiprocessing.get_context("spawn")
-    work = [(args.seed, i, absolute) for i in range(args.count)]
-    outcomes: list[Outcome] = []
-    with ctx.Pool(args.jobs, initializer=_init_worker) as pool:
-        for n, o in enumerate(pool.imap_unordered(_work, work, chunksize=16), 1):
-            outcomes.append(o)
-            if n % 1000 == 0:
-                print(f"  {n}/{args.count} ({sum(bool(x.bypasses) for x in outcomes)} bypasses)", file=sys.stderr,
-                      flush=True)
+        ctx = multiprocessing.get_context("spawn")
+        work = [(args.seed, i, absolute) for i in range(args.count)]
+        outcomes: list[Outcome] = []
+        with ctx.Pool(args.jobs, initializer=_init_worker, initargs=(parent,)) as pool:
+            for n, o in enumerate(pool.imap_unordered(_work, work, chunksize=16), 1):
+                outcomes.append(o)
+                for b in o.bypasses:
+                    print(f"  BYPASS #{o.index}: {o.text!r} ran {b['asked']!r}", file=sys.stderr, flush=True)
+                if n % 1000 == 0:
+                    print(f"  {n}/{args.count} ({sum(bool(x.bypasses) for x in outcomes)} bypasses)",
+                          file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
     outcomes.sort(key=lambda o: o.index)
     summary = summarise(outcomes, args.seed, kind, time.monotonic() - started)
     summary["load_average"] = os.getloadavg()[0]
