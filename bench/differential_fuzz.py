@@ -36,6 +36,7 @@ import os
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -604,7 +605,9 @@ def main() -> int:
     if args.count < 1 or args.jobs < 1:
         print("differential_fuzz: --count and --jobs must be at least 1", file=sys.stderr)
         return 2
-    # The workers' sandboxes live under one directory, removed at the end whatever happens to the workers.
+    # The workers' sandboxes live under one directory, removed at the end whatever happens to the workers (a
+    # SIGTERM unwinds through the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parent = tempfile.mkdtemp(prefix="guardrail-fuzz-run-")
     os.chmod(parent, 0o755)
     try:

@@ -7,6 +7,7 @@ found, each read against what bash does with the same text."""
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from guardrail.actions import normalise
+from guardrail.actions.wrappers import as_posix_sh
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = 400
@@ -145,3 +147,29 @@ def test_brace_expansion_is_read_as_bash_expands_it(words):
 ])
 def test_a_denied_command_hidden_in_a_brace_list_is_denied(oracle, text):
     assert not oracle.runs(text)
+
+
+# A POSIX sh (dash is /bin/sh on Debian) has no `$'...'`: the fuzzer found `sh -c` scripts read as bash reads them.
+
+DASH_EXPLOIT = "sh -c " + shlex.quote("echo $'\\' ; redis-cli FLUSHALL\necho \\''")
+
+
+def test_a_command_hidden_by_dash_quoting_is_seen_and_denied(fuzz, sandbox, oracle):
+    # Found by the fuzzer (`sh -c "redis-cli $'\\x47ET' k"` ran `redis-cli '$\\x47ET' k`); this is its weapon form:
+    # bash reads one quoted word to echo, dash runs FLUSHALL.
+    assert not oracle.runs(DASH_EXPLOIT)
+    assert not oracle.runs("dash -c " + shlex.quote("redis-cli $'GET' k; echo \\' ; redis-cli FLUSHALL ; echo '"))
+
+
+@pytest.mark.skipif(shutil.which("dash") is None, reason="needs dash")
+@pytest.mark.parametrize("words", ["$'GET' k", "$'a\\' b 'c'", "$\"pods\" x", "a$'b c'd", "'$'x", "\"$'x'\"",
+                                   "$'\\x41' \\$'y'"])
+def test_a_posix_sh_script_is_read_as_dash_reads_it(words):
+    dash = subprocess.run(["dash", "-c", f"set -- {words}; for w; do printf '%s\\0' \"$w\"; done"],
+                          capture_output=True, check=True, timeout=30).stdout.decode().split("\0")[:-1]
+    assert _bash_argv(as_posix_sh(words)) == dash
+
+
+def test_foreign_shell_scripts_are_opaque(oracle):
+    assert not oracle.runs("fish -c 'redis-cli GET k'")
+    assert oracle.runs("bash -c 'redis-cli GET k'") and oracle.runs("sh -c 'redis-cli GET k'")
