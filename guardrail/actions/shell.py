@@ -660,6 +660,10 @@ class ShellWalker:
             text = written
         if any(c.type == "<<-" for c in r.children):
             text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+        if not _ends_alone(r):
+            # tree-sitter-bash ends a heredoc at a line that starts with the delimiter (`EOF && true`); bash reads on
+            # to a line that is the delimiter alone, so the tool gets the lines after it too: not the text read here.
+            return Stdin("heredoc", text=None, computed=True, producer="<< (end line not the delimiter alone)")
         # expansions in a body the parser did not read: computed as it runs
         has_sub = misparsed and not quoted and bool(re.search(r"\$[({A-Za-z_]|`", text))
         if not quoted:
@@ -694,6 +698,14 @@ class ShellWalker:
                                                             raw=_txt(c)), _txt(var))])
         if name_node is not None:
             self.substitutions(name_node)
+            if _split_by_newline(node, [name_node, *args]):
+                # tree-sitter-bash reads `ls<newline>\rm -rf /x` as one command; bash ends `ls` at the newline
+                # and runs rm: the words are not the commands that run.
+                inv = Invocation(argv=[word_of(name_node)], where=self.where, raw=_txt(node))
+                self.emit([inv.opaque("syntax-error", "a command's words run on past a line break (a line that "
+                                      "starts with a backslash?); the shell runs them as separate commands: put "
+                                      "each command on its own line without the backslash")])
+                return None
         for a in args:
             self.substitutions(a)
         if name_node is None:
@@ -846,6 +858,37 @@ def _heredoc_text(r: Node, start: Node | None) -> str | None:
     if nl < 0 or nl + 1 > stop:
         return None
     return src[nl + 1:stop].decode("utf-8", "replace")
+
+
+def _split_by_newline(node: Node, words: list[Node]) -> bool:
+    """Whether a line break that is not a continuation lies between two of a command's words, or inside an
+    unquoted word (the grammar glues `<newline>\\rm` into one)."""
+    src = node.text or b""
+    newline = re.compile(rb"(?<!\\)\n")
+    for a, b in zip(words, words[1:]):
+        if newline.search(src[a.end_byte - node.start_byte:b.start_byte - node.start_byte]):
+            return True
+    stack = list(words)
+    while stack:
+        n = stack.pop()
+        if n.type == "word" and n.text is not None and newline.search(n.text):
+            return True
+        if n.type in ("concatenation", "command_name"):
+            stack.extend(n.children)
+    return False
+
+
+def _ends_alone(r: Node) -> bool:
+    """Whether a heredoc's end delimiter is alone on its line (tabs before it aside), as bash needs it to be."""
+    end = next((c for c in r.children if c.type == "heredoc_end"), None)
+    if end is None:
+        return True  # no end: bash reads to the end of the text, as the body read here does
+    root = r
+    while root.parent is not None:
+        root = root.parent
+    src = root.text or b""
+    before = src[:end.start_byte].rsplit(b"\n", 1)[-1]
+    return not before.strip(b"\t") and src[end.end_byte:end.end_byte + 1] in (b"", b"\n")
 
 
 def _mentions_decoder(text: str) -> bool:

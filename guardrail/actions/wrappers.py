@@ -33,9 +33,9 @@ WRAPPERS: dict[str, Wrapper] = {}
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "fish", "csh", "tcsh")
 INTERPRETERS = ("python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "Rscript",
                 "deno", "bun", "pwsh", "powershell", "tclsh", "irb", "jshell", "osascript", "expect", "gdb")
-# Shells whose grammar is POSIX sh's: no `$'...'` or `$"..."` quoting, so `$'\' ; cmd` is a `$`, a quoted
+# Shells whose grammar is POSIX sh's: no brace expansion, no `$'...'` or `$"..."` quoting, so `$'\' ; cmd` is a `$`, a quoted
 # backslash and then `cmd`, run (bash would read one quoted word). Their scripts are read as bash reads the same
-# text with each such `$` escaped, which is what they do.
+# text with each such `$` and each unquoted `{` of a word escaped, which is what they do.
 POSIX_SHELLS = frozenset({"sh", "dash", "ash"})
 # Shells with another grammar altogether: what bash's reading of their script says is no evidence.
 FOREIGN_SHELLS = frozenset({"fish", "csh", "tcsh"})
@@ -78,9 +78,40 @@ def as_posix_sh(script: str) -> str | None:
                 continue
             stack.extend(node.children)
         if first is None:
-            return data.decode("utf-8", "surrogatepass")
+            return _no_brace_expansion(data.decode("utf-8", "surrogatepass"))
         data = data[:first] + b"\\" + data[first:]
     return None
+
+
+_NOT_WORDS = frozenset({"string", "raw_string", "ansi_c_string", "translated_string", "expansion", "simple_expansion",
+                        "heredoc_body", "heredoc_redirect", "comment", "arithmetic_expansion"})
+
+
+def _no_brace_expansion(script: str) -> str:
+    """The script with every unquoted `{` in a word escaped: a POSIX sh does no brace expansion, so `{stop,}` is the
+    word `{stop,}` there, not `stop`."""
+    from guardrail.actions.shell import parse
+
+    data = script.encode("utf-8", "surrogatepass")
+    at: list[int] = []
+    stack = [parse(script).root_node]
+    while stack:
+        node = stack.pop()
+        if node.type in _NOT_WORDS:
+            continue
+        if node.type == "word" and node.text is not None and b"{" in node.text:
+            raw, i = node.text, 0
+            while i < len(raw):
+                if raw[i:i + 1] == b"\\":
+                    i += 2
+                    continue
+                if raw[i:i + 1] == b"{":
+                    at.append(node.start_byte + i)
+                i += 1
+        stack.extend(node.children)
+    for pos in sorted(at, reverse=True):
+        data = data[:pos] + b"\\" + data[pos:]
+    return data.decode("utf-8", "surrogatepass")
 
 
 def _script_for(inv: Invocation, script: str) -> str | Action:
