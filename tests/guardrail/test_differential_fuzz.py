@@ -173,3 +173,24 @@ def test_a_posix_sh_script_is_read_as_dash_reads_it(words):
 def test_foreign_shell_scripts_are_opaque(oracle):
     assert not oracle.runs("fish -c 'redis-cli GET k'")
     assert oracle.runs("bash -c 'redis-cli GET k'") and oracle.runs("sh -c 'redis-cli GET k'")
+
+
+@pytest.mark.parametrize("text", [
+    "ls\n\\rm -rf /var/lib/mysql",  # tree-sitter-bash glued the second line into ls's words; bash runs rm
+    "ls\n\\m\\y\\s\\ql <<'EOF'\nDROP TABLE t;\nEOF",  # found by the fuzzer (after `/usr/bin/cp ... hosts.copy`)
+    "psql <<'EOF'\nSELECT 1;\nEOF && true;\n# ; DROP TABLE users;\n",  # `EOF && true` does not end the heredoc
+    "sh -c 'kubectl {get,} pods'",  # dash runs `kubectl '{get,}' pods`, which is not `kubectl get pods`
+])
+def test_the_other_bypasses_the_fuzzer_found_are_denied(fuzz, sandbox, oracle, text):
+    assert not oracle.runs(text)
+    # and what bash would run with it is a command the guard denies (so the reading was the hole)
+    out = fuzz.check_one(type("AllowInput", (), {"runs": staticmethod(lambda t: t == text or oracle.runs(t)),
+                                                  "call_text": staticmethod(oracle.call_text)})(),
+                         sandbox, 0, text, [])
+    assert out.executed and out.bypasses
+
+
+@pytest.mark.parametrize("text", ["ls \\\n-l", "kubectl get pods \\\n  -n prod",
+                                  "psql <<'EOF'\nSELECT 1;\nEOF\nkubectl get pods", "sh -c 'kubectl get pods'"])
+def test_the_same_shapes_written_as_bash_reads_them_still_run(oracle, text):
+    assert oracle.runs(text)
