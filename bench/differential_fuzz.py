@@ -65,7 +65,6 @@ GUARD_REUSE = 500  # decisions per Guard: an unjournalled Guard keeps its record
 # The stub every recorded tool runs as: standard library only, started with -I (no site, no environment).
 STUB = r'''
 import json, os, sys
-HERE = os.path.dirname(os.path.realpath(__file__)) if not os.environ.get("FUZZ_STUBDIR") else os.environ["FUZZ_STUBDIR"]
 sys.path.insert(0, "@STUBDIR@")
 tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 try:
@@ -280,7 +279,7 @@ def hide(argv: list[str], stdin: str | None, rng: random.Random, absolute: bool,
         text = f"a=({words(argv, rng)}); \"${{a[@]}}\""
     elif c == "brace":
         if rest:
-            text = f"{{{shlex.quote(tool)},}} {words(rest, rng)}".replace("{", "{", 1)
+            text = f"{{{shlex.quote(tool)},}} {words(rest, rng)}"  # (draws from rng: keeps the seeded sample)
             text = f"{tool[:1]}{{{tool[1:]},}} {words(rest, rng)}" if len(tool) > 1 else text
             text = f"{q(tool, rng)} {{{rest[0]},}} {words(rest[1:], rng)}" if rng.random() < 0.5 else text
         else:
