@@ -194,3 +194,21 @@ def test_the_other_bypasses_the_fuzzer_found_are_denied(fuzz, sandbox, oracle, t
                                   "psql <<'EOF'\nSELECT 1;\nEOF\nkubectl get pods", "sh -c 'kubectl get pods'"])
 def test_the_same_shapes_written_as_bash_reads_them_still_run(oracle, text):
     assert oracle.runs(text)
+
+
+# Found by the fuzzer (seed 1) and not closed yet: each input is allowed, and bash runs a command the guard denies.
+OPEN_BYPASSES = [
+    # an alias's heredoc: the end-line check of `heredoc` is not reached on the alias path (#15935's weapon form)
+    "shopt -s expand_aliases\nalias z=psql\nz <<'EOF'\nSELECT 1;\nEOF && true;\n# ; DROP TABLE users;\n",
+    # a `<` redirect inside the command and a heredoc after it: the guard reads /dev/null, bash the heredoc (#17259)
+    "xargs </dev/null rm -rf <<'EOF'\n/var/lib/mysql\nEOF",
+    "xargs -0 -r </dev/null psql -c SEL'ECT 1' $'-f' $'-' <<'EOF'\nDROP TABLE users;\nEOF",
+    "xargs -0 -r </dev/null mysql <<EOF\nDROP TABLE t;\nEOF",  # (#23405)
+]
+
+
+@pytest.mark.xfail(strict=True, reason="open bypasses found by the differential fuzzer (seed 1), not yet closed")
+@pytest.mark.parametrize("text", OPEN_BYPASSES)
+def test_open_bypasses_found_by_the_fuzzer(fuzz, sandbox, oracle, text):
+    out = fuzz.check_one(oracle, sandbox, 0, text, [])
+    assert not out.bypasses and not oracle.runs(text)
