@@ -23,8 +23,9 @@ from guardrail.actions.dispatch import Dispatcher, Session
 from guardrail.actions.filewrite import NULL_SINKS, file_write
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, runs_code
 from guardrail.actions.model import Action
-from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, decode_ansi_c, hidden_commands,
-                                     substitutions_in, unparsed_text, unquoted_expansions, word_of)
+from guardrail.actions.words import (DYNAMIC_NODES, SUBSTITUTIONS, Word, brace_words, decode_ansi_c,
+                                     hidden_commands, substitutions_in, unparsed_text, unquoted_expansions,
+                                     word_of)
 
 __all__ = ["parse", "ShellWalker", "Session", "file_write", "NULL_SINKS", "DECODERS"]
 
@@ -227,7 +228,10 @@ class ShellWalker:
         if var is None or body is None or not values or len(values) > MAX_UNROLL:
             return False
         name = _txt(var)
-        words = [word_of(v, self.env) for v in values]
+        words: list[Word] = []
+        for v in values:  # `for a in {stop,start}` loops over the brace expansion's words
+            braced = brace_words(v, self.env)
+            words += braced if braced is not None else [word_of(v, self.env)]
         if any(w.dynamic or any(ch in w for ch in "*?[") for w in words):
             return False
         if re.search(rf"(\b{re.escape(name)}\+?=|\bread\b[^;\n]*\b{re.escape(name)}\b|\bfor\s+{re.escape(name)}\b"
@@ -656,6 +660,10 @@ class ShellWalker:
             text = written
         if any(c.type == "<<-" for c in r.children):
             text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+        if not _ends_alone(r):
+            # tree-sitter-bash ends a heredoc at a line that starts with the delimiter (`EOF && true`); bash reads on
+            # to a line that is the delimiter alone, so the tool gets the lines after it too: not the text read here.
+            return Stdin("heredoc", text=None, computed=True, producer="<< (end line not the delimiter alone)")
         # expansions in a body the parser did not read: computed as it runs
         has_sub = misparsed and not quoted and bool(re.search(r"\$[({A-Za-z_]|`", text))
         if not quoted:
@@ -690,6 +698,14 @@ class ShellWalker:
                                                             raw=_txt(c)), _txt(var))])
         if name_node is not None:
             self.substitutions(name_node)
+            if _split_by_newline(node, [name_node, *args]):
+                # tree-sitter-bash reads `ls<newline>\rm -rf /x` as one command; bash ends `ls` at the newline
+                # and runs rm: the words are not the commands that run.
+                inv = Invocation(argv=[word_of(name_node)], where=self.where, raw=_txt(node))
+                self.emit([inv.opaque("syntax-error", "a command's words run on past a line break (a line that "
+                                      "starts with a backslash?); the shell runs them as separate commands: put "
+                                      "each command on its own line without the backslash")])
+                return None
         for a in args:
             self.substitutions(a)
         if name_node is None:
@@ -703,10 +719,16 @@ class ShellWalker:
         all_writes = list(writes or []) + more_writes
         # The command name is never taken from a variable, even a loop-bound one: that stays opaque.
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
-        argv += [self.word(a) for a in args]
+        for a in args:
+            # `systemctl {stop,} db` runs `systemctl stop db`: brace expansion comes first, as bash does it.
+            braced = brace_words(a, self.env)
+            argv += braced if braced is not None else [self.word(a)]
         argv += extra or []
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)
+        named = brace_words(name_node.named_children[0], self.env) if name_node.named_children else None
+        if named is not None and (named or len(argv) > 1):
+            argv[:1] = named  # `s{ed,} -i ...` runs `sed s -i ...`; `{,} rm -rf x` runs `rm -rf x`
         effective = in_stdin or own_stdin or stdin
         inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
@@ -836,6 +858,37 @@ def _heredoc_text(r: Node, start: Node | None) -> str | None:
     if nl < 0 or nl + 1 > stop:
         return None
     return src[nl + 1:stop].decode("utf-8", "replace")
+
+
+def _split_by_newline(node: Node, words: list[Node]) -> bool:
+    """Whether a line break that is not a continuation lies between two of a command's words, or inside an
+    unquoted word (the grammar glues `<newline>\\rm` into one)."""
+    src = node.text or b""
+    newline = re.compile(rb"(?<!\\)\n")
+    for a, b in zip(words, words[1:]):
+        if newline.search(src[a.end_byte - node.start_byte:b.start_byte - node.start_byte]):
+            return True
+    stack = list(words)
+    while stack:
+        n = stack.pop()
+        if n.type == "word" and n.text is not None and newline.search(n.text):
+            return True
+        if n.type in ("concatenation", "command_name"):
+            stack.extend(n.children)
+    return False
+
+
+def _ends_alone(r: Node) -> bool:
+    """Whether a heredoc's end delimiter is alone on its line (tabs before it aside), as bash needs it to be."""
+    end = next((c for c in r.children if c.type == "heredoc_end"), None)
+    if end is None:
+        return True  # no end: bash reads to the end of the text, as the body read here does
+    root = r
+    while root.parent is not None:
+        root = root.parent
+    src = root.text or b""
+    before = src[:end.start_byte].rsplit(b"\n", 1)[-1]
+    return not before.strip(b"\t") and src[end.end_byte:end.end_byte + 1] in (b"", b"\n")
 
 
 def _mentions_decoder(text: str) -> bool:

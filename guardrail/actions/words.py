@@ -12,7 +12,7 @@ from typing import Iterator
 
 from tree_sitter import Node
 
-__all__ = ["Word", "word_of", "substitutions_in", "unquoted_expansions", "decode_ansi_c", "hidden_commands",
+__all__ = ["Word", "word_of", "brace_words", "substitutions_in", "unquoted_expansions", "decode_ansi_c", "hidden_commands",
            "unparsed_text", "DYNAMIC_NODES", "SUBSTITUTIONS"]
 
 # Node types whose value is only known when the command runs.
@@ -146,6 +146,77 @@ def word_of(node: Node, env: dict[str, str] | None = None) -> Word:
         subst = subst or sub
     return Word.of("".join(text), dynamic=dynamic, has_substitution=subst,
                    splits=dynamic and any(True for _ in unquoted_expansions(node, env)))
+
+
+# Past this many words from one argument's brace expansion, the argument is left unexpanded (and so unknown).
+MAX_BRACE_WORDS = 64
+_STATIC_PIECES = frozenset({"word", "number", "string", "raw_string", "ansi_c_string", "string_content", '"'})
+
+
+def brace_words(node: Node, env: dict[str, str] | None = None) -> list[Word] | None:
+    """The words bash makes of an argument by brace expansion (`{stop,}` -> `stop`; `s{ed,}` -> `sed`, `s`;
+    `a{b,c}d` -> `abd`, `acd`), before any other expansion; None when the argument has no brace list outside
+    quotes, holds an expansion, or expands past MAX_BRACE_WORDS. A `{a..b}` sequence is a dynamic node already."""
+    pieces = list(node.children) if node.type == "concatenation" else [node]
+    if not any(p.type == "word" and "{" in _text(p) for p in pieces):
+        return None
+    if any(p.type not in _STATIC_PIECES or (p.type == "string" and any(
+            c.type not in ("string_content", '"') for c in p.children)) for p in pieces):
+        return None
+    # (character, active): a brace or comma is active only unquoted and unescaped.
+    tokens: list[tuple[str, bool]] = []
+    for p in pieces:
+        if p.type == "word":
+            text, i = _text(p), 0
+            while i < len(text):
+                if text[i] == "\\" and i + 1 < len(text):
+                    if text[i + 1] != "\n":
+                        tokens.append((text[i + 1], False))
+                    i += 2
+                    continue
+                tokens.append((text[i], True))
+                i += 1
+        else:
+            tokens += [(ch, False) for ch in "".join(t for t, _, _ in _parts(p, env))]
+    quoted = any(p.type != "word" for p in pieces)
+    out = _brace_expand(tokens, MAX_BRACE_WORDS)
+    if out is None or out == ["".join(ch for ch, _ in tokens)]:
+        return None
+    # An unquoted word that expands to nothing is removed (`{stop,}` is one word); a quoted piece keeps it.
+    return [Word.of(w) for w in out if w or quoted]
+
+
+def _brace_expand(tokens: list[tuple[str, bool]], limit: int) -> list[str] | None:
+    """Bash's brace expansion of one word: the first `{...}` with a comma at its top level is replaced by each of
+    its parts in turn (recursively); a brace without a top-level comma stays literal. None past `limit` words."""
+    for i, (ch, active) in enumerate(tokens):
+        if ch != "{" or not active:
+            continue
+        depth, commas, close = 0, [], -1
+        for j in range(i, len(tokens)):
+            cj, aj = tokens[j]
+            if not aj:
+                continue
+            if cj == "{":
+                depth += 1
+            elif cj == "}":
+                depth -= 1
+                if depth == 0:
+                    close = j
+                    break
+            elif cj == "," and depth == 1:
+                commas.append(j)
+        if close < 0 or not commas:
+            continue
+        bounds = [i, *commas, close]
+        out: list[str] = []
+        for k in range(len(bounds) - 1):
+            more = _brace_expand(tokens[:i] + tokens[bounds[k] + 1:bounds[k + 1]] + tokens[close + 1:], limit)
+            if more is None or len(out) + len(more) > limit:
+                return None
+            out += more
+        return out
+    return ["".join(ch for ch, _ in tokens)]
 
 
 _QUOTED = frozenset({"string", "translated_string", "raw_string", "ansi_c_string"})

@@ -33,6 +33,13 @@ WRAPPERS: dict[str, Wrapper] = {}
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "fish", "csh", "tcsh")
 INTERPRETERS = ("python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "Rscript",
                 "deno", "bun", "pwsh", "powershell", "tclsh", "irb", "jshell", "osascript", "expect", "gdb")
+# Shells whose grammar is POSIX sh's: no brace expansion, no `$'...'` or `$"..."` quoting, so `$'\' ; cmd` is a `$`, a quoted
+# backslash and then `cmd`, run (bash would read one quoted word). Their scripts are read as bash reads the same
+# text with each such `$` and each unquoted `{` of a word escaped, which is what they do.
+POSIX_SHELLS = frozenset({"sh", "dash", "ash"})
+# Shells with another grammar altogether: what bash's reading of their script says is no evidence.
+FOREIGN_SHELLS = frozenset({"fish", "csh", "tcsh"})
+MAX_POSIX_REWRITES = 64
 _DECODER_WORDS = re.compile(r"\b(base64|base32|basenc|xxd|rev|openssl|gunzip|zcat|uudecode|tr)\b")
 
 
@@ -51,6 +58,74 @@ def _inner(inv: Invocation, argv: list[Word], label: str, *, pending: bool = Fal
 
 
 # ---- shells and interpreters -----------------------------------------------------------------------------------
+
+def as_posix_sh(script: str) -> str | None:
+    """The bash text that means what a POSIX sh does with `script`: every `$'` and `$"` that bash would read as
+    a quoted string gets its `$` escaped (dash reads a literal `$` and then an ordinary quote), one at a time from
+    the left, since each changes where the later quotes end. None past MAX_POSIX_REWRITES."""
+    from guardrail.actions.shell import parse
+
+    data = script.encode("utf-8", "surrogatepass")
+    for _ in range(MAX_POSIX_REWRITES):
+        first = None
+        stack = [parse(data.decode("utf-8", "surrogatepass")).root_node]
+        while stack:
+            node = stack.pop()
+            if node.type in ("ansi_c_string", "translated_string") or (
+                    node.type == "$" and node.next_sibling is not None and node.next_sibling.type == "string"):
+                if first is None or node.start_byte < first:
+                    first = node.start_byte
+                continue
+            stack.extend(node.children)
+        if first is None:
+            return _no_brace_expansion(data.decode("utf-8", "surrogatepass"))
+        data = data[:first] + b"\\" + data[first:]
+    return None
+
+
+_NOT_WORDS = frozenset({"string", "raw_string", "ansi_c_string", "translated_string", "expansion", "simple_expansion",
+                        "heredoc_body", "heredoc_redirect", "comment", "arithmetic_expansion"})
+
+
+def _no_brace_expansion(script: str) -> str:
+    """The script with every unquoted `{` in a word escaped: a POSIX sh does no brace expansion, so `{stop,}` is the
+    word `{stop,}` there, not `stop`."""
+    from guardrail.actions.shell import parse
+
+    data = script.encode("utf-8", "surrogatepass")
+    at: list[int] = []
+    stack = [parse(script).root_node]
+    while stack:
+        node = stack.pop()
+        if node.type in _NOT_WORDS:
+            continue
+        if node.type == "word" and node.text is not None and b"{" in node.text:
+            raw, i = node.text, 0
+            while i < len(raw):
+                if raw[i:i + 1] == b"\\":
+                    i += 2
+                    continue
+                if raw[i:i + 1] == b"{":
+                    at.append(node.start_byte + i)
+                i += 1
+        stack.extend(node.children)
+    for pos in sorted(at, reverse=True):
+        data = data[:pos] + b"\\" + data[pos:]
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _script_for(inv: Invocation, script: str) -> str | Action:
+    """The script as bash text that means what inv's shell does with it, or an opaque action."""
+    if inv.name in FOREIGN_SHELLS:
+        return inv.opaque("foreign-shell", f"{inv.name} has its own grammar, which the guard does not read; run the "
+                          "commands in bash or sh", script=script)
+    if inv.name in POSIX_SHELLS:
+        posix = as_posix_sh(script)
+        if posix is None:
+            return inv.opaque("computed-script", f"too many $'...' strings in a {inv.name} script to read")
+        return posix
+    return script
+
 
 @wrapper(*SHELLS)
 def shell(inv: Invocation, n: Dispatcher) -> list[Action] | None:
@@ -86,7 +161,10 @@ def shell(inv: Invocation, n: Dispatcher) -> list[Action] | None:
         if script.dynamic and _uses_local_variable(script, n):
             return [inv.opaque("computed-script", f"the {inv.name} -c script splices a variable set in the same "
                                "command; run the plain command instead", script=str(script))]
-        return n.script(str(script), inv.where.inside(label), inv.stdin)
+        text = _script_for(inv, str(script))
+        if isinstance(text, Action):
+            return [text]
+        return n.script(text, inv.where.inside(label), inv.stdin)
     if rest:
         target = command_name(rest[0])
         if not rest[0].dynamic and target.endswith(".sh") and classifier_for(target) is not None:
@@ -107,7 +185,10 @@ def _stdin_script(inv: Invocation, n: Dispatcher, label: str) -> list[Action]:
     if st.text is None:
         return [inv.opaque("stdin-script", f"{inv.name} runs a script computed at run time "
                            f"({st.producer or st.source}); run the plain command instead")]
-    return n.script(st.text, inv.where.inside(f"{label} stdin"))
+    text = _script_for(inv, st.text)
+    if isinstance(text, Action):
+        return [text]
+    return n.script(text, inv.where.inside(f"{label} stdin"))
 
 
 def _uses_local_variable(script: str, n: Dispatcher) -> bool:
