@@ -84,9 +84,9 @@ def session_secret(tmp_path):
 
 @pytest.fixture
 def prod(tmp_path, guardrail_cmd):
-    """Issue #23's production set-up (tests/guardrail/adapters/prodcluster.py): emulated cluster, redis pod,
+    """Issue #23's production set-up (tests/guardrail/prodcluster.py): emulated cluster, redis pod,
     Prometheus, SLO file."""
-    from tests.guardrail.adapters.prodcluster import production_cluster
+    from tests.guardrail.prodcluster import production_cluster
 
     with production_cluster(tmp_path, guardrail_cmd) as p:
         yield p

@@ -2,7 +2,7 @@
 --slo slo.yaml --context ctx.yaml`, driven by the official MCP SDK client, as Claude Code would drive it.
 
 The set-up (emulated API server, a real redis-server as the StatefulSet's pod, real kubectl, real Prometheus, the
-SLO file) is tests/guardrail/adapters/prodcluster.py, shared with the `guardrail shell` e2e.
+SLO file) is tests/guardrail/prodcluster.py, shared with the `guardrail shell` e2e.
 
 The flow an agent goes through: a runtime-only repair (redis-cli CONFIG SET at the server) or an in-container one
 (the same through `kubectl exec` into the pod) is NOT_DURABLE; the ConfigMap repair plus `kubectl rollout
@@ -22,7 +22,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.guardrail.adapters.prodcluster import CONFIGMAP_REPAIR, ProdCluster, needs_production_parts
+from tests.guardrail.prodcluster import CONFIGMAP_REPAIR, ProdCluster, needs_production_parts, probe_criteria
 from tests.guardrail.adapters.test_mcp_server import data
 
 pytestmark = needs_production_parts
@@ -39,6 +39,20 @@ async def _exec(c: Client, command: str) -> dict:
     return out
 
 
+def configmap_repair_then_declare(prod: ProdCluster, criteria: str, before_declaring=lambda: None) -> dict:
+    """One MCP session: the ConfigMap repair and its rollout, then the declaration's answer."""
+    params = mcp_server(prod, criteria)
+
+    async def session():
+        async with Client(stdio_client(params)) as c:
+            for cmd in CONFIGMAP_REPAIR:
+                await _exec(c, cmd)
+            before_declaring()
+            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
+
+    return anyio.run(session)
+
+
 def check(declared: dict, verifier: str) -> dict:
     return next(c for c in declared["checks"] if c["verifier"] == verifier)
 
@@ -46,8 +60,7 @@ def check(declared: dict, verifier: str) -> dict:
 def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_prometheus_shows_the_slo_met(prod):
     prod.shop.fault()
     # A failed window never ends the wait early: the test decides when the exporter is repaired.
-    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n")
+    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria())
     progress: list[tuple[float, str]] = []
     held = threading.Event()
 
@@ -110,16 +123,7 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
 
 def test_the_configmap_repair_while_the_slo_stays_breached_is_not_converged(prod):
     prod.shop.fault()
-    params = mcp_server(prod, "convergence: {max_wait_cycles: 4}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n")
-
-    async def session():
-        async with Client(stdio_client(params)) as c:
-            for cmd in CONFIGMAP_REPAIR:
-                await _exec(c, cmd)
-            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
-
-    declared = anyio.run(session)
+    declared = configmap_repair_then_declare(prod, "convergence: {max_wait_cycles: 4}\n" + probe_criteria())
     assert declared["accepted"] is False and declared["codes"] == ["NOT_CONVERGED"], declared
     assert check(declared, "convergence")["status"] == "FAIL"
     verdict = next(r for r in prod.journal() if r["kind"] == "verdict" and r["verifier"] == "convergence")
@@ -129,17 +133,8 @@ def test_the_configmap_repair_while_the_slo_stays_breached_is_not_converged(prod
 
 def test_with_the_controller_stopped_the_restart_probe_is_an_error_and_the_declaration_is_not_accepted(prod):
     prod.shop.repair()
-    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 5}\n")
-
-    async def session():
-        async with Client(stdio_client(params)) as c:
-            for cmd in CONFIGMAP_REPAIR:
-                await _exec(c, cmd)
-            prod.api.controller.stop()
-            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
-
-    declared = anyio.run(session)
+    declared = configmap_repair_then_declare(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria(5),
+                                             before_declaring=prod.api.controller.stop)
     assert declared["accepted"] is False, declared
     probe = check(declared, "restart_probe")
     assert probe["status"] in ("ERROR", "INCONCLUSIVE"), probe
@@ -151,8 +146,7 @@ def test_with_the_controller_stopped_the_restart_probe_is_an_error_and_the_decla
 
 def test_an_in_container_repair_through_kubectl_exec_is_not_durable_and_the_configmap_repair_then_is(prod):
     prod.shop.repair()
-    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n"
-                              "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n")
+    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria())
 
     async def session():
         async with Client(stdio_client(params)) as c:

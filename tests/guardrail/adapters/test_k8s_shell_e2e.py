@@ -4,7 +4,7 @@
 The agent is a bash script, as a shell-based agent's commands would be: it runs the real kubectl and redis-cli
 through the guard's shims (first on its PATH) and declares with the shim's `declare_repair_complete`, whose exit
 code and lines are all it learns. The set-up (emulated API server, a real redis-server as the StatefulSet's pod,
-real Prometheus, the SLO file) is tests/guardrail/adapters/prodcluster.py, shared with the MCP e2e.
+real Prometheus, the SLO file) is tests/guardrail/prodcluster.py, shared with the MCP e2e.
 
 The flow: a runtime-only repair and an in-container one (`kubectl exec redis-0 -- redis-cli CONFIG SET`) are each
 NOT_DURABLE (exit 1); the ConfigMap repair plus `kubectl rollout restart` is held while Prometheus shows the SLO
@@ -22,10 +22,10 @@ import threading
 import time
 from pathlib import Path
 
-from tests.guardrail.adapters.prodcluster import CONFIGMAP_REPAIR, ProdCluster, needs_production_parts, wait_for
+from tests.guardrail.prodcluster import (CONFIGMAP_REPAIR, ProdCluster, needs_production_parts, probe_criteria,
+                                         wait_for)
 
 pytestmark = needs_production_parts
-RESTART = "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n"
 
 
 class ShellSession:
@@ -86,7 +86,7 @@ def test_through_the_shims_ephemeral_repairs_are_not_durable_and_the_configmap_r
               + f"{prod.in_container_repair()}\n" + declare("in_container", "CONFIG SET in the pod")
               + "".join(f"{cmd} || exit 9\n" for cmd in CONFIGMAP_REPAIR)
               + declare("configmap", "ConfigMap and rollout"))
-    session = ShellSession(prod, "convergence: {failure_limit: 1000}\n" + RESTART, script, on_stderr)
+    session = ShellSession(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria(), script, on_stderr)
     started_while_held: list[str] = []
     try:
         wait_for(lambda: held.is_set() or session.proc.poll() is not None, "the declaration held", 240)
@@ -135,8 +135,7 @@ def test_through_the_shims_with_the_controller_stopped_the_restart_probe_does_no
               + 'echo "MARK rolled_out=yes"\n'
               + f'read -r _ < "{go}"\n'
               + declare("configmap", "ConfigMap and rollout"))
-    session = ShellSession(prod, "convergence: {failure_limit: 1000}\n"
-                                 "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 5}\n", script)
+    session = ShellSession(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria(5), script)
     try:
         wait_for(lambda: "rolled_out" in session.marks() or session.proc.poll() is not None, "the rollout done")
         assert session.marks().get("rolled_out") == "yes", (session.stdout, session.stderr)
