@@ -137,6 +137,8 @@ class _Socket:
                 return opcode, data
             first = opcode if first is None else first
             parts.append(data)
+            if sum(map(len, parts)) > MAX_FRAME:
+                raise EOFError(f"a message over {MAX_FRAME} bytes is over the limit")
             if fin:
                 return first, b"".join(parts)
 

@@ -80,6 +80,13 @@ def test_exec_reports_stderr_and_the_exit_code_as_kubectl_shows_a_kubelets(clust
     assert missing.returncode != 0 and "no-such-program" in missing.stderr
 
 
+def test_exec_streams_output_larger_than_one_frame(cluster):
+    _, _, kubectl = cluster
+    out = kubectl("exec", "worker-0", "--", "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "x" * 300000
+
+
 def test_exec_passes_stdin_through_with_dash_i(cluster):
     _, _, kubectl = cluster
     out = kubectl("exec", "-i", "worker-0", "--", "sh", "-c", "tr a-z A-Z; echo end", stdin="from the agent\n")
