@@ -42,6 +42,8 @@ class ChangedKey:
     command: str = ""
     # The action's own text (one simple command of `command`): where the agent said how to reach the server.
     raw: str = ""
+    # The container a change through `kubectl exec -c C` was made in (the read goes through the same one).
+    container: str = ""
 
     @property
     def ident(self) -> tuple[str, tuple[tuple[str, str], ...], str]:
@@ -114,7 +116,8 @@ def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
             out.append(ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
                                   layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
                                   via=tuple(a.get("via") or ()), seq=int(command.get("seq") or 0),
-                                  command=str(command.get("command") or ""), raw=str(a.get("raw") or "")))
+                                  command=str(command.get("command") or ""), raw=str(a.get("raw") or ""),
+                                  container=str((a.get("details") or {}).get("container") or "")))
     return out
 
 
@@ -151,11 +154,12 @@ def redis_connection_args(raw: str) -> list[str] | None:
 
 
 def exec_wrapper(ck: ChangedKey) -> str:
-    """`kubectl exec POD [-n NS] --` when the change ran through `kubectl exec` into a named pod, else ""."""
+    """`kubectl exec POD [-n NS] [-c C] --` when the change ran through `kubectl exec` into a named pod, else ""."""
     name, ns = ck.target.get("name"), ck.target.get("namespace")
     if not ck.via or not ck.via[0].startswith("kubectl exec") or ck.target.get("kind") != "pod" or not name:
         return ""
-    return " ".join(["kubectl exec", shlex.quote(str(name)), *(["-n", shlex.quote(str(ns))] if ns else []), "--"])
+    return " ".join(["kubectl exec", shlex.quote(str(name)), *(["-n", shlex.quote(str(ns))] if ns else []),
+                     *(["-c", shlex.quote(ck.container)] if ck.container else []), "--"])
 
 
 class PersistenceReader:

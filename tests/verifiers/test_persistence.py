@@ -428,17 +428,18 @@ def test_a_runtime_change_made_through_kubectl_exec_is_read_through_the_same_pod
     # The agent's redis-cli ran inside the pod (`-p 6390` was for a client there): the guard outside the cluster
     # reaches the server the same way, not with `-h <component>` that only the cluster's DNS resolves.
     env = frappe_env()
-    inside = "kubectl exec redis-queue-master-0 -n frappe -- redis-cli -p 6390"
-    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -- redis-cli -p 6390 CONFIG SET maxmemory 64mb",
+    inside = "kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390"
+    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390 CONFIG SET maxmemory 64mb",
                lambda m: env.layer("redis-queue").runtime.update(maxmemory="64mb") or "OK\n")
-    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -- redis-cli -p 6390 CONFIG GET maxmemory",
+    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390 CONFIG GET maxmemory",
                lambda m: f"maxmemory\n{env.layer('redis-queue').effective('maxmemory')}\n")
     env.handle(r"redis-cli -h .*", lambda m: CommandResult(command=m[0], stderr="Could not connect", exit_code=1))
     j = FakeJournal(env.clock)
-    j.run(env, f"{inside} CONFIG SET maxmemory 64mb", [action(
-        "redis-cli", "config set", [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}], layer="runtime",
-        via=["kubectl exec"], target={"kind": "pod", "name": "redis-queue-master-0", "namespace": "frappe"},
-        raw="redis-cli -p 6390 CONFIG SET maxmemory 64mb")])
+    change = action("redis-cli", "config set", [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}],
+                    layer="runtime", via=["kubectl exec"], raw="redis-cli -p 6390 CONFIG SET maxmemory 64mb",
+                    target={"kind": "pod", "name": "redis-queue-master-0", "namespace": "frappe"})
+    change["details"] = {"pod": "redis-queue-master-0", "container": "redis"}
+    j.run(env, f"{inside} CONFIG SET maxmemory 64mb", [change])
     v = PersistenceCheck(CTX).check(env, j, None)
     assert v.code is FeedbackCode.NOT_DURABLE, v.message
     (key,) = v.evidence["keys"]
