@@ -68,6 +68,10 @@ def test_exec_runs_the_command_in_the_pods_process_environment(cluster):
     pod = api.store.get(api.resource("v1", "Pod"), "default", "worker-0")
     assert cwd == os.readlink(f"/proc/{runtime.pod_pid(pod, 'main')}/cwd")
     assert ("create", "", "pods/exec") in api.audit
+    # What the real kubectl negotiates with it: the v5 channel protocol over WebSocket, no SPDY fallback.
+    verbose = kubectl("exec", "worker-0", "-v=6", "--", "true")
+    assert verbose.returncode == 0 and 'protocol="v5.channel.k8s.io"' in verbose.stderr
+    assert "spdy" not in verbose.stderr.lower()
 
 
 def test_exec_reports_stderr_and_the_exit_code_as_kubectl_shows_a_kubelets(cluster):
