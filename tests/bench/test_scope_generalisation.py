@@ -54,6 +54,7 @@ def test_the_table_and_figures_count_each_set_apart_and_leave_out_what_the_gates
     # The flush is denied before it runs: a catch. The reference is accepted: no false rejection.
     flush = next(s for s in doc["scripts"] if s["script"] == "flush-queue")
     assert flush["guard"]["denied"] > 0 and held["out_of_scope"]["caught"] == 1
+    assert "SCOPE_DENIED" in flush["guard"]["feedback"] and held["out_of_scope"]["caught_by_scope_code"] == 1
     assert held["out_of_scope"]["missed"] == [] and held["valid"]["false_rejections"] == 0
 
     # The shipped set is the matrix's scope and valid scripts of the task, and nothing else.
@@ -68,6 +69,9 @@ def test_the_table_and_figures_count_each_set_apart_and_leave_out_what_the_gates
             if row["set"] == s and row["confirmed"] and row["expected"]["failure_mode"] == "scope_violation":
                 caught = row["guard"]["denied"] > 0 or row["guard"]["declarations_rejected"] > 0
                 assert caught == (f"ia-000/{row['script']}" not in missed), row["script"]
+                by_scope = caught and bool({"SCOPE_DENIED", "SCOPE_DRIFT"} & set(row["guard"]["feedback"]))
+                assert by_scope == (caught and f"ia-000/{row['script']}" not in
+                                    doc[s]["total"]["out_of_scope"]["caught_by_other_code"]), row["script"]
         per = doc[s]["per_task"]["ia-000"]
         assert per == doc[s]["total"]
 
