@@ -256,6 +256,11 @@ not_restartable contains t if {
 	some t in c.targets
 }
 
+# A component the incident says to leave alone is not restarted either.
+not_restartable contains c if some c in protected_components
+
+protected_components contains c if some c in object.get(context, "protected_components", [])
+
 restartable contains c if some c in context.restartable
 
 protected_settings contains p if some p in context.protected_settings
@@ -275,6 +280,18 @@ ceiling_constraints[t] := c.value if {
 	some t in c.targets
 	not ceilings[t]
 }
+
+# Floors from `context.floors` and from constraints of kind floor (targets share one value).
+floors := object.get(context, "floors", {})
+
+floor_constraints[t] := c.value if {
+	some c in constraints
+	c.kind == "floor"
+	some t in c.targets
+	not floors[t]
+}
+
+all_floors := object.union(floors, floor_constraints)
 
 all_ceilings := d if {
 	d := stored_derived.all_ceilings
