@@ -139,9 +139,10 @@ _KEEP_RULES = {"delete": ("DELETE of its rows, a partition detached or exchanged
                "overwrite": ("any UPDATE or upsert of its rows", ["SRE-DATA-018"])}
 
 
-def _settings_of(category: str) -> str:
+def _settings_of(category: str, *, switchable_only: bool) -> str:
     cat = safeguard_library().categories[category]
-    return ", ".join(s.key + (f" (off when {s.off_when})" if s.off_when else "") for s in cat.settings)
+    return ", ".join(s.key + (f" (off when {s.off_when})" if s.off_when else "") for s in cat.settings
+                     if s.off_when or not switchable_only) or "none it can switch off"
 
 
 def explain(ctx: IncidentContext) -> list[Entry]:
@@ -178,8 +179,8 @@ def explain(ctx: IncidentContext) -> list[Entry]:
     for mode, rule, verb in (("keep_on", "SRE-SAFE-008", "must not be switched off"),
                              ("unchanged", "SRE-SAFE-009", "must not change at all")):
         for cat in lib.expand(getattr(ctx.safeguards, mode)):
-            add(Entry(f"safeguards.{mode}", cat, f"{lib.categories[cat].text}: {verb}: {_settings_of(cat)}",
-                      [rule]))
+            settings = _settings_of(cat, switchable_only=mode == "keep_on")
+            add(Entry(f"safeguards.{mode}", cat, f"{lib.categories[cat].text}: {verb}: {settings}", [rule]))
     by_kind = {"keep_enabled": ("a safeguard that must stay on", ["SRE-SAFE-001", "SRE-SAFE-004"]),
                "keep_active": ("a runtime event that must stay active", ["SRE-SAFE-006"]),
                "no_restart": ("no restart of these components", ["SRE-RESTART-001"]),

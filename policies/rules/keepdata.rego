@@ -169,8 +169,11 @@ set_list(stmt) := m[0][1] if {
 	count(m) == 1
 }
 
-assignments(stmt) := [[lower(a[1]), lower(trim(a[2], "'\""))] |
-	some a in regex.find_all_string_submatch_n(`(?i)(?:^|,)\s*(?:[a-z_][a-z0-9_]*\.)?"?([a-z_][a-z0-9_]*)"?\s*=\s*('[^']*'|[^,]+?)\s*(?:,|$)`, set_list(stmt), -1)
+# Each `column = value` of the SET list (a value with a comma inside, coalesce(a, b), splits into parts that match
+# no assignment and are skipped).
+assignments(stmt) := [[lower(a[1]), lower(trim_space(trim(trim_space(a[2]), "'\"")))] |
+	some part in split(set_list(stmt), ",")
+	some a in regex.find_all_string_submatch_n(`(?i)^\s*(?:[a-z_][a-z0-9_]*\.)?"?([a-z_][a-z0-9_]*)"?\s*=\s*(.+?)\s*$`, part, 1)
 ]
 
 # Columns whose non-null value marks a row gone.
