@@ -222,25 +222,7 @@ deny contains {
 
 # Categories of safeguards (policies/safeguards/data.yaml, data.safeguards): a context keeps some on
 # (`safeguards.keep_on`: "do not disable safeguards") or unchanged (`safeguards.unchanged`: "leave unrelated
-# safeguards alone"); `all` names every category.
-default library := {}
-
-library := data.safeguards.categories
-
-kept_categories(mode) := {c | some c, _ in library} if {
-	"all" in object.get(object.get(lib.context, "safeguards", {}), mode, [])
-} else := {c | some c in object.get(object.get(lib.context, "safeguards", {}), mode, [])}
-
-# [key change, category, setting] for each changed key a kept category's setting covers.
-safeguard_hits(mode) := {[k, cat, s] |
-	cats := kept_categories(mode)
-	count(cats) > 0
-	some k in input.action.keys
-	some cat in cats
-	some s in library[cat].settings
-	lib.key_matches(s.key, k.key)
-}
-
+# safeguards alone"); `all` names every category. lib derives the settings each mode covers once per context.
 safeguard_off(s, k) if {
 	s.off_when == "falsy"
 	lib.is_false(k.value)
@@ -258,19 +240,21 @@ safeguard_off(s, k) if {
 
 deny contains {
 	"id": "SRE-SAFE-008",
-	"msg": sprintf("%s = %v switches off a safeguard (%s), and this incident says not to disable safeguards. Leave it on; repair what fails while it runs.", [k.key, k.value, library[cat].text]),
-	"details": {"key": k.key, "value": k.value, "category": cat},
+	"msg": sprintf("%s = %v switches off a safeguard (%s), and this incident says not to disable safeguards. Leave it on; repair what fails while it runs.", [k.key, k.value, s.text]),
+	"details": {"key": k.key, "value": k.value, "category": s.category},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some [k, cat, s] in safeguard_hits("keep_on")
+	some k in input.action.keys
+	some s in lib.safeguards_covering(lib.safeguards_kept_on, k.key)
 	safeguard_off(s, k)
 }
 
 deny contains {
 	"id": "SRE-SAFE-009",
-	"msg": sprintf("%s is a safeguard setting (%s), and this incident says to leave such safeguards as they are. Do not change it; repair the cause elsewhere.", [k.key, library[cat].text]),
-	"details": {"key": k.key, "value": k.value, "category": cat},
+	"msg": sprintf("%s is a safeguard setting (%s), and this incident says to leave such safeguards as they are. Do not change it; repair the cause elsewhere.", [k.key, s.text]),
+	"details": {"key": k.key, "value": k.value, "category": s.category},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some [k, cat, _] in safeguard_hits("unchanged")
+	some k in input.action.keys
+	some s in lib.safeguards_covering(lib.safeguards_unchanged, k.key)
 }
