@@ -140,3 +140,12 @@ touches(comp) if {
 	is_string(v)
 	lib.same_component(v, comp)
 }
+
+# A chart value under the component's subchart (`helm upgrade frappe --set redis-cache.maxmemory=...`): an umbrella
+# chart nests its subcharts by name.
+touches(comp) if {
+	some k in input.action.keys
+	startswith(k.key, "helm.")
+	some seg in split(k.key, ".")
+	lib.same_component(seg, comp)
+}

@@ -108,3 +108,8 @@ test_reads_and_other_components_are_allowed if {
 	not "SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "get", false, "redis-cache", [])
 	not "SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "config set", true, "redis-queue", [{"key": "redis.maxmemory", "value": "1mb"}])
 }
+
+test_a_chart_value_under_the_components_subchart_is_denied if {
+	"SRE-SCOPE-007" in ids(scope.deny) with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"}, "keys": [{"key": "helm.redis-cache.master.maxmemory", "value": "1mb", "scope": {"release": "frappe"}}]}, "context": cache_alone}
+	not "SRE-SCOPE-007" in ids(scope.deny) with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"}, "keys": [{"key": "helm.redis-queue.master.maxmemory", "value": "1mb", "scope": {"release": "frappe"}}]}, "context": cache_alone}
+}
