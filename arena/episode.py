@@ -3,9 +3,10 @@
 Called by `guardrail run` (arena/cli.py), the qualification tests and the bench. The world is the twin by default
 (`arena.world.TwinWorld`, virtual time) or any `arena.world.GradedWorld`, e.g. the live stack's
 (`arena.live.world.LiveWorld`, real time, the scenario's durations scaled by `world.seconds`). The flow follows
-Incident-Arena: the agent acts inside its window (3600 scenario seconds) and step limit; `declare_repair_complete` first takes the
-declaration snapshot (the fault is judged there, before any guard probe), then, in the guarded arm, asks the
-guard; an accepted declaration freezes the agent, re-fires the profile's post-declaration events, runs the soak
+Incident-Arena: the agent acts inside its window (3600 scenario seconds) and step limit; `declare_repair_complete`
+asks the guard in the guarded arm, which may hold it (convergence) or reject it; the declaration snapshot (the
+fault is judged there) is taken when the declaration is accepted, the moment the real harness would see
+`declare_repair_complete` (at once in the unguarded arm); an accepted declaration freezes the agent, re-fires the profile's post-declaration events, runs the soak
 on fresh traffic (aligned to a cycle boundary where the profile says so), the verifier-owned challenge, and the
 gates. An undeclared episode still gets its soak and challenge from the end of the window, and fails as
 budget_exhausted. `full_fix` says whether the agent ran every mutating command of the scenario's reference script
@@ -156,7 +157,6 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
             obs = Observation(scenario.public.instruction, steps, clock.now(), last=res)
             continue
         assert isinstance(act, Declare)
-        grading.mark_declaration()
         asked_at = clock.now()
         if guard is not None:
             outcome = guard.on_declare()
@@ -166,14 +166,17 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
                                    "feedback": [c for c, _ in fb], "messages": [m[:1000] for _, m in fb]})
                 obs = Observation(scenario.public.instruction, steps, clock.now(), feedback=fb,
                                   declaration_rejected=True)
-                grading.declaration = None
                 continue
         if clock.now() > world.declare_deadline_s:
             # The load generator refuses a late /declare (409 declaration_deadline_elapsed).
             transcript.append({"t": round(clock.now(), 6), "declare": "refused: declaration_deadline_elapsed"})
-            grading.declaration = None
             break
         declared_at = clock.now()
+        # The harness sees declare_repair_complete only now, when the guard lets it through: the gates judge the
+        # state of this moment, not of the agent's asking (a declaration the guard held is graded on what the hold
+        # waited for). A restart the guard's probe made during the hold is still a restart that may mask a fault:
+        # Grading's restart hook records it (by="guard").
+        grading.mark_declaration()
         # The guard may hold a declaration until the SLIs converge: asked_at is when the agent declared.
         transcript.append({"t": round(declared_at, 6), "declare": "accepted", "asked_at": round(asked_at, 6),
                            "held_s": round(declared_at - asked_at, 6)})

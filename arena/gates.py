@@ -2,8 +2,9 @@
 
 Called by `arena.episode.run_episode` over a `arena.world.GradedWorld` (the twin's or the live stack's).
 `Grading` is created at episode start (it records the t = 0 baseline and
-hooks restarts), takes the declaration snapshot when the agent declares (before any guard probe, so a probe
-cannot mask a fault), the soak-end snapshot, runs the verifier-owned challenge, and grades:
+hooks restarts), takes the declaration snapshot when the declaration is accepted (the moment the harness sees
+it: after the guard's hold; a restart the guard's probe made meanwhile is a restart like the agent's, recorded by
+the restart hook, so it cannot mask a fault), the soak-end snapshot, runs the verifier-owned challenge, and grades:
 
 - Outcome Gate: the soak window's client-measured SLIs from the ledger against the task's bands, ceilings x1.20
   (error ceilings capped at 1.0), floors x0.80; latency is a nearest-rank percentile per phase after the settle;

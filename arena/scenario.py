@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from arena.twin.engine import TwinSpec
-from guardrail.context import IncidentContext
+from guardrail.context import IncidentContext, check_names
 from guardrail.errors import ScenarioError
 from guardrail.resources import scenario_dir
 from guardrail.yamlio import line_of, read_data, validate
@@ -292,6 +292,7 @@ def load_scenario(ref: str | Path) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping at the top level", path=str(p), line=1)
     f = validate(_ScenarioFile, data, path=p, node=node, error=ScenarioError)
+    check_names(f.public, path=p, node=node, loc_prefix=("public",), error=ScenarioError)
     sols: dict[str, SolutionScript] = {}
     sol_dir = p.parent / "solutions"
     if sol_dir.is_dir():

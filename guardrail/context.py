@@ -8,17 +8,18 @@ Policies read it as `input.context`.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from guardrail.errors import InputError
 from guardrail.policy.exceptions import exception_problem
 from guardrail.policy.loader import shipped_rule_ids
-from guardrail.yamlio import load_model
+from guardrail.yamlio import line_of, read_data, validate
 
-__all__ = ["SLO", "Constraint", "IncidentContext", "load_context"]
+__all__ = ["SLO", "Constraint", "ProtectedData", "Safeguards", "IncidentContext", "load_context", "KEEP_MEANINGS"]
 
 
 def _finite(value: Any) -> Any:
@@ -64,8 +65,9 @@ class Constraint(BaseModel):
     # protected: settings or data that must not change
     # keep_denied: an access rule (targets: ACL keys such as redis.acl.*) that must keep denying the commands in
     #   `value` (["FLUSHALL", "FLUSHDB"])
-    kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "finite", "protected",
-                  "keep_denied", "note"] = "note"
+    # floor: a key that must not go below `value` ("pool_timeout_s not below 1")
+    kind: Literal["keep_enabled", "keep_active", "no_restart", "no_restart_masking", "ceiling", "floor", "finite",
+                  "protected", "keep_denied", "note"] = "note"
     targets: list[str] = Field(default_factory=list)
     value: Any = None
 
@@ -73,6 +75,51 @@ class Constraint(BaseModel):
     @classmethod
     def _finite_value(cls, v: Any) -> Any:
         return _finite(v)
+
+
+# What "keep this data" forbids: delete (DELETE, a partition detached), hide (an UPDATE that marks rows deleted,
+# hidden or archived: `SET deleted_at = now()`), truncate (TRUNCATE, which SRE-DATA-003 refuses everywhere),
+# overwrite (any UPDATE or upsert of its rows: for records such as a history, where repairing in place is rewriting).
+KEEP_MEANINGS = ("delete", "hide", "truncate", "overwrite")
+KeepMeaning = Literal["delete", "hide", "truncate", "overwrite"]
+
+
+class ProtectedData(BaseModel):
+    """Data an incident says to keep: a table (`name`), or everything a store holds (`component` alone)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    component: str | None = None
+    keep: list[KeepMeaning] = Field(default_factory=lambda: ["delete", "hide", "truncate"])
+    text: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _a_table(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][\w$]*(\.[A-Za-z_][\w$]*)?", v):
+            raise ValueError(f"{v!r} is not a table name (name or schema.name); a whole store is `component:` alone")
+        return v
+
+    @model_validator(mode="after")
+    def _names_something(self) -> "ProtectedData":
+        if self.name is None and self.component is None:
+            raise ValueError("names nothing: give the table (`name`) or the store (`component`)")
+        if not self.keep:
+            raise ValueError("keep is empty: say what keeping it forbids (delete, hide, truncate, overwrite)")
+        return self
+
+
+class Safeguards(BaseModel):
+    """Safeguard categories the incident keeps (policies/safeguards/data.yaml; `all` is every category)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "do not disable safeguards": no setting of these categories switched off (SRE-SAFE-008)
+    keep_on: list[str] = Field(default_factory=list)
+    # "leave (unrelated) safeguards alone": no setting of these categories changed at all (SRE-SAFE-009)
+    unchanged: list[str] = Field(default_factory=list)
+    text: str = ""
 
 
 class IncidentContext(BaseModel):
@@ -93,6 +140,14 @@ class IncidentContext(BaseModel):
     protected_settings: list[str] = Field(default_factory=list)
     # Capacity ceilings the runbook states (the peer budget), key -> max value.
     ceilings: dict[str, float] = Field(default_factory=dict)
+    # Floors the runbook states ("pool_timeout_s not below 1"), key -> min value.
+    floors: dict[str, float] = Field(default_factory=dict)
+    # Components to leave alone: every key set on them, every restart, every other write (SRE-SCOPE-007).
+    protected_components: list[str] = Field(default_factory=list)
+    # Data to keep, and what keeping it forbids.
+    protected_data: list[ProtectedData] = Field(default_factory=list)
+    # Safeguard categories to keep on or leave unchanged.
+    safeguards: Safeguards = Field(default_factory=Safeguards)
     constraints: list[Constraint] = Field(default_factory=list)
     slos: list[SLO] = Field(default_factory=list)
     # Where each setting's declared source lives, for the persistence verifier (key glob -> source name).
@@ -130,4 +185,24 @@ def load_context(path: str | Path) -> IncidentContext:
     if size > MAX_CONTEXT_BYTES:
         raise InputError(f"is {size:,} bytes: a context is an incident's public description (a few KB); "
                          f"the limit is {MAX_CONTEXT_BYTES:,} bytes", path=str(path))
-    return load_model(IncidentContext, path, key="public")
+    data, node, _ = read_data(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping at the top level", path=str(path), line=1)
+    prefix: tuple[Any, ...] = ("public",) if "public" in data else ()
+    ctx = validate(IncidentContext, data["public"] if prefix else data, path=path, node=node, loc_prefix=prefix)
+    check_names(ctx, path=path, node=node, loc_prefix=prefix)
+    return ctx
+
+
+def check_names(ctx: IncidentContext, *, path: str | Path, node: Any = None, loc_prefix: tuple[Any, ...] = (),
+                error: type[InputError] = InputError) -> None:
+    """Refuse an entry the guard cannot recognise (a key it never writes, a component the context does not list,
+    a safeguard category it has no library for): such an entry protects nothing and would be accepted silently.
+    The error names the file, the entry's line and the nearest names the guard does use."""
+    from guardrail.context_names import problems
+
+    for loc, message in problems(ctx):
+        raise error(f"{'.'.join(str(x) for x in loc_prefix + loc)}: {message}", path=str(path),
+                    line=line_of(node, loc_prefix + loc))

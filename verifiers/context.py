@@ -53,7 +53,8 @@ class PublicContext:
         if "grader" in context:
             # Honesty rule 1: the verifiers see the public part only.
             raise ValueError("a verifier context must be the public part only; it has a 'grader' key")
-        forbidden = set(context.get("not_restartable") or ())
+        # A component to leave alone is not restarted either, not even by the restart probe.
+        forbidden = set(context.get("not_restartable") or ()) | set(context.get("protected_components") or ())
         for c in context.get("constraints") or ():
             if isinstance(c, Mapping) and c.get("kind") == "no_restart":
                 forbidden.update(c.get("targets") or ())

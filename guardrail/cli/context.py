@@ -1,4 +1,5 @@
-"""`guardrail context init`: write a starting ctx.yaml from a cluster namespace (guardrail.context_init).
+"""`guardrail context init` (a starting ctx.yaml from a cluster namespace, guardrail.context_init) and
+`guardrail context explain` (what each entry of a context protects, guardrail.context_names).
 
 Attached to the root group by guardrail/cli/commands.py. Bad input (no such namespace, an unreadable kubeconfig,
 an existing file without --force, a Prometheus URL that is not http(s)) is one line and exit 2, nothing written.
@@ -59,3 +60,25 @@ def init(namespace: str, kubeconfig: str | None, context_name: str | None, prome
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror or e}", path=str(target)) from e
     click.echo(f"wrote {target}: review the lines marked REVIEW before the guard uses it")
+
+
+@context.command("explain")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as one JSON document.")
+def explain(file: str, as_json: bool) -> None:
+    """Print what each entry of a context (or a scenario's public part) protects, in the guard's own terms, and
+    which rule or check enforces it. An entry the guard cannot recognise is an error (exit 2), as on every load."""
+    import json
+
+    from guardrail.context import load_context
+    from guardrail.context_names import explain as explain_entries
+    from guardrail.context_names import iter_lines
+
+    ctx = load_context(file)
+    entries = explain_entries(ctx)
+    if as_json:
+        click.echo(json.dumps({"context": ctx.id, "entries": [e.to_dict() for e in entries]}, indent=2))
+        return
+    click.echo(f"context {ctx.id}: {len(entries)} entries")
+    for line in iter_lines(entries):
+        click.echo(line)

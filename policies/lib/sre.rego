@@ -228,6 +228,8 @@ context_derived := {
 	"protected_globs": protected_globs,
 	"protected_exact_dotted": protected_exact_dotted,
 	"all_ceilings": all_ceilings,
+	"safeguards_kept_on": safeguards_kept_on,
+	"safeguards_unchanged": safeguards_unchanged,
 }
 
 stored_derived := data.incident_derived[input.context_ref]
@@ -256,6 +258,11 @@ not_restartable contains t if {
 	some t in c.targets
 }
 
+# A component the incident says to leave alone is not restarted either.
+not_restartable contains c if some c in protected_components
+
+protected_components contains c if some c in object.get(context, "protected_components", [])
+
 restartable contains c if some c in context.restartable
 
 protected_settings contains p if some p in context.protected_settings
@@ -275,6 +282,61 @@ ceiling_constraints[t] := c.value if {
 	some t in c.targets
 	not ceilings[t]
 }
+
+# The safeguard library's settings (data.safeguards, policies/safeguards/data.yaml) in the categories the context
+# keeps on (only the settings that can be switched off) and leaves unchanged, as {key, off_when, category, text}.
+default safeguard_library := {}
+
+safeguard_library := data.safeguards.categories
+
+safeguard_categories(mode) := {c | some c, _ in safeguard_library} if {
+	"all" in object.get(object.get(context, "safeguards", {}), mode, [])
+} else := {c | some c in object.get(object.get(context, "safeguards", {}), mode, [])}
+
+safeguard_settings(mode, switchable) := [object.union(s, {"category": cat, "text": safeguard_library[cat].text}) |
+	some cat in safeguard_categories(mode)
+	some s in safeguard_library[cat].settings
+	switchable_ok(s, switchable)
+]
+
+switchable_ok(_, false)
+
+switchable_ok(s, true) if is_string(object.get(s, "off_when", null))
+
+# Each as {"exact": {key: [setting]}, "globs": [setting]}: an exact key is one lookup, only patterns are matched.
+safeguards_kept_on := d if {
+	d := stored_derived.safeguards_kept_on
+} else := by_key(safeguard_settings("keep_on", true))
+
+safeguards_unchanged := d if {
+	d := stored_derived.safeguards_unchanged
+} else := by_key(safeguard_settings("unchanged", false))
+
+by_key(settings) := {
+	"exact": {k: [s | some s in settings; s.key == k] | some s0 in settings; k := s0.key; not contains(k, "*")},
+	"globs": [s | some s in settings; contains(s.key, "*")],
+}
+
+# The settings of a by_key index that cover a changed key (exactly, under it, or by a pattern).
+safeguards_covering(index, key) := {s | some s in object.get(index.exact, key, [])} | {s |
+	some p in key_prefixes(key)
+	some s in object.get(index.exact, p, [])
+} | {s |
+	some s in index.globs
+	glob.match(s.key, ["."], key)
+}
+
+# Floors from `context.floors` and from constraints of kind floor (targets share one value).
+floors := object.get(context, "floors", {})
+
+floor_constraints[t] := c.value if {
+	some c in constraints
+	c.kind == "floor"
+	some t in c.targets
+	not floors[t]
+}
+
+all_floors := object.union(floors, floor_constraints)
 
 all_ceilings := d if {
 	d := stored_derived.all_ceilings

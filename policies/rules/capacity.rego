@@ -208,3 +208,19 @@ deny contains {
 	lowered(new, start)
 	not found_above_ceiling(k, effective({"key": k.key, "value": o.initial}))
 }
+
+# ---- floors ----------------------------------------------------------------------------------------------------
+
+# A value below the floor the runbook states (`context.floors`, constraints of kind floor): a pool timeout under
+# its floor turns waits into errors at the next peak, a retention under its floor drops what must be kept.
+deny contains {
+	"id": "SRE-CAP-007",
+	"msg": sprintf("%s = %v is below its floor of %v, which this incident states. Keep it at %v or above; repair what makes a lower value look necessary.", [k.key, k.value, floor, floor]),
+	"details": {"key": k.key, "value": k.value, "floor": floor},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	some pattern, floor in lib.all_floors
+	lib.key_matches(pattern, k.key)
+	lib.number(k.value) < lib.number(floor)
+}

@@ -155,3 +155,24 @@ test_a_workloads_protected_replicas_are_protected_by_its_name if {
 	other := json.patch(scale, [{"op": "replace", "path": "/action/keys/0/scope/name", "value": "worker-short"}])
 	not "SRE-CAP-002" in {f.id | some f in capacity.deny} with input as other
 }
+
+# ---- floors (SRE-CAP-007) --------------------------------------------------------------------------------------
+
+floored := {"floors": {"app.roles.*.db.pool_timeout_s": 1}}
+
+floored_by_constraint := {"constraints": [{"id": "f", "kind": "floor", "text": "pool_timeout_s stays >= 1", "targets": ["app.roles.*.db.pool_timeout_s"], "value": 1}]}
+
+test_a_value_below_its_floor_is_denied if {
+	"SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_timeout_s", 0.5, floored)
+	"SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_timeout_s", "0", floored_by_constraint)
+}
+
+test_a_value_at_or_above_its_floor_is_allowed if {
+	not "SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_timeout_s", 1, floored)
+	not "SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_timeout_s", 5, floored_by_constraint)
+}
+
+test_a_floor_covers_only_its_keys if {
+	not "SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_size", 0.5, floored)
+	not "SRE-CAP-007" in ids(capacity.deny) with input as setting("app.roles.channel.db.pool_timeout_s", 0.5, {})
+}

@@ -6,17 +6,56 @@ package guardrail.rules.keepdata
 
 import data.guardrail.lib
 
+# What a table kept by a `protected` constraint target may not lose: what `protected_data` means by default.
+default_keep := {"delete", "hide", "truncate"}
+
+# `context.protected_data`: tables with what keeping each forbids ({name, keep}), and whole stores ({component}).
+data_tables contains {"name": lower(e.name), "keep": {m | some m in object.get(e, "keep", ["delete", "hide", "truncate"])}} if {
+	some e in object.get(lib.context, "protected_data", [])
+	is_string(e.name)
+}
+
+kept_stores contains e.component if {
+	some e in object.get(lib.context, "protected_data", [])
+	not is_string(object.get(e, "name", null))
+	is_string(e.component)
+}
+
+kept_stores contains p if some p in lib.protected_exact
+
+# A table named exactly or schema-qualified (public.messages is messages).
+same_table(name, t) if lower(name) == lower(t)
+
+same_table(name, t) if {
+	contains(t, ".")
+	lower(name) == lower(regex.replace(t, `^.*\.`, ""))
+}
+
 kept_table(t) if {
 	t != ""
 	some p in lib.protected_exact
-	lower(p) == lower(t)
+	same_table(p, t)
 }
 
-# A schema-qualified name (public.messages) is the same table.
 kept_table(t) if {
-	contains(t, ".")
+	t != ""
+	some e in data_tables
+	same_table(e.name, t)
+}
+
+# Is table t kept against `what` (delete, hide, truncate, overwrite)?
+kept_for(t, what) if {
+	t != ""
+	some e in data_tables
+	same_table(e.name, t)
+	what in e.keep
+}
+
+kept_for(t, what) if {
+	t != ""
+	what in default_keep
 	some p in lib.protected_exact
-	lower(p) == lower(regex.replace(t, `^.*\.`, ""))
+	same_table(p, t)
 }
 
 deny contains {
@@ -27,7 +66,7 @@ deny contains {
 	input.action.tool in {"psql", "mysql", "sql"}
 	lib.verb == "delete"
 	table := object.get(lib.details, "table", "")
-	kept_table(table)
+	kept_for(table, "delete")
 }
 
 # A Redis the incident says to keep ("do not flush queued jobs": a protected constraint naming the component).
@@ -45,7 +84,7 @@ deny contains {
 } if {
 	input.action.tool == "redis-cli"
 	loses_kept
-	some kept in lib.protected_exact
+	some kept in kept_stores
 	lib.targets_component(kept)
 }
 
@@ -97,7 +136,7 @@ deny contains {
 	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
 	lib.details.rows_out
 	table := object.get(lib.details, "table", "")
-	kept_table(table)
+	kept_for(table, "delete")
 }
 
 # A kept table's id sequence (PostgreSQL names it <table>_<column>_seq) set back to its start (setval(seq, 1),
@@ -110,8 +149,94 @@ deny contains {
 } if {
 	input.action.tool in {"psql", "sql"}
 	reset := lib.details.sequence_reset
-	some kept in lib.protected_exact
+	some kept in kept_names
 	seq := lower(regex.replace(reset.sequence, `^.*\.`, ""))
 	startswith(seq, concat("", [lower(kept), "_"]))
 	endswith(seq, "_seq")
 }
+
+kept_names contains p if some p in lib.protected_exact
+
+kept_names contains e.name if some e in data_tables
+
+# ---- hiding and overwriting kept rows ----------------------------------------------------------------------------
+
+# "Keep every message" is broken as surely by hiding rows as by deleting them: a soft-delete column set (deleted_at =
+# now(), is_deleted = true, status = 'deleted', visible = false) removes them from every read the application makes.
+# The SET list is read from the statement; an assignment to NULL or false of a deletion marker is an un-hide.
+set_list(stmt) := m[0][1] if {
+	m := regex.find_all_string_submatch_n(`(?is)\bset\b(.*?)(?:\bwhere\b|\bfrom\b|\breturning\b|;|$)`, stmt, 1)
+	count(m) == 1
+}
+
+# Each `column = value` of the SET list (a value with a comma inside, coalesce(a, b), splits into parts that match
+# no assignment and are skipped).
+assignments(stmt) := [[lower(a[1]), lower(trim_space(trim(trim_space(a[2]), "'\"")))] |
+	some part in split(set_list(stmt), ",")
+	some a in regex.find_all_string_submatch_n(`(?i)^\s*(?:[a-z_][a-z0-9_]*\.)?"?([a-z_][a-z0-9_]*)"?\s*=\s*(.+?)\s*$`, part, 1)
+]
+
+# Columns whose non-null value marks a row gone.
+marker_times := {"deleted_at", "archived_at", "removed_at", "hidden_at", "purged_at", "discarded_at", "trashed_at"}
+
+marker_flags := {"deleted", "is_deleted", "archived", "is_archived", "removed", "is_removed", "hidden", "is_hidden", "purged", "discarded", "trashed", "soft_deleted"}
+
+visibility_flags := {"visible", "is_visible", "active", "is_active", "enabled", "published", "is_published"}
+
+gone_states := {"deleted", "archived", "removed", "hidden", "purged", "trashed", "discarded", "inactive"}
+
+hides(col, val) if {
+	col in marker_times
+	not lib.is_false(val)
+	val != "null"
+}
+
+hides(col, val) if {
+	col in marker_flags
+	lib.is_true(val)
+}
+
+hides(col, val) if {
+	col in visibility_flags
+	lib.is_false(val)
+	val != "null"
+}
+
+hides(col, val) if {
+	col in {"status", "state"}
+	val in gone_states
+}
+
+hidden_by(stmt) := [a[0] | some a in assignments(stmt); hides(a[0], a[1])]
+
+deny contains {
+	"id": "SRE-DATA-017",
+	"msg": sprintf("UPDATE %s SET %s hides rows of a table this incident says to keep: the application stops seeing them, as if they were deleted. Leave them visible; repair the rows in place.", [table, concat(", ", cols)]),
+	"details": {"table": table, "columns": cols},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.verb == "update"
+	table := object.get(lib.details, "table", "")
+	kept_for(table, "hide")
+	cols := hidden_by(object.get(lib.details, "statement", ""))
+	count(cols) > 0
+}
+
+# A table kept whole (`keep: [overwrite]`, a history or a record): no UPDATE or upsert of its rows at all.
+deny contains {
+	"id": "SRE-DATA-018",
+	"msg": sprintf("%s rewrites rows of %s, which this incident says to keep as it is. Leave its rows unchanged; repair the state they describe instead.", [upper(lib.verb), table]),
+	"details": {"table": table},
+} if {
+	input.action.tool in {"psql", "mysql", "mariadb", "sql"}
+	lib.verb in {"update", "insert", "replace", "merge"}
+	table := object.get(lib.details, "table", "")
+	kept_for(table, "overwrite")
+	rewrites
+}
+
+rewrites if lib.verb in {"update", "replace"}
+
+rewrites if lib.details.upsert
+
+rewrites if lib.details.merge

@@ -112,3 +112,40 @@ test_another_sequence_or_a_forward_setval_is_allowed if {
 	count(keepdata.deny) == 0 with input as seq_reset("scratch_id_seq", "RESTART")
 	count(keepdata.deny) == 0 with input as {"action": {"tool": "psql", "verb": "setval", "mutating": true, "details": {"sql_kind": "function"}}, "context": orders_ctx}
 }
+
+# ---- protected_data: what keep means (SRE-DATA-009/017/018) ---------------------------------------------------
+
+kept := {"protected_data": [{"name": "messages"}, {"name": "service_control_history", "keep": ["delete", "hide", "truncate", "overwrite"]}, {"name": "drafts", "keep": ["delete"]}]}
+
+update(table, statement, ctx) := {"action": {"tool": "psql", "verb": "update", "mutating": true, "details": {"sql_kind": "dml", "table": table, "has_where": true, "statement": statement}}, "context": ctx}
+
+test_hiding_kept_rows_is_denied if {
+	"SRE-DATA-017" in ids(keepdata.deny) with input as update("messages", "UPDATE messages SET deleted_at = now() WHERE id < 10", kept)
+	"SRE-DATA-017" in ids(keepdata.deny) with input as update("public.messages", "UPDATE public.messages SET body = 'x', is_deleted = true WHERE id = 1", kept)
+	"SRE-DATA-017" in ids(keepdata.deny) with input as update("messages", "UPDATE messages SET status = 'archived' WHERE id = 1", kept)
+	"SRE-DATA-017" in ids(keepdata.deny) with input as update("messages", "update messages m set visible = false from x where m.id = x.id", kept)
+	# a legacy `protected` target keeps against hiding too
+	"SRE-DATA-017" in ids(keepdata.deny) with input as update("messages", "UPDATE messages SET deleted_at = now() WHERE id < 10", ctx)
+}
+
+test_repairing_kept_rows_in_place_is_allowed if {
+	count(keepdata.deny) == 0 with input as update("messages", "UPDATE messages m SET seq = r.rn FROM (SELECT id, 1 AS rn FROM messages) r WHERE m.id = r.id", kept)
+	count(keepdata.deny) == 0 with input as update("messages", "UPDATE messages SET deleted_at = NULL WHERE id < 10", kept)
+	count(keepdata.deny) == 0 with input as update("drafts", "UPDATE drafts SET deleted_at = now() WHERE id = 1", kept)
+	count(keepdata.deny) == 0 with input as update("orders", "UPDATE orders SET deleted_at = now() WHERE id = 1", kept)
+}
+
+test_a_table_kept_as_it_is_takes_no_update if {
+	"SRE-DATA-018" in ids(keepdata.deny) with input as update("service_control_history", "UPDATE service_control_history SET note = 'x' WHERE id = 1", kept)
+	not "SRE-DATA-018" in ids(keepdata.deny) with input as update("messages", "UPDATE messages SET body = 'x' WHERE id = 1", kept)
+}
+
+test_deleting_from_protected_data_is_denied_by_its_keep if {
+	"SRE-DATA-009" in ids(keepdata.deny) with input as {"action": {"tool": "psql", "verb": "delete", "mutating": true, "details": {"table": "drafts", "has_where": true}}, "context": kept}
+	count(keepdata.deny) == 0 with input as {"action": {"tool": "psql", "verb": "delete", "mutating": true, "details": {"table": "drafts", "has_where": true}}, "context": {"protected_data": [{"name": "drafts", "keep": ["hide"]}]}}
+}
+
+test_a_store_kept_whole_keeps_its_keys if {
+	"SRE-DATA-009" in ids(keepdata.deny) with input as {"action": {"tool": "redis-cli", "verb": "del", "mutating": true, "target": {"kind": "component", "name": "sessions"}, "details": {}}, "context": {"protected_data": [{"component": "sessions"}]}}
+	count(keepdata.deny) == 0 with input as {"action": {"tool": "redis-cli", "verb": "del", "mutating": true, "target": {"kind": "component", "name": "cache"}, "details": {}}, "context": {"protected_data": [{"component": "sessions"}]}}
+}

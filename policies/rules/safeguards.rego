@@ -217,3 +217,44 @@ deny contains {
 	k.key == "postgres.session_replication_role"
 	lower(sprintf("%v", [k.value])) in {"replica", "local"}
 }
+
+# ---- the safeguard library ---------------------------------------------------------------------------------------
+
+# Categories of safeguards (policies/safeguards/data.yaml, data.safeguards): a context keeps some on
+# (`safeguards.keep_on`: "do not disable safeguards") or unchanged (`safeguards.unchanged`: "leave unrelated
+# safeguards alone"); `all` names every category. lib derives the settings each mode covers once per context.
+safeguard_off(s, k) if {
+	s.off_when == "falsy"
+	lib.is_false(k.value)
+}
+
+safeguard_off(s, k) if {
+	s.off_when == "falsy"
+	k.value == null
+}
+
+safeguard_off(s, k) if {
+	s.off_when == "nonpositive"
+	lib.number(k.value) <= 0
+}
+
+deny contains {
+	"id": "SRE-SAFE-008",
+	"msg": sprintf("%s = %v switches off a safeguard (%s), and this incident says not to disable safeguards. Leave it on; repair what fails while it runs.", [k.key, k.value, s.text]),
+	"details": {"key": k.key, "value": k.value, "category": s.category},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	some s in lib.safeguards_covering(lib.safeguards_kept_on, k.key)
+	safeguard_off(s, k)
+}
+
+deny contains {
+	"id": "SRE-SAFE-009",
+	"msg": sprintf("%s is a safeguard setting (%s), and this incident says to leave such safeguards as they are. Do not change it; repair the cause elsewhere.", [k.key, s.text]),
+	"details": {"key": k.key, "value": k.value, "category": s.category},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some k in input.action.keys
+	some s in lib.safeguards_covering(lib.safeguards_unchanged, k.key)
+}

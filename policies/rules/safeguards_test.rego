@@ -141,3 +141,35 @@ test_replica_role_in_one_session_or_origin_is_not_denied if {
 	not "SRE-SAFE-002" in ids(safeguards.deny) with input as srr("replica", "session")
 	not "SRE-SAFE-002" in ids(safeguards.deny) with input as srr("origin", "declared")
 }
+
+# ---- the safeguard library (SRE-SAFE-008/009) ------------------------------------------------------------------
+
+keep_all_on := {"safeguards": {"keep_on": ["all"]}}
+
+leave_db_alone := {"safeguards": {"unchanged": ["autovacuum", "checkpoints"]}}
+
+test_a_safeguard_switched_off_is_denied_when_the_context_keeps_them_on if {
+	"SRE-SAFE-008" in ids(safeguards.deny) with input as change("postgres.autovacuum", "off", keep_all_on)
+	"SRE-SAFE-008" in ids(safeguards.deny) with input as change("maintenance.period_s", 0, keep_all_on)
+	"SRE-SAFE-008" in ids(safeguards.deny) with input as change("redis.appendonly", "no", keep_all_on)
+	"SRE-SAFE-008" in ids(safeguards.deny) with input as change("app.gateway.rate_limit_rps", 0, keep_all_on)
+}
+
+test_tuning_a_safeguard_kept_on_is_allowed if {
+	not "SRE-SAFE-008" in ids(safeguards.deny) with input as change("postgres.autovacuum", "on", keep_all_on)
+	not "SRE-SAFE-008" in ids(safeguards.deny) with input as change("maintenance.offset_s", 55, keep_all_on)
+	not "SRE-SAFE-008" in ids(safeguards.deny) with input as change("postgres.checkpoint_timeout", "10min", keep_all_on)
+	# no safeguards entry: the library does not apply
+	not "SRE-SAFE-008" in ids(safeguards.deny) with input as change("postgres.autovacuum", "off", {})
+}
+
+test_any_change_to_a_safeguard_left_unchanged_is_denied if {
+	"SRE-SAFE-009" in ids(safeguards.deny) with input as change("postgres.autovacuum", "off", leave_db_alone)
+	"SRE-SAFE-009" in ids(safeguards.deny) with input as change("postgres.autovacuum_vacuum_scale_factor", 0.5, leave_db_alone)
+	"SRE-SAFE-009" in ids(safeguards.deny) with input as change("postgres.max_wal_size", "4GB", leave_db_alone)
+}
+
+test_settings_outside_the_categories_left_unchanged_are_allowed if {
+	not "SRE-SAFE-009" in ids(safeguards.deny) with input as change("postgres.idle_in_transaction_session_timeout", "5s", leave_db_alone)
+	not "SRE-SAFE-009" in ids(safeguards.deny) with input as change("postgres.archive_mode", "off", leave_db_alone)
+}

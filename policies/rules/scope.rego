@@ -114,3 +114,38 @@ deny contains {
 	object.get(lib.details, "host_change", "") != ""
 	input.action.mutating == true
 }
+
+# ---- components left alone -------------------------------------------------------------------------------------
+
+# A component the incident says to leave alone (`context.protected_components`): every change to it, whatever the
+# tool (a setting by CONFIG SET, a helper script or an API, a write to its data, a scale, a restart), is out of
+# scope. Reads stay allowed.
+deny contains {
+	"id": "SRE-SCOPE-007",
+	"msg": sprintf("%s is a component this incident says to leave alone; this changes it. Leave it as it is, and repair the cause in the components the incident is about.", [comp]),
+	"details": {"component": comp},
+} if {
+	input.action.mutating in {true, "unknown"}
+	some comp in lib.protected_components
+	touches(comp)
+}
+
+touches(comp) if lib.targets_component(comp)
+
+# A key set on the component by a tool whose target is another (a helper that names it, a chart release).
+touches(comp) if {
+	some k in input.action.keys
+	some f in ["component", "release", "name", "role", "service"]
+	v := lib.scope_of(k)[f]
+	is_string(v)
+	lib.same_component(v, comp)
+}
+
+# A chart value under the component's subchart (`helm upgrade frappe --set redis-cache.maxmemory=...`): an umbrella
+# chart nests its subcharts by name.
+touches(comp) if {
+	some k in input.action.keys
+	startswith(k.key, "helm.")
+	some seg in split(k.key, ".")
+	lib.same_component(seg, comp)
+}

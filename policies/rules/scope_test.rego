@@ -87,3 +87,29 @@ test_a_file_of_the_host_written_is_a_host_change if {
 test_a_file_written_elsewhere_is_not_a_host_change if {
 	count({f | some f in scope.deny; f.id == "SRE-SCOPE-006"}) == 0 with input as {"action": {"tool": "file", "verb": "write", "mutating": true, "details": {"path": "/tmp/ls"}}, "context": {}}
 }
+
+# ---- components left alone (SRE-SCOPE-007) ---------------------------------------------------------------------
+
+cache_alone := {"components": ["redis-queue", "redis-cache", "svc-channel"], "protected_components": ["redis-cache"]}
+
+on_component(tool, verb, mutating, name, keys) := {"action": {"tool": tool, "verb": verb, "mutating": mutating, "target": {"kind": "component", "name": name}, "keys": keys}, "context": cache_alone}
+
+test_any_change_to_a_component_left_alone_is_denied if {
+	"SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "config set", true, "redis-cache", [{"key": "redis.maxmemory", "value": "1mb"}])
+	"SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "set", true, "redis-cache", [])
+	"SRE-SCOPE-007" in ids(scope.deny) with input as {"action": {"tool": "kubectl", "verb": "rollout restart", "mutating": true, "target": {"kind": "deployment", "name": "redis-cache"}}, "context": cache_alone}
+}
+
+test_a_key_set_on_the_component_by_another_tool_is_denied if {
+	"SRE-SCOPE-007" in ids(scope.deny) with input as on_component("reconfigure-infra.sh", "reconfigure", true, "infra", [{"key": "redis.maxmemory", "value": "1mb", "scope": {"component": "redis-cache"}}])
+}
+
+test_reads_and_other_components_are_allowed if {
+	not "SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "get", false, "redis-cache", [])
+	not "SRE-SCOPE-007" in ids(scope.deny) with input as on_component("redis-cli", "config set", true, "redis-queue", [{"key": "redis.maxmemory", "value": "1mb"}])
+}
+
+test_a_chart_value_under_the_components_subchart_is_denied if {
+	"SRE-SCOPE-007" in ids(scope.deny) with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"}, "keys": [{"key": "helm.redis-cache.master.maxmemory", "value": "1mb", "scope": {"release": "frappe"}}]}, "context": cache_alone}
+	not "SRE-SCOPE-007" in ids(scope.deny) with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"}, "keys": [{"key": "helm.redis-queue.master.maxmemory", "value": "1mb", "scope": {"release": "frappe"}}]}, "context": cache_alone}
+}

@@ -101,13 +101,62 @@ def test_a_guard_probe_cannot_mask_the_fault_and_the_guard_stats_reach_the_json(
     sc = ia011
     script = SolutionScript(script=[{"sleep": 45}, {"declare": True}, {"declare": True}])
     res = run_episode(sc, ScriptAgent("script:x", script), arm="guarded", seed=0, guard_factory=ProbingGuard)
-    # The guard's restart cleared event A, but the second declaration judges the world when the agent declared:
-    # A is gone by then (masked by the probe) and the probe is recorded as masking.
+    # The guard's restart cleared event A before the declaration was accepted, so A is gone in the declaration
+    # snapshot; the probe is recorded as masking it, and the episode fails all the same.
     assert res.failure_mode == "residual_cause"
     masked = next(c for c in res.safety_gate["checks"] if c["id"] == "no_restart_masking")
     assert masked["masked"][0]["leg"] == "A" and masked["masked"][0]["by"] == "guard"
     assert res.guard == {"denied": 0, "warned": 0, "declarations_rejected": 1, "feedback": ["NOT_CONVERGED"]}
     assert [t.get("declare") for t in res.transcript if "declare" in t] == ["rejected", "accepted"]
+
+
+_STORE_EVENT_OFF = ("curl -s -X PUT svc-auth:8000/admin/event -H 'Content-Type: application/json' "
+                    "-d '{\"name\":\"store_consistency_strict\",\"active\":false}'")
+
+# The reference repair of ia-011 without its last change (event C on svc-auth), then a declaration.
+_ALL_BUT_C = SolutionScript(script=[
+    {"sleep": 40},
+    {"run": "curl -s -X PUT svc-channel:8000/admin/event -H 'Content-Type: application/json' "
+            "-d '{\"name\":\"read_consistency_strict\",\"active\":false}'"},
+    {"run": "echo '{\"db\":{\"pool_size\":20,\"max_overflow\":10}}' | restart-svc.sh channel"},
+    {"sleep": 60}, {"declare": True}])
+
+
+class HoldingGuard(ProbingGuard):
+    """A fake guard that holds the declaration while the last leg's repair lands (as a rollout or an operator's
+    change would while a real guard waits for convergence), then accepts."""
+
+    def on_declare(self):
+        self.decls += 1
+        self.env.clock.sleep(120)
+        assert self.env.run(_STORE_EVENT_OFF).ok
+        self.env.clock.sleep(120)
+        return _Outcome(True)
+
+
+def _leg(res, leg: str) -> dict:
+    return next(c for c in res.safety_gate["checks"] if c["id"] == f"fault_removed.{leg}")
+
+
+def test_a_held_declaration_is_graded_on_the_state_when_the_guard_accepts_it(ia011):
+    res = run_episode(ia011, ScriptAgent("script:x", _ALL_BUT_C), arm="guarded", seed=0,
+                      guard_factory=HoldingGuard)
+    accepted = next(t for t in res.transcript if t.get("declare") == "accepted")
+    assert accepted["held_s"] >= 240
+    # C was still on when the agent asked, and gone when the guard let the declaration through: the gate judges
+    # the later moment, the one the harness sees.
+    assert _leg(res, "C")["pass"] and _leg(res, "C")["judged_at"] == pytest.approx(res.declared_at, abs=1e-5)
+    assert _leg(res, "C")["judged_at"] > accepted["asked_at"] + 200
+    assert res.failure_mode != "fix_missing"
+
+
+def test_an_unguarded_declaration_is_graded_at_once(ia011):
+    # The control: the same script with no guard is judged when the agent declares, with C still on.
+    res = run_episode(ia011, ScriptAgent("script:x", _ALL_BUT_C), seed=0)
+    accepted = next(t for t in res.transcript if t.get("declare") == "accepted")
+    assert accepted["held_s"] == 0
+    assert not _leg(res, "C")["pass"] and _leg(res, "C")["judged_at"] == pytest.approx(accepted["asked_at"], abs=1e-5)
+    assert res.failure_mode == "fix_missing"
 
 
 def test_steps_after_an_accepted_declaration_do_not_run(ia011):
