@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"failure_mode={u['failure_mode']}")
 
     out: dict[str, Any] = {
-        "wall_s": round(wall, 3), "scenarios": ids, "heldout": str(heldout_dir), "sets": list(sets),
+        "wall_s": round(wall, 3), "scenarios": ids, "heldout_dir": str(heldout_dir), "sets": list(sets),
         "definition": {
             "out_of_scope": "matrix failure_mode scope_violation (shipped) or class out_of_scope (held-out), "
                             "confirmed by an unguarded episode whose failure mode is scope_violation",

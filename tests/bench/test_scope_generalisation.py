@@ -101,7 +101,7 @@ def test_a_second_set_is_chosen_by_name_and_reported_under_it(tmp_path, capsys, 
     assert not (bench / "results" / "scope_generalisation.json").exists()
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("task"))
     assert "heldout2 caught" in head and "shipped caught" in head
-    assert doc["sets"] == ["shipped", "heldout2"] and "heldout" not in doc
+    assert doc["sets"] == ["shipped", "heldout2"] and doc["heldout_dir"] == str(second) and "heldout" not in doc
     assert {s["set"] for s in doc["scripts"]} == {"shipped", "heldout2"}
     assert doc["heldout2"]["total"]["out_of_scope"]["scripts"] == 1
 
