@@ -1,7 +1,8 @@
 """Scope generalisation: does the guard catch out-of-scope repairs its authors did not write? (issue 26, item 5)
 
-Run: `python bench/scope_generalisation.py [--scenarios ia-001,ia-018] [--jobs 2] [--why] [--heldout DIR] [--out F]`.
-Prints a table per task and writes bench/results/scope_generalisation.json.
+Run: `python bench/scope_generalisation.py [--scenarios ia-001,ia-018] [--jobs 2] [--why] [--set NAME | --heldout DIR]
+[--out F]`. Prints a table per task and writes bench/results/scope_generalisation.json (for another set than
+`heldout`: bench/results/scope_generalisation_<set>.json).
 
 Two script sets, reported separately:
 - shipped: the scenarios' own solution scripts (scenarios/incident-arena/*/solutions), classed by the grader's
@@ -10,7 +11,10 @@ Two script sets, reported separately:
 - held-out: bench/heldout/<task>/*.yaml, scripts written apart from the guard's rules (other spellings and write
   paths: helper scripts, admin HTTP APIs, client commands, other components, other roles, safeguards switched off,
   data hidden, floors and ceilings crossed), classed in bench/heldout/expected.yaml. The bench reads that file; the
-  guard never does (it sees only the commands, as an agent's).
+  guard never does (it sees only the commands, as an agent's). `--set NAME` picks another held-out set,
+  bench/NAME/ with its own expected.yaml (bench/heldout2/: a second set, written apart from the first and from the
+  guard's tuning on it); `--heldout DIR` any directory of that layout. The set is reported under its directory's
+  name.
 
 Every script runs twice at seed 0, through the bench's own runner (`arena.bench.runner.run_plan`, the bench's guard
 with the whole verifier suite): unguarded, to confirm its class on the twin's gates (out of scope: the episode's
@@ -51,7 +55,7 @@ OUT = ROOT / "results" / "scope_generalisation.json"
 HELDOUT = ROOT / "heldout"
 SCOPE = "scope_violation"
 CLASSES = {"out_of_scope": SCOPE, "valid": None}
-SETS = ("shipped", "heldout")
+SETS = ("shipped", "heldout")  # the shipped scripts and the default held-out set; --set names another
 SCOPE_CODES = {"SCOPE_DENIED", "SCOPE_DRIFT"}
 
 
@@ -123,13 +127,13 @@ def _pct(n: int, d: int, pct: bool) -> str:
     return f"{n}/{d} {100 * n / d:.1f}%" if pct else f"{n}/{d}"
 
 
-def table(report: Mapping[str, Any], ids: list[str]) -> str:
+def table(report: Mapping[str, Any], ids: list[str], sets: tuple[str, ...] = SETS) -> str:
     cols = ("caught", "by scope code", "false rej.")
-    head = f"{'task':<8}" + "".join(f"{s + ' ' + c:>{len(s) + len(c) + 4}}" for s in SETS for c in cols)
+    head = f"{'task':<8}" + "".join(f"{s + ' ' + c:>{len(s) + len(c) + 4}}" for s in sets for c in cols)
     lines = [head, "-" * len(head)]
     for sid in ids + ["total"]:
         cells = ""
-        for s in SETS:
+        for s in sets:
             f = report[s]["total"] if sid == "total" else report[s]["per_task"].get(sid)
             o, v = (f["out_of_scope"], f["valid"]) if f else ({"caught": 0, "scripts": 0}, {"scripts": 0})
             vals = (_pct(o["caught"], o["scripts"], sid == "total"),
@@ -154,23 +158,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", default="", help="comma-separated ids (default: all)")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--heldout", type=Path, default=HELDOUT, help="the held-out scripts and their expected.yaml")
-    ap.add_argument("--out", type=Path, default=OUT)
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--set", dest="set_name", metavar="NAME",
+                       help="a held-out set under bench/ by name (default: heldout; a second one: heldout2)")
+    which.add_argument("--heldout", type=Path, help="a held-out set by directory (scripts and their expected.yaml)")
+    ap.add_argument("--out", type=Path, help="default: bench/results/scope_generalisation[_<set>].json")
     ap.add_argument("--why", action="store_true", help="print what the guard said for each miss and false rejection")
     args = ap.parse_args(argv)
+    heldout_dir = args.heldout or ROOT / (args.set_name or HELDOUT.name)
+    if not (heldout_dir / "expected.yaml").is_file():
+        _bad_input(f"{heldout_dir / 'expected.yaml'}: no such file (a held-out set is a directory with an "
+                   f"expected.yaml)")
+    held = heldout_dir.resolve().name
+    if held == "shipped":
+        _bad_input(f"{heldout_dir}: a held-out set cannot be named 'shipped'")
+    sets = ("shipped", held)
+    out_path = args.out or (OUT if held == HELDOUT.name else OUT.with_name(f"{OUT.stem}_{held}.json"))
 
     ids = [s for s in args.scenarios.split(",") if s] or [s.id for s in list_scenarios()]
     expected: dict[tuple[str, str], dict[str, Any]] = {}  # (scenario, agent) -> set and expected verdict
     for sid in ids:
         for name, mode in shipped_scripts(sid).items():
             expected[(sid, f"replay:{name}")] = {"set": "shipped", "valid": mode is None, "failure_mode": mode}
-        for path, mode in heldout_scripts(args.heldout.resolve(), sid).items():
-            expected[(sid, f"script:{path}")] = {"set": "heldout", "valid": mode is None, "failure_mode": mode}
+        for path, mode in heldout_scripts(heldout_dir.resolve(), sid).items():
+            expected[(sid, f"script:{path}")] = {"set": held, "valid": mode is None, "failure_mode": mode}
     specs = [EpisodeSpec(sid, agent, arm, 0) for (sid, agent) in expected for arm in ("unguarded", "guarded")]
     plan = BenchPlan(ids, sorted({a for _, a in expected}), ["guarded", "unguarded"], 1, [], episodes=specs)
 
     t0 = time.perf_counter()
-    rows = run_plan(plan, args.out.with_suffix(".jsonl"), jobs=args.jobs)
+    rows = run_plan(plan, out_path.with_suffix(".jsonl"), jobs=args.jobs)
     wall = time.perf_counter() - t0
     for r in rows:
         e = expected[(r["scenario"], r["agent"])]
@@ -184,15 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     counted_keys = {r["key"] for r in counted}
 
     report: dict[str, Any] = {}
-    for s in SETS:
+    for s in sets:
         mine = [r for r in counted if r["set"] == s]
         report[s] = {"total": figures(mine),
                      "per_task": {sid: figures([r for r in mine if r["scenario"] == sid])
                                   for sid in ids if any(r["scenario"] == sid for r in mine)}}
     print(f"{len(rows)} episodes ({len(guarded)} scripts, unguarded and guarded) in {wall:.0f} s wall "
           f"({args.jobs} jobs)\n")
-    print(table(report, ids))
-    for s in SETS:
+    print(table(report, ids, sets))
+    for s in sets:
         t = report[s]["total"]
         print(f"\n{s}: missed out-of-scope: {', '.join(t['out_of_scope']['missed']) or 'none'}"
               f"\n{s}: caught only by a non-scope code (NOT_CONVERGED, NOT_DURABLE, ...): "
@@ -207,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"failure_mode={u['failure_mode']}")
 
     out: dict[str, Any] = {
-        "wall_s": round(wall, 3), "scenarios": ids, "heldout": str(args.heldout),
+        "wall_s": round(wall, 3), "scenarios": ids, "heldout_dir": str(heldout_dir), "sets": list(sets),
         "definition": {
             "out_of_scope": "matrix failure_mode scope_violation (shipped) or class out_of_scope (held-out), "
                             "confirmed by an unguarded episode whose failure mode is scope_violation",
@@ -229,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.why:
         out["why"] = {}
         agents = {(r["scenario"], _name(r), r["set"]): r["agent"] for r in counted}
-        for s in SETS:
+        for s in sets:
             t = report[s]["total"]
             todo = [("missed", x) for x in t["out_of_scope"]["missed"]]
             todo += [("false_rejection", x) for x in t["valid"]["false_rejected"]]
@@ -239,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                 out["why"][f"{s}:{name}"] = {"kind": kind, **ex}
                 print(f"\n== {s} {kind}: {name} (guarded passed={ex['passed']} failure_mode={ex['failure_mode']})")
                 print("\n".join(ex["journal"]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    print(f"\nwrote {args.out}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"\nwrote {out_path}")
     return 0
 
 

@@ -86,3 +86,30 @@ def test_a_bad_expected_file_is_exit_2_with_one_line_naming_it(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected.yaml" in err[0] and "ia-000/gone" in err[0]
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_second_set_is_chosen_by_name_and_reported_under_it(tmp_path, capsys, monkeypatch):
+    """`--set NAME` reads bench/NAME/ and reports it as NAME, beside the shipped scripts, into its own result file."""
+    mod = _module()
+    bench = tmp_path / "bench"
+    second = _heldout(bench).rename(bench / "heldout2")
+    monkeypatch.setattr(mod, "ROOT", bench)
+    monkeypatch.setattr(mod, "OUT", bench / "results" / "scope_generalisation.json")
+    assert mod.main(["--scenarios", "ia-000", "--jobs", "1", "--set", second.name]) == 0
+    out = bench / "results" / "scope_generalisation_heldout2.json"
+    doc = json.loads(out.read_text())
+    assert not (bench / "results" / "scope_generalisation.json").exists()
+    head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("task"))
+    assert "heldout2 caught" in head and "shipped caught" in head
+    assert doc["sets"] == ["shipped", "heldout2"] and doc["heldout_dir"] == str(second) and "heldout" not in doc
+    assert {s["set"] for s in doc["scripts"]} == {"shipped", "heldout2"}
+    assert doc["heldout2"]["total"]["out_of_scope"]["scripts"] == 1
+
+
+def test_an_unknown_set_is_exit_2_naming_its_expected_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        _module().main(["--scenarios", "ia-000", "--set", "no-such-set", "--out", str(tmp_path / "x.json")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-set/expected.yaml" in err[0]
+    assert not (tmp_path / "x.json").exists()
