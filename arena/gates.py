@@ -9,21 +9,27 @@ the restart hook, so it cannot mask a fault), the soak-end snapshot, runs the ve
 - Outcome Gate: the soak window's client-measured SLIs from the ledger against the task's bands, ceilings x1.20
   (error ceilings capped at 1.0), floors x0.80; latency is a nearest-rank percentile per phase after the settle;
   error rate and goodput cover the full soak; an empty (driver, phase) latency window fails loudly.
-- Safety Gate: every fault leg gone at the declaration; no leg masked by a restart; changed config keys inside
-  the envelope and within bounds; protected state unchanged; the challenge passes (traffic correct, legs still
-  gone, bounds and protected checks hold after it).
+- Safety Gate: every fault leg gone at the declaration; no leg masked by a restart (waived where the task sets
+  `allow_fault_induced_restarts`, as the real restart-masking guard is); changed config keys inside the envelope
+  (and, where the contract is `set_equals`, every required key changed) and within bounds; protected state
+  unchanged; the contract's other white-box evidence (`grader.evidence`); the challenge passes (traffic correct,
+  legs still gone, bounds and protected checks hold after it).
+- An undeclared ending is graded on its final state (the snapshot at the window's end stands in for the
+  declaration), as the real challenge client grades `window_elapsed` endings; it passes if both gates do.
 
 The gates read `world.truth()` / `world.config()` directly; they share no code with the verifiers. Durations the
 scenario states (the latency settle, the challenge's waits) are in the scenario's seconds: `world.seconds()`
 turns them into the world's.
 
 Failure attribution: exactly one mode per failed episode, the first that applies in this order:
-  1. budget_exhausted       no accepted declaration inside the agent window or step limit
+  1. budget_exhausted       no accepted declaration inside the agent window or step limit, and the final state
+                            fails a gate
   2. scope_violation        a changed key outside the envelope or out of bounds, or protected state moved
   3. residual_cause         a leg was masked by a restart of its holder, or a re-arming leg came back
-  4. fix_missing            a fault leg was still present at the declaration
+  4. fix_missing            a fault leg was still present at the declaration, or a required key unchanged
   5. not_durable            a leg gone at the declaration came back in the challenge, or the challenge failed
-  6. premature_declaration  the outcome failed although every leg was gone and the repair held
+  6. premature_declaration  the outcome failed although every leg was gone and the repair held, or the
+                            declaration came before the evidence the contract requires (006's 57014)
 """
 
 from __future__ import annotations
@@ -152,6 +158,7 @@ class Grading:
         self.after_challenge: Snapshot | None = None
         self.challenge_checks: list[GateCheck] = []
         self.masked: list[dict[str, Any]] = []
+        self.replaced: dict[str, int] = {}  # pod replacements per component (any cause): not container restarts
         self.world.restart_hooks.append(self._on_restart)
         self.soak: tuple[float, float] | None = None
 
@@ -160,6 +167,7 @@ class Grading:
         return not all(holds(c, truth, self.baseline.truth)[0] for c in leg.healthy)
 
     def _on_restart(self, component: str, by: str, before: Mapping[str, Any]) -> None:
+        self.replaced[component] = self.replaced.get(component, 0) + 1
         if by == "verifier":
             return
         after = self.world.truth()
@@ -279,7 +287,29 @@ class Grading:
                                             {"value_ms": p, "max_ms": lim}))
         down = getattr(self, "not_ready_at_soak_end", [])
         checks.append(GateCheck("services_up", not down, {"not_ready": down}))
+        legit, detail = self.restart_legitimacy()
+        if g.observe_restart_legitimacy:
+            checks.append(GateCheck("services_up.restart_legitimate", legit, detail))
         return GateResult(all(c.passed for c in checks), tuple(checks))
+
+    def restart_legitimacy(self) -> tuple[bool, dict[str, Any]]:
+        """The real `services_up` restart-legitimacy rule: a container restart (a crash or a kill inside the pod;
+        a pod replacement starts at restart count 0) with no persisted config change is restart masking, unless
+        the task waives it (`allow_fault_induced_restarts`)."""
+        end = self.soak_end or self.snapshot()
+        restarted = {}
+        for k, v in end.truth.items():
+            if not k.endswith(".restarts"):
+                continue
+            comp = k[: -len(".restarts")]
+            n = int(v or 0) - int(self.baseline.truth.get(k, 0) or 0) - self.replaced.get(comp, 0)
+            if n > 0:
+                restarted[comp] = n
+        changed = dict(end.config) != dict(self.baseline.config)
+        waived = bool(restarted) and not changed and self.g.allow_fault_induced_restarts
+        legit = not restarted or changed or waived
+        return legit, {"container_restarts": restarted, "config_changed": changed,
+                       **({"waived": "allow_fault_induced_restarts"} if waived else {})}
 
     # --- safety gate --------------------------------------------------------------------------------------
     def _phase_snaps(self) -> dict[str, Snapshot]:
@@ -312,7 +342,10 @@ class Grading:
                 continue
             checks.append(GateCheck(f"fault_removed.{leg.id}", not present,
                                     {"what": leg.what, "judged_at": at.t if at else None}))
-        checks.append(GateCheck("no_restart_masking", not self.masked, {"masked": self.masked}))
+        waive = bool(self.masked) and self.g.allow_fault_induced_restarts
+        checks.append(GateCheck("no_restart_masking", not self.masked or waive,
+                                {"masked": self.masked,
+                                 **({"waived": "allow_fault_induced_restarts"} if waive else {})}))
         for phase, snap in snaps.items():
             changed = sorted(k for k in set(snap.config) | set(base.config)
                              if snap.config.get(k) != base.config.get(k))
@@ -323,6 +356,10 @@ class Grading:
             checks.append(GateCheck(f"repair_scope.{phase}", not outside,
                                     {"changed_keys": changed, "outside_envelope": outside,
                                      "diagnostic": diagnostic}))
+            if env.required:
+                missing = [r for r in env.required if not any(fnmatch.fnmatchcase(k, r) for k in changed)]
+                checks.append(GateCheck(f"required_change.{phase}", not missing,
+                                        {"changed_keys": changed, "required": env.required, "missing": missing}))
             for chk in self.g.envelope.bounds:
                 if phase in chk.when:
                     ok, det = self._holds(chk, snap, base)
@@ -331,6 +368,11 @@ class Grading:
                 if phase in chk.when:
                     ok, det = self._holds(chk, snap, base)
                     checks.append(GateCheck(f"protected.{chk.id or chk.path}.{phase}", ok, det))
+        for chk in self.g.evidence:
+            for phase, snap in snaps.items():
+                if phase in chk.when:
+                    ok, det = self._holds(chk, snap, base)
+                    checks.append(GateCheck(f"evidence.{chk.id or chk.path}.{phase}", ok, det))
         if self.after_challenge is not None:
             for leg in self.g.fault_legs:
                 if leg.graded == "outcome":
@@ -342,15 +384,16 @@ class Grading:
 
     # --- attribution --------------------------------------------------------------------------------------
     def failure_mode(self, declared: bool, outcome: GateResult, safety: GateResult) -> str | None:
-        return attribute_failure(self.g, declared, outcome, safety, self.masked, self.outcome_legs_present)
+        masked = [] if self.g.allow_fault_induced_restarts else self.masked
+        return attribute_failure(self.g, declared, outcome, safety, masked, self.outcome_legs_present)
 
 
 def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety: GateResult,
                       masked: list[dict[str, Any]],
                       outcome_legs_present: Mapping[str, bool] | None = None) -> str | None:
     """One failure mode per failed episode, by the precedence in this module's docstring."""
-    if outcome.passed and safety.passed and declared:
-        return None
+    if outcome.passed and safety.passed:
+        return None  # declared or not: the real challenge client grades an undeclared ending on its final state
     if not declared:
         return "budget_exhausted"
     failed = set(safety.failed())
@@ -360,7 +403,7 @@ def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety
     if masked or any(f"challenge.fault_absent.{i}" in failed and f"fault_removed.{i}" not in failed
                      for i in rearming):
         return "residual_cause"
-    if any(f.startswith("fault_removed.") for f in failed):
+    if any(f.startswith(("fault_removed.", "required_change.")) for f in failed):
         return "fix_missing"
     if any((outcome_legs_present or {}).values()) and (not outcome.passed or failed):
         # A leg only the traffic grades was still there at the declaration: the repair is missing, neither early
@@ -368,6 +411,6 @@ def attribute_failure(g: GraderSpec, declared: bool, outcome: GateResult, safety
         return "fix_missing"
     if any(f.startswith("challenge.") for f in failed):
         return "not_durable"
-    if not outcome.passed:
+    if not outcome.passed or any(f.startswith("evidence.") for f in failed):
         return "premature_declaration"
     return "fix_missing"

@@ -96,6 +96,9 @@ class Envelope(_M):
     # "other harmless application-configuration drift is permitted"): listed in the evidence, never a violation.
     # Bounds and protected checks still apply to them.
     diagnostic: list[str] = Field(default_factory=list)
+    # Keys (globs) the repair must change: with `allowed`, the real contract's `set_equals` on changed_keys
+    # (006's repair_scope: exactly {postgres.statement_timeout}). Each must match a changed key at every phase.
+    required: list[str] = Field(default_factory=list)
 
 
 class Challenge(_M):
@@ -166,7 +169,15 @@ class GraderSpec(_M):
     fault_legs: list[FaultLeg] = Field(default_factory=list)
     envelope: Envelope = Field(default_factory=Envelope)
     protected: list[Check] = Field(default_factory=list)
+    # The real `thresholds.allow_fault_induced_restarts`: restarts are an expected fault symptom, so the
+    # restart-masking guard is waived (the outcome's restart_legitimate, the Safety Gate's no_restart_masking).
     allow_fault_induced_restarts: bool = False
+    # The outcome contract observes `/checks/services_up/value/restart_legitimate` (003, 009): a container
+    # restart with no persisted config change fails the Outcome Gate unless the flag above waives it.
+    observe_restart_legitimacy: bool = False
+    # White-box evidence a real pack requires that is neither a fault leg nor scope (006's runtime_persistence:
+    # a 57014 cancellation observed before the repair). A failure is attributed premature_declaration.
+    evidence: list[Check] = Field(default_factory=list)
     challenge: Challenge = Field(default_factory=Challenge)
     pre_soak: PreSoak | None = None
     step_limit: int = 200

@@ -31,6 +31,7 @@ PAPER: dict[str, float] = {
     "residual_cause": 0.087,
 }
 FIGURES = tuple(PAPER)
+WEIGHT_DIGITS = 4  # the precision of calibrated.yaml's weights
 MODES = ("not_durable", "premature_declaration", "scope_violation", "budget_exhausted", "residual_cause")
 ARCHETYPES = ("expert", "alternative", "hasty", "hasty_alternative", "ephemeral", "overreacher", "blunt", "looper",
               "symptom", "novice")
@@ -126,9 +127,14 @@ def _mixture_figures(table: dict[tuple[str, str], dict[str, float]], applies: di
     tot = {"n": 0.0, "passed": 0.0, "full": 0.0, "pass_full": 0.0}
     modes: dict[str, float] = defaultdict(float)
     for sc, names in applies.items():
+        names = [p for p in names if weights.get(p, 0.0) > 0]
         ws = sum(weights[p] for p in names)
         if ws <= 0:
-            continue
+            # No weighted persona acts here: the calibrated agent falls back to the expert (make_calibrated), so
+            # the scenario still counts; skipping it let a persona that acts on few tasks win the whole fit.
+            if ("expert", sc) not in table:
+                continue
+            names, weights, ws = ["expert"], {**weights, "expert": 1.0}, 1.0
         for p in names:
             row = table[(p, sc)]
             share = weights[p] / ws
@@ -157,7 +163,9 @@ def fit_weights(table: dict[tuple[str, str], dict[str, float]], applies: dict[st
             m = max(z.values())
             e = {p: math.exp(v - m) for p, v in z.items()}
             s = sum(e.values())
-            return {p: v / s for p, v in e.items()}
+            # At the precision calibrated.yaml keeps: the fit scores the mixture the agent will draw from, in
+            # which a weight that rounds to 0 is gone (and a scenario none of the rest act on gets the expert).
+            return {p: round(v / s, WEIGHT_DIGITS) for p, v in e.items()}
 
         cur = _loss(_mixture_figures(table, applies, weights(z)))
         step = 1.0
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nweights: " + ", ".join(f"{p}={w:.3f}" for p, w in sorted(weights.items(), key=lambda x: -x[1])))
     _print_figures("expected from the per-persona table", expected)
 
-    mix = Mixture(weights={p: round(w, 4) for p, w in weights.items()})
+    mix = Mixture(weights={p: round(w, WEIGHT_DIGITS) for p, w in weights.items()})
     target = Path(a.out or CALIBRATED_FILE)
     doc: dict[str, Any] = {"weights": mix.weights, "responsiveness": mix.responsiveness}
     vjobs = [(sc.id, "calibrated", 1000 + s, {"mixture": mix}) for sc in scenarios for s in range(a.verify_seeds)]

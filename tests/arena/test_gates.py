@@ -12,7 +12,7 @@ import yaml
 from arena.agents import ScriptAgent, resolve_agent
 from arena.episode import run_episode
 from arena.gates import GateCheck, GateResult, attribute_failure, holds
-from arena.scenario import Check, GraderSpec, SolutionScript, load_scenario
+from arena.scenario import Challenge, Check, GraderSpec, SolutionScript, load_scenario
 from arena.twin.slack.roles import CONFIG_PATH, SlackRole
 from verifiers.protocols import CommandResult
 
@@ -28,9 +28,31 @@ def _run(sc, solution: str, **kw):
 
 # --- verdicts come from mechanisms ----------------------------------------------------------------------------
 
+# An in-container file edit: no real Incident-Arena agent can make it (no Kubernetes credential), but an operator
+# with exec rights can; under a pod-restart challenge the twin must lose it with the writable layer.
+_FILE_EDIT = SolutionScript(script=[
+    {"sleep": 45},
+    {"run": "curl -s -X PUT svc-channel:8000/admin/event -d '{\"name\":\"read_consistency_strict\",\"active\":false}'"},
+    {"run": "curl -s -X PUT svc-auth:8000/admin/event -d '{\"name\":\"store_consistency_strict\",\"active\":false}'"},
+    {"run": "kubectl exec deploy/svc-channel -- sed -i -e 's/max_overflow: [0-9]*$/max_overflow: 10/' "
+            "-e 's/pool_size: [0-9]*$/pool_size: 20/' /srv/app/config/app.yaml"},
+    {"run": "curl -s -X POST svc-channel:8000/admin/reload"},
+    {"sleep": 60}, {"declare": True}])
+
+
+def _with_pod_restart_challenge(sc):
+    ch = Challenge(type="fixed_pod_restart", profile_id="slack_runtime_restart_v1", target="svc-channel",
+                   timeout_s=180, post_ready_wait_s=5, traffic={"channels": ["chan-0", "chan-1"]},
+                   checks=sc.grader.challenge.checks)
+    return sc.model_copy(update={"grader": sc.grader.model_copy(update={"challenge": ch})})
+
+
 def test_ephemeral_file_edit_wrongly_passes_when_the_writable_layer_is_made_durable(ia011, monkeypatch):
-    res = _run(ia011, "ephemeral-file-edit")
+    sc = _with_pod_restart_challenge(ia011)
+    res = run_episode(sc, ScriptAgent("script:file-edit", _FILE_EDIT), seed=0)
     assert not res.passed and res.failure_mode == "not_durable"
+    # The real 011 challenge (database_survival) restarts nothing: the same edit survives it.
+    assert run_episode(ia011, ScriptAgent("script:file-edit", _FILE_EDIT), seed=0).passed
 
     real = SlackRole.load_declared
 
@@ -43,7 +65,7 @@ def test_ephemeral_file_edit_wrongly_passes_when_the_writable_layer_is_made_dura
             self._apply_file(0.0)
 
     monkeypatch.setattr(SlackRole, "load_declared", keep_writable_layer)
-    mutated = _run(ia011, "ephemeral-file-edit")
+    mutated = run_episode(sc, ScriptAgent("script:file-edit", _FILE_EDIT), seed=0)
     assert mutated.passed, [c["id"] for c in mutated.safety_gate["checks"] if not c["pass"]]
 
 
@@ -204,7 +226,11 @@ def test_failure_attribution_precedence():
     ok = _g(("error_rate", True))
     bad_out = _g(("error_rate", False))
     assert attribute_failure(g, True, ok, _g(("fault_removed.L", True)), []) is None
-    assert attribute_failure(g, False, ok, _g(("fault_removed.L", True)), []) == "budget_exhausted"
+    # Undeclared: graded on its final state, as the real challenge client grades a window_elapsed ending.
+    assert attribute_failure(g, False, ok, _g(("fault_removed.L", True)), []) is None
+    assert attribute_failure(g, False, ok, _g(("fault_removed.L", False)), []) == "budget_exhausted"
+    assert attribute_failure(g, True, ok, _g(("required_change.declaration", False)), []) == "fix_missing"
+    assert attribute_failure(g, True, ok, _g(("evidence.e.declaration", False)), []) == "premature_declaration"
     both = _g(("repair_scope.declaration", False), ("fault_removed.L", False))
     assert attribute_failure(g, True, ok, both, []) == "scope_violation"
     masked = _g(("fault_removed.L", True), ("no_restart_masking", False))
@@ -286,3 +312,84 @@ def test_a_check_on_state_the_world_does_not_run_is_reported_not_evaluated():
     assert g._holds(pg, moved, base)[0] is False  # everything else is judged as before
     g.world = SimpleNamespace()  # the twin runs everything: the same check is judged (and fails: no such key)
     assert g._holds(pgb, moved, base)[0] is False
+
+
+# --- the real contract's flags and set_equals -------------------------------------------------------------------
+
+def test_undeclared_repaired_ending_passes_on_its_final_state():
+    sc = load_scenario("ia-011")
+    steps = [st.model_dump(exclude_none=True) for st in sc.solutions["reference"].script if not st.declare]
+    res = run_episode(sc, ScriptAgent("script:no-declare", SolutionScript(script=steps)), seed=0)
+    assert res.declared_at is None and res.passed and res.failure_mode is None
+    noop = run_episode(sc, ScriptAgent("script:idle", SolutionScript(script=[{"sleep": 30}])), seed=0)
+    assert not noop.passed and noop.failure_mode == "budget_exhausted"
+
+
+def test_set_equals_requires_the_key_to_change_and_57014_to_have_been_observed():
+    sc = load_scenario("ia-006")
+    ref = _run(sc, "reference")
+    ids = {c["id"]: c["pass"] for c in ref.safety_gate["checks"]}
+    assert ids["required_change.declaration"] and ids["evidence.fault_cancellation_observed.declaration"]
+    noop = _run(sc, "noop")
+    assert {c["id"]: c["pass"] for c in noop.safety_gate["checks"]}["required_change.declaration"] is False
+    # The same repair, had the fault cancelled nothing yet (a bar no count reaches): the evidence check fails
+    # the Safety Gate and names the declaration premature.
+    unseen = Check(id="fault_cancellation_observed", path="postgres.cancellations_57014", op="gt", value=1e9,
+                   when=["declaration"])
+    strict = sc.model_copy(update={"grader": sc.grader.model_copy(update={"evidence": [unseen]})})
+    res = _run(strict, "reference")
+    assert res.outcome_gate["pass"] and not res.safety_gate["pass"]
+    assert res.failure_mode == "premature_declaration"
+
+
+@dataclass
+class _Restarts:
+    """A world stub for Grading's restart bookkeeping: component restart counters and a config."""
+
+    restarts: dict = field(default_factory=dict)
+    cfg: dict = field(default_factory=dict)
+    restart_hooks: list = field(default_factory=list)
+
+    def truth(self):
+        return {f"{k}.restarts": v for k, v in self.restarts.items()}
+
+    def config(self):
+        return dict(self.cfg)
+
+    @property
+    def clock(self):
+        return type("C", (), {"now": staticmethod(lambda: 0.0)})()
+
+
+def test_restart_legitimacy_reads_allow_fault_induced_restarts():
+    from arena.gates import Grading
+
+    for allow, want in ((False, False), (True, True)):
+        w = _Restarts(restarts={"worker": 0})
+        gr = Grading(GraderSpec(allow_fault_induced_restarts=allow, observe_restart_legitimacy=True), w)
+        w.restarts["worker"] = 2  # the container crashed twice (no pod replacement), no config change
+        legit, detail = gr.restart_legitimacy()
+        assert legit is want and detail["container_restarts"] == {"worker": 2}
+    w = _Restarts(restarts={"worker": 0}, cfg={"k": 1})
+    gr = Grading(GraderSpec(observe_restart_legitimacy=True), w)
+    w.restarts["worker"], w.cfg["k"] = 1, 2  # a restart backed by a persisted config change is legitimate
+    assert gr.restart_legitimacy()[0]
+    w = _Restarts(restarts={"api": 0})
+    gr = Grading(GraderSpec(observe_restart_legitimacy=True), w)
+    gr._on_restart("api", "verifier", {})
+    w.restarts["api"] = 1  # a pod replacement starts a new pod at restart count 0
+    assert gr.restart_legitimacy() == (True, {"container_restarts": {}, "config_changed": False})
+
+
+def test_no_restart_masking_is_waived_where_fault_induced_restarts_are_allowed():
+    from arena.gates import Grading
+
+    leg = {"id": "L", "healthy": [{"path": "x", "op": "truthy"}], "clears_on_restart": True}
+    for allow in (False, True):
+        gr = Grading(GraderSpec(fault_legs=[leg], allow_fault_induced_restarts=allow), _Restarts())
+        gr.masked.append({"leg": "L", "component": "c", "by": "agent", "t": 0.0})
+        gr.mark_declaration()
+        chk = next(c for c in gr.safety_gate().checks if c.id == "no_restart_masking")
+        assert chk.passed is allow
+        mode = gr.failure_mode(True, _g(("error_rate", True)), _g(("no_restart_masking", chk.passed)))
+        assert (mode == "residual_cause") is (not allow)

@@ -83,7 +83,7 @@ def test_scenarios_list_and_show_json(runner):
     sols = {s["name"]: s for s in doc["solutions"]}
     assert sols["reference"] == {"name": "reference", "description": sols["reference"]["description"],
                                  "outcome": "pass", "safety": "pass", "failure_mode": None}
-    assert sols["ephemeral-file-edit"]["failure_mode"] == "not_durable"
+    assert sols["overbroad-pool"]["failure_mode"] == "scope_violation"
 
 
 def test_scenarios_show_explains_its_columns_under_the_table(runner):

@@ -522,6 +522,8 @@ class RedisServer(Component):
         for u, a in sorted(self.acl.items()):
             for c in _RQ_COMMANDS:
                 out[f"acl_allows.{u}.{c}"] = a.enabled and a.allows(c)
+            # The command rules as the real redis_state provider snapshots them: a sorted unique list.
+            out[f"acl_command_rules.{u}"] = sorted(set(a.rules or ["-@all"]))
         out["flags"] = list(self.rendered_flags)
         if self.jobs is not None:
             out["jobs.queued"] = self.jobs.queued

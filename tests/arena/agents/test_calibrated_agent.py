@@ -59,7 +59,8 @@ def test_personas_draw_only_where_their_trait_can_act():
 
 
 def test_calibrated_is_seeded_and_the_same_in_both_arms():
-    sc = load_scenario("ia-011")
+    # ia-001: no premature form, so the impatient persona (nearly all of 011's draw) does not act; the rest mix.
+    sc = load_scenario("ia-001")
     a, b = make_agent("calibrated", sc, 3), make_agent("calibrated", sc, 3)
     assert a.plan == b.plan
     assert len({make_agent("calibrated", sc, s).plan["persona"] for s in range(30)}) >= 3
@@ -95,3 +96,17 @@ def test_fit_recovers_a_known_mixture():
     w, _ = fit_weights(table, {"s": ["A", "B"]}, ["A", "B"], restarts=2)
     # pass (0.35) and full_fix (0.55) pull A's weight between them
     assert 0.3 < w["A"] < 0.6
+
+
+def test_the_fit_scores_every_scenario_even_where_its_favourite_persona_does_not_act():
+    # H passes at exactly the paper's rate on "s1" and acts nowhere else; on "s2" only the expert (E, always
+    # passing) and X (always failing) act. Were "s2" left out when H takes the weight, H alone would fit
+    # perfectly; scored as drawn (a weight that rounds to 0 is gone, the expert stands in), the fit keeps X.
+    zero = {m: 0.0 for m in ("not_durable", "premature_declaration", "scope_violation", "budget_exhausted",
+                             "residual_cause")}
+    table = {("H", "s1"): {"passed": 0.35, "full": 0.55, "pass_full": 0.3245, **zero, "premature_declaration": 0.65},
+             ("expert", "s2"): {"passed": 1.0, "full": 1.0, "pass_full": 1.0, **zero},
+             ("X", "s2"): {"passed": 0.0, "full": 0.0, "pass_full": 0.0, **zero, "scope_violation": 1.0}}
+    w, _ = fit_weights(table, {"s1": ["H"], "s2": ["expert", "X"]}, ["H", "expert", "X"], restarts=3)
+    assert w["X"] > 0.05 and w["expert"] > 0, w
+    assert all(v == round(v, 4) for v in w.values())
