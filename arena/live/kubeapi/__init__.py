@@ -84,6 +84,11 @@ class KubeAPI:
         return self._server.audit
 
     @property
+    def read_only_users(self) -> set[str]:
+        """Users (a request's Impersonate-User) whose writes are refused with 403, as RBAC with get/list/watch."""
+        return self._server.read_only_users
+
+    @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
