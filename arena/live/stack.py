@@ -530,7 +530,10 @@ echo
         ns = (list(getattr(ctx, "namespaces", None) or ()) or [self.specs[0][0].namespace])[0]
         kube = KubeClient(kubeconfig=str(self.cluster.kubeconfig), namespace=ns)
         (self.dir / "guard").mkdir(exist_ok=True)
-        runner = LocalEnvironment(cwd=self.dir, env={**goruntime.child_env(), **self.shell_env})
+        # A login shell's variables and the stack's own, nothing else of this process's (a stray PGHOST or
+        # KUBECONFIG must not point the agent elsewhere).
+        base = {k: v for k, v in goruntime.child_env().items() if k in _PASS_THROUGH}
+        runner = LocalEnvironment(cwd=self.dir, env={**base, **self.shell_env})
         timeout = rollout_timeout_s if rollout_timeout_s is not None else Criteria().restart.ready_timeout_s
         return KubernetesEnvironment(
             kube, context=ctx, namespace=ns, clock=self.clock,
@@ -673,6 +676,8 @@ def install_cleanup() -> None:
         signal.signal(sig, on_signal)
 
 
+# Variables a login shell would have that are not the stack's own.
+_PASS_THROUGH = ("LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "VIRTUAL_ENV", "PYTHONPATH")
 _IMAGES = {"postgres": "docker.io/library/postgres:15", "mariadb": "docker.io/library/mariadb:10.11",
            "redis": "docker.io/bitnami/redis:7.0"}
 
