@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
 import shutil
 import stat
 import sys

@@ -154,3 +154,21 @@ def test_a_redis_runtime_change_is_lost_on_restart(env):
     assert res.ready and res.old_id != res.new_id
     out = env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()
     assert out[-1] == str(64 * 1024 * 1024)  # back to the Helm values' 64mb
+
+
+def test_a_configmap_edit_and_a_rollout_restart_reach_the_new_process(env):
+    import shlex
+
+    import yaml
+
+    admin = f"kubectl --kubeconfig {env.stack.cluster.kubeconfig}"  # the harness's kubeconfig: the agent's reads only
+    cfg = yaml.safe_load(env.run(f"{admin} get configmap app-config -o jsonpath='{{.data.app\\.yaml}}'").stdout)
+    cfg["roles"]["message"]["db"]["pool_size"] = 7
+    patch = json.dumps({"data": {"app.yaml": yaml.safe_dump(cfg)}})
+    assert env.run(f"{admin} patch configmap app-config --type merge -p {shlex.quote(patch)}").ok
+    running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
+    assert running["roles"]["message"]["db"]["pool_size"] != 7  # the running process read its file at boot
+    r = env.run(f"{admin} rollout restart deploy/svc-message && {admin} rollout status deploy/svc-message --timeout=120s")
+    assert r.ok and "successfully rolled out" in r.stdout, r
+    running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
+    assert running["roles"]["message"]["db"]["pool_size"] == 7
