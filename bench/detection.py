@@ -37,7 +37,8 @@ OUT = Path(__file__).resolve().parent / "results" / "detection.json"
 
 
 def explain(scenario: str, script: str) -> dict[str, Any]:
-    """Replay one script in the guarded arm and keep what the guard decided at each step."""
+    """Replay one script in the guarded arm and keep what the guard decided at each step. `script` is a solution
+    script's name, or any agent spec (`script:PATH`, as bench/scope_generalisation.py passes)."""
     from arena.bench.guarding import bench_guard_factory
     from arena.bench.runner import _make_agent, _scenario
     from arena.episode import run_episode
@@ -48,7 +49,7 @@ def explain(scenario: str, script: str) -> dict[str, Any]:
         guards.append(bench_guard_factory(env, ctx))
         return guards[-1]
 
-    spec = EpisodeSpec(scenario, f"replay:{script}", "guarded", 0)
+    spec = EpisodeSpec(scenario, script if ":" in script else f"replay:{script}", "guarded", 0)
     res = run_episode(_scenario(scenario), _make_agent(spec), arm="guarded", seed=0, guard_factory=factory)
     steps: list[str] = []
     for r in guards[0].journal.records():

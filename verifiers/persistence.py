@@ -24,7 +24,7 @@ from verifiers.context import PublicContext
 from verifiers.protocols import (DeclaredLayerReader, DeclaredRef, Environment, FeedbackCode, Verdict,
                                  VerdictStatus)
 
-__all__ = ["ChangedKey", "KeyReading", "changed_keys", "changes_of", "prior_values", "capture_prior",
+__all__ = ["ChangedKey", "KeyReading", "changed_keys", "changes_of", "prior_values", "capture_prior", "exec_wrapper",
            "PersistenceReader", "evaluate", "PersistenceCheck"]
 
 
@@ -42,6 +42,8 @@ class ChangedKey:
     command: str = ""
     # The action's own text (one simple command of `command`): where the agent said how to reach the server.
     raw: str = ""
+    # The container a change through `kubectl exec -c C` was made in (the read goes through the same one).
+    container: str = ""
 
     @property
     def ident(self) -> tuple[str, tuple[tuple[str, str], ...], str]:
@@ -114,7 +116,8 @@ def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
             out.append(ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
                                   layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
                                   via=tuple(a.get("via") or ()), seq=int(command.get("seq") or 0),
-                                  command=str(command.get("command") or ""), raw=str(a.get("raw") or "")))
+                                  command=str(command.get("command") or ""), raw=str(a.get("raw") or ""),
+                                  container=str((a.get("details") or {}).get("container") or "")))
     return out
 
 
@@ -150,6 +153,15 @@ def redis_connection_args(raw: str) -> list[str] | None:
     return keep
 
 
+def exec_wrapper(ck: ChangedKey) -> str:
+    """`kubectl exec POD [-n NS] [-c C] --` when the change ran through `kubectl exec` into a named pod, else ""."""
+    name, ns = ck.target.get("name"), ck.target.get("namespace")
+    if not ck.via or not ck.via[0].startswith("kubectl exec") or ck.target.get("kind") != "pod" or not name:
+        return ""
+    return " ".join(["kubectl exec", shlex.quote(str(name)), *(["-n", shlex.quote(str(ns))] if ns else []),
+                     *(["-c", shlex.quote(ck.container)] if ck.container else []), "--"])
+
+
 class PersistenceReader:
     """Reads a changed key's effective and declared values with the catalogue's operator commands."""
 
@@ -176,9 +188,16 @@ class PersistenceReader:
         if hint:
             vs["component_hint"] = hint
         # How the agent reached the server, when it said so (`redis-cli -h 127.0.0.1 -p 6380 ...`): its command
-        # worked, so the read goes the same way. Not through a wrapper (`kubectl exec`): those options were for
-        # a shell inside the pod, not here.
+        # worked, so the read goes the same way.
         if not ck.via:
+            redis_opts = redis_connection_args(ck.raw)
+            if redis_opts:
+                vs["agent"] = {"redis_cli": " ".join(redis_opts)}
+        elif (through := exec_wrapper(ck)):
+            # Through `kubectl exec POD` the agent's options were for a client inside that pod: the effective read
+            # goes the same way (through the same pod), which is what reaches a server the guard cannot reach
+            # directly from outside the cluster.
+            vs["through"] = through
             redis_opts = redis_connection_args(ck.raw)
             if redis_opts:
                 vs["agent"] = {"redis_cli": " ".join(redis_opts)}
@@ -198,10 +217,13 @@ class PersistenceReader:
         return vs
 
     def _run(self, env: Environment, template: str, steps: Any, vs: Mapping[str, Any],
-             commands: list[str], attempts: int | None = None, api: ApiRead | None = None) -> Any:
+             commands: list[str], attempts: int | None = None, api: ApiRead | None = None,
+             through: str = "") -> Any:
         if api is not None and isinstance(env, DeclaredLayerReader):
             return self._read_api(env, api, steps, vs, commands)
         cmd = " ".join(render(template, vs).split())
+        if through and not cmd.startswith("kubectl "):
+            cmd = f"{through} {cmd}"
         commands.append(cmd)
         # A read can fail while a pod rolls (connection refused right after a reload): retry a few times in the
         # environment's clock before calling it a backend failure.
@@ -238,7 +260,7 @@ class PersistenceReader:
         entry, groups = found
         vs = self.variables(entry, groups, ck)
         return normalize(self._run(env, entry.effective.command, entry.effective.parse, vs, [], attempts,
-                                   entry.effective.api), entry.normalize)
+                                   entry.effective.api, vs.get("through", "")), entry.normalize)
 
     def capture(self, env: Environment, action: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Snapshot records for the keys a mutating action is about to change: their current effective values."""
@@ -264,7 +286,7 @@ class PersistenceReader:
         filled in by its `when_absent` rule. Raises RuntimeError or Missing when a read fails."""
         assert entry.effective is not None and entry.declared is not None
         eff_raw = self._run(env, entry.effective.command, entry.effective.parse, vs, commands,
-                            api=entry.effective.api)
+                            api=entry.effective.api, through=vs.get("through", ""))
         eff_src = render(entry.effective.source, vs)
         if entry.declared.same_as_effective:
             return eff_raw, eff_raw, eff_src, render(entry.declared.source, vs) or eff_src

@@ -13,7 +13,7 @@ the pod's ConfigMap volumes into files under the stack's `pods/<component>/` (on
 projects them) and starts the component's real process from them (an app through the supervisor, with the pod's
 name as its instance id; a server through its launcher); a pod stop stops the process; a pod is ready once the
 process answers its check (apps are probed every second, as a readinessProbe); a pod's log is the process's log
-from the pod's start. Starts and stops run on one worker thread per component, in order, off the controller's
+from the pod's start; `kubectl exec` runs beside the pod's process (its pid, `pod_pid`). Starts and stops run on one worker thread per component, in order, off the controller's
 loop, so a rollout's status moves only once the new process is up. Restart observers (the graded world) are told
 just before a running component's process stops for a new pod, and again once the new one is ready.
 """
@@ -145,6 +145,14 @@ class StackPods:
         if state is None:
             return self._component(pod) is None
         return state.started and state.healthy and self.current.get(state.component) == state.uid
+
+    def pod_pid(self, pod: dict[str, Any], container: str) -> int | None:
+        """The pid of the process that is this pod's container (`kubectl exec` runs beside it), None when the pod
+        is not the one whose process runs."""
+        state = self.pods.get(pod["metadata"]["uid"])
+        if state is None or not state.started or self.current.get(state.component) != state.uid:
+            return None
+        return self.stack.component_pid(state.component)
 
     def pod_log(self, pod: dict[str, Any], container: str) -> str:
         state = self.pods.get(pod["metadata"]["uid"])

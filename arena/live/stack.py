@@ -426,6 +426,13 @@ class LiveStack:
         run = self.supervisor.running.get(name)
         return run is not None and run.instance == pod and self.supervisor.ready(name)
 
+    def component_pid(self, name: str) -> int | None:
+        """The main pid of the component's running process (what `kubectl exec` runs beside)."""
+        if name in self.servers:
+            return next(iter(self.servers[name].pids()), None)
+        run = self.supervisor.running.get(name)
+        return run.proc.pid if run is not None and run.proc.poll() is None else None
+
     def count_restart(self, name: str) -> None:
         if name in self.servers:
             self.server_restarts[name] = self.server_restarts.get(name, 0) + 1

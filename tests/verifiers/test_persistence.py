@@ -422,3 +422,26 @@ def test_an_in_container_file_edit_without_a_known_source_stays_not_durable():
     _file_edit(env, j)
     v = PersistenceCheck({**SLACK_CTX, "extra": {}}).check(env, j, None)  # no config_map in the context
     assert v.code is FeedbackCode.NOT_DURABLE and "/srv/app/config/app.yaml" in v.message
+
+
+def test_a_runtime_change_made_through_kubectl_exec_is_read_through_the_same_pod():
+    # The agent's redis-cli ran inside the pod (`-p 6390` was for a client there): the guard outside the cluster
+    # reaches the server the same way, not with `-h <component>` that only the cluster's DNS resolves.
+    env = frappe_env()
+    inside = "kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390"
+    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390 CONFIG SET maxmemory 64mb",
+               lambda m: env.layer("redis-queue").runtime.update(maxmemory="64mb") or "OK\n")
+    env.handle(r"kubectl exec redis-queue-master-0 -n frappe -c redis -- redis-cli -p 6390 CONFIG GET maxmemory",
+               lambda m: f"maxmemory\n{env.layer('redis-queue').effective('maxmemory')}\n")
+    env.handle(r"redis-cli -h .*", lambda m: CommandResult(command=m[0], stderr="Could not connect", exit_code=1))
+    j = FakeJournal(env.clock)
+    change = action("redis-cli", "config set", [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}],
+                    layer="runtime", via=["kubectl exec"], raw="redis-cli -p 6390 CONFIG SET maxmemory 64mb",
+                    target={"kind": "pod", "name": "redis-queue-master-0", "namespace": "frappe"})
+    change["details"] = {"pod": "redis-queue-master-0", "container": "redis"}
+    j.run(env, f"{inside} CONFIG SET maxmemory 64mb", [change])
+    v = PersistenceCheck(CTX).check(env, j, None)
+    assert v.code is FeedbackCode.NOT_DURABLE, v.message
+    (key,) = v.evidence["keys"]
+    assert key["status"] == "not_durable" and key["effective"] == "64mb"
+    assert key["commands"][0] == f"{inside} CONFIG GET maxmemory"

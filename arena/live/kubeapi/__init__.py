@@ -11,7 +11,7 @@ through a `PodRuntime`). It implements Kubernetes semantics generically, for any
 - typed lists with resourceVersion, label selectors (equality and set-based), field selectors on any field path;
 - uid, resourceVersion (optimistic concurrency: a stale PUT is 409), generation (bumped by a spec change);
 - GET, POST, PUT, DELETE, and the three patch types (JSON patch, merge patch, strategic merge with merge keys);
-- server-side Tables for `kubectl get` (the real server's columns), status/scale/log subresources, watch (chunked);
+- server-side Tables for `kubectl get` (the real server's columns), status/scale/log/exec subresources, watch (chunked);
 - controllers in an injectable clock (`Controller`): Deployments roll through ReplicaSets (new pod names, old pods
   deleted once the new ones are ready), StatefulSets replace pods highest ordinal first, DaemonSets on one node,
   Progressing/ProgressDeadlineExceeded conditions, garbage collection by ownerReferences. `stop()` freezes them.
@@ -21,9 +21,16 @@ wide/name/jsonpath/yaml, -l, -A), describe, logs, rollout restart/status (Deploy
 patch (all three types), apply (create, then configure). Seen working by hand: label, annotate, delete, rollout
 history, explain.
 
+`kubectl exec` (arena.live.kubeapi.exec): over WebSocket (`v5.channel.k8s.io`, what kubectl 1.30+ negotiates, and
+`v4.channel.k8s.io`, the kubernetes client's `stream()`), stdin with -i, the exit code in the final Status; the
+command runs in the environment (variables, working directory) of the process that is the pod on this host, held
+by tests/arena/live/test_kubeapi_exec.py.
+
 What does not work, and why: anything kubectl sends as protobuf (`kubectl create configmap|secret --from-literal`,
-`kubectl create deployment`, `kubectl auth can-i`: refused with 415), `kubectl exec`/`attach`/`port-forward`/`cp`
-(SPDY/WebSocket upgrades), `kubectl edit` needs an editor (untested), `kubectl top` (no metrics API), server-side
+`kubectl create deployment`, `kubectl auth can-i`: refused with 415), exec over SPDY (refused with 400: kubectl
+falls back to it only when the WebSocket upgrade fails), exec with a TTY (`-t`), exec into a pod that runs no
+process (an inert pod: refused on the error channel), `kubectl attach`/`port-forward` (not served), `kubectl cp`
+(exec with tar; untested), `kubectl edit` needs an editor (untested), `kubectl top` (no metrics API), server-side
 apply (`apply --server-side`), dry runs (refused with 400 rather than silently persisted), deletecollection,
 authentication and RBAC (every request is allowed; `KubeAPI.audit` records what RBAC would see), and aggregated
 discovery (kubectl falls back to the legacy documents).
@@ -73,10 +80,15 @@ class KubeAPI:
         self.store = Store(clock or _WallClock())
         self.controller = Controller(self.store, runtime, ready_delay_s=ready_delay_s, seed=seed)
         self._server = ApiServer((host, port), self.store, self._log)
+        self._server.pod_process = self._pod_process
         self._thread: threading.Thread | None = None
 
     def _log(self, pod: dict[str, Any], container: str) -> str:
         return self.controller.runtime.pod_log(pod, container)
+
+    def _pod_process(self, pod: dict[str, Any], container: str) -> int | None:
+        pid = getattr(self.controller.runtime, "pod_pid", None)
+        return pid(pod, container) if callable(pid) else None
 
     @property
     def audit(self) -> list[tuple[str, str, str]]:

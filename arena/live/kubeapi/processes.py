@@ -106,6 +106,11 @@ class ProcessRuntime:
         except OSError:
             return ""
 
+    def pod_pid(self, pod: dict[str, Any], container: str) -> int | None:
+        """The pid of the pod's process while it runs (`kubectl exec` runs beside it); None for an inert pod."""
+        proc = self.procs.get(pod["metadata"]["uid"])
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def stop_all(self) -> None:
         for uid in list(self.procs):
             proc = self.procs.pop(uid)

@@ -1,5 +1,5 @@
 """The emulated Kubernetes API server's HTTP side: discovery, OpenAPI skeleton, REST verbs, patches, tables,
-subresources (status, scale, log) and watch, over `arena.live.kubeapi.store`.
+subresources (status, scale, log, exec) and watch, over `arena.live.kubeapi.store`.
 
 Started by `arena.live.kubeapi.KubeAPI` (tests' fixtures, the live stack). It speaks JSON only; see the package
 docstring for what the real kubectl and the kubernetes client can and cannot do against it.
@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from arena.live.kubeapi.exec import ExecRequest, PodProcess, serve_exec
 from arena.live.kubeapi.openapi import openapi_document, openapi_index
 from arena.live.kubeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from arena.live.kubeapi.store import (RESOURCES, ApiError, FieldSelector, LabelSelector, Resource, Store,
@@ -62,6 +63,9 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
                 kind, sverbs = "Pod", ["get"]
             res.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
                         "kind": kind, "verbs": sverbs})
+        if r.kind == "Pod":
+            res.append({"name": "pods/exec", "singularName": "", "namespaced": True, "kind": "PodExecOptions",
+                        "verbs": ["create", "get"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
             "resources": res}
 
@@ -123,6 +127,8 @@ class ApiServer(ThreadingHTTPServer):
         # bearer token over plain HTTP): the live stack's agent, whose real foothold has no Kubernetes write
         # authority. Anything but GET is refused with 403 Forbidden, as RBAC would. Every other request is allowed.
         self.read_only_users: set[str] = set()
+        # Which process on this host is a pod's container (kubectl exec runs beside it); None: nothing to exec into.
+        self.pod_process: PodProcess | None = None
 
 
 class ApiHandler(BaseHTTPRequestHandler):
@@ -187,6 +193,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
             if self._discovery(method, url.path):
                 return
+            if method in ("GET", "POST") and self._exec(url.path, url.query):
+                return
             self._rest(method, url.path, q, body)
         except ApiError as e:
             self._send(e.code, e.status())
@@ -233,6 +241,18 @@ class ApiHandler(BaseHTTPRequestHandler):
             self._send(200, "ok", "text/plain")
         else:
             return False
+        return True
+
+    # -- exec (arena.live.kubeapi.exec) ---------------------------------------------------------------------------
+
+    def _exec(self, path: str, query: str) -> bool:
+        parts = [p for p in path.split("/") if p]
+        if len(parts) != 7 or parts[:3] != ["api", "v1", "namespaces"] or parts[4] != "pods" or parts[6] != "exec":
+            return False
+        # RBAC asks for `create` on pods/exec, whichever method the upgrade came on.
+        self.server.audit.append(("create", "", "pods/exec"))
+        pod = self.server.store.get(resource_for("", "v1", "pods"), parts[3], parts[5])  # type: ignore[arg-type]
+        serve_exec(self, pod, ExecRequest(parse_qs(query, keep_blank_values=True)), self.server.pod_process)
         return True
 
     # -- REST ----------------------------------------------------------------------------------------------------

@@ -167,3 +167,13 @@ def test_a_helm_release_is_recorded_as_helm_3_stores_it(cluster):
     assert c.helm_values("default", "shop") == ({"a": {"b": 2}}, 2)
     secrets = json.loads(kubectl(c.kubeconfig, "get", "secrets", "-l", "owner=helm", "-o", "json").stdout)["items"]
     assert helm_release_values(secrets, "shop") == {"a": {"b": 2}}  # what the guard's declared read decodes
+
+
+def test_kubectl_exec_from_the_agent_runs_beside_the_pods_process(cluster, tmp_path, monkeypatch):
+    import os
+
+    stack, c = cluster
+    monkeypatch.setattr(stack, "component_pid", lambda name: os.getpid(), raising=False)
+    [pod] = pods(c)
+    r = kubectl(c.agent_kubeconfig, "exec", pod["metadata"]["name"], "--", "sh", "-c", "echo $$ >/dev/null; pwd")
+    assert r.stdout.strip() == os.getcwd()  # the command ran in the pod process's working directory

@@ -80,3 +80,13 @@ def session_secret(tmp_path):
     path.write_bytes(secret + b"\n")
     path.chmod(0o600)
     return secret, path
+
+
+@pytest.fixture
+def prod(tmp_path, guardrail_cmd):
+    """Issue #23's production set-up (tests/guardrail/prodcluster.py): emulated cluster, redis pod,
+    Prometheus, SLO file."""
+    from tests.guardrail.prodcluster import production_cluster
+
+    with production_cluster(tmp_path, guardrail_cmd) as p:
+        yield p

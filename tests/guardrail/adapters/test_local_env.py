@@ -68,10 +68,13 @@ def test_persistence_reads_a_local_redis_the_way_the_agent_reached_it(redis_serv
     assert env.run(cmd).ok
     (ck,) = changes_of({"command": cmd, "seq": 1, "actions": [action]}, 0)
     assert reader.read_effective(env, ck) == 64 * 1024 * 1024
-    # Through kubectl exec the agent's options were for a shell in the pod: the read does not borrow them.
+    # Through kubectl exec the agent's options were for a client in the pod: the read borrows them only through
+    # that same pod, never from here.
     (_, inner) = [a.model_dump(mode="json") for a in normalise(f"kubectl exec redis-0 -- {cmd}")]
     (ck_exec,) = changes_of({"command": cmd, "seq": 2, "actions": [inner]}, 0)
-    assert "agent" not in reader.variables(*reader.entry_for(ck_exec), ck_exec)
+    vs = reader.variables(*reader.entry_for(ck_exec), ck_exec)
+    assert vs["through"] == "kubectl exec redis-0 --"
+    assert vs["agent"]["redis_cli"] == f"-h 127.0.0.1 -p {redis_server.port}"
 
 
 def test_redis_connection_options_are_read_from_the_agents_command():

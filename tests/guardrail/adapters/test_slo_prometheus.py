@@ -11,7 +11,6 @@ observed conditions with generous bounds; no timed assertions.
 
 from __future__ import annotations
 
-import random
 import subprocess
 import threading
 import time
@@ -27,7 +26,8 @@ from guardrail.journal import read_journal
 from guardrail.slofile import load_slo_file
 from tests.guardrail.adapters.test_mcp_server import data
 from tests.verifiers.fakes import FakeJournal
-from tests.verifiers.promserver import free_port, running_prometheus
+from tests.guardrail.prodcluster import SLO_FILE, running_shop, wait_for
+from tests.verifiers.promserver import free_port
 from verifiers.clients.prometheus import PrometheusSLISource
 from verifiers.convergence import ConvergenceCheck
 from verifiers.protocols import FeedbackCode, VerdictStatus
@@ -35,84 +35,10 @@ from verifiers.protocols import FeedbackCode, VerdictStatus
 prometheus_client = pytest.importorskip("prometheus_client")
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
-SLO_FILE = """\
-# A Sloth spec, as a team keeps it
-version: "prometheus/v1"
-service: shop
-labels: {team: payments}
-slos:
-  - name: availability
-    objective: 95
-    sli:
-      events:
-        error_query: sum(rate(http_requests_total{code=~"5.."}[{{.window}}]))
-        total_query: sum(rate(http_requests_total[{{.window}}]))
-    alerting: {name: ShopAvailability, page_alert: {labels: {severity: page}}}
----
-# What Sloth cannot say: a queue that must drain, and how convergence windows the SLOs
-version: guardrail/v1
-convergence: {window_s: 2, consecutive: 2, max_wait_windows: 60, baseline_s: 60}
-slos:
-  - name: jobs
-    backlog: {query: 'sum(queue_depth)', ceiling: 5}
-"""
-
-
-class Shop:
-    """A real exporter: ~150 requests/s with `error_p` of them 5xx, and a queue depth the test sets."""
-
-    def __init__(self, port: int):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-
-        self.reg = CollectorRegistry()
-        self.requests = Counter("http_requests", "requests", ["code"], registry=self.reg)
-        self.queue = Gauge("queue_depth", "jobs waiting", registry=self.reg)
-        self.requests.labels("200")  # no 503 series until the first error, as with most services
-        self.error_p = 0.0
-        self.server, _ = start_http_server(port, addr="127.0.0.1", registry=self.reg)
-        self.stop = threading.Event()
-        self.rng = random.Random(7)
-        self.thread = threading.Thread(target=self._traffic, daemon=True)
-        self.thread.start()
-
-    def _traffic(self) -> None:
-        while not self.stop.is_set():
-            for _ in range(3):
-                self.requests.labels("503" if self.rng.random() < self.error_p else "200").inc()
-            self.stop.wait(0.02)
-
-    def fault(self) -> None:
-        self.error_p = 0.4
-        self.queue.set(400)
-
-    def repair(self) -> None:
-        self.error_p = 0.002
-        self.queue.set(0)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def shop(tmp_path):
-    port = free_port()
-    s = Shop(port)
-    try:
-        with running_prometheus(tmp_path, port, job="shop", scrape_interval="250ms") as url:
-            yield s, url
-    finally:
-        s.close()
-
-
-def _wait_for(cond, what: str, bound_s: float = 120.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"never saw {what} within {bound_s:g} s")
-        time.sleep(0.1)
+    with running_shop(tmp_path) as (exporter, url):
+        yield exporter, url
 
 
 def test_a_premature_declaration_is_held_with_progress_then_accepted_over_mcp(shop, tmp_path, guardrail_cmd):
@@ -190,7 +116,7 @@ def test_a_breached_slo_stays_not_converged_with_evidence(shop, tmp_path):
     env = ObservedEnvironment(LocalEnvironment(cwd=tmp_path), PrometheusSLISource(url, timeout_s=5), slos=slos,
                               url=url)
     # Wait until Prometheus holds two whole windows of the fault, so the first measurements have data.
-    _wait_for(lambda: len([s for s in env.sli("backlog", 10, labels={"slo": "jobs"}) if s.value == 400]) >= 2,
+    wait_for(lambda: len([s for s in env.sli("backlog", 10, labels={"slo": "jobs"}) if s.value == 400]) >= 2,
               "two windows of the fault in Prometheus")
     journal = FakeJournal(env.clock)
     journal.append("command", command="kubectl get pods", actions=[], ran=True)

