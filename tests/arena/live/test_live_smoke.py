@@ -124,6 +124,8 @@ def test_the_agents_real_kubectl_reads_pods_and_logs_and_cannot_write(env):
     r = env.run("kubectl -n saleor rollout restart deployment/saleor-api")
     assert r.exit_code == 1 and "forbidden" in r.stderr, r  # the foothold has no Kubernetes write authority
     assert old in env.run("kubectl get pods -n saleor").stdout and env.restarts("saleor-api") == 0
+    r = env.run("kubectl -n saleor exec deploy/saleor-api -- printenv APP_INSTANCE")  # exec is a read verb here
+    assert r.ok and r.stdout.strip() == old, r  # run beside the pod's process, with its environment
     assert env.run("kubectl delete pod no-such-pod").exit_code == 1
     assert "unknown command" in env.run("kubectl frobnicate").stderr
     # The harness's rollout restart (as the guard's probe does it): a new pod, its process up before it is ready.
