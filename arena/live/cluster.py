@@ -8,14 +8,15 @@ a Helm 3 release Secret holding the user-supplied values. `kubectl` (the real bi
 `KubernetesEnvironment` reach it through kubeconfigs the stack writes: the agent's acts as a read-only user
 (`as:`, the real footholds have no Kubernetes write authority), the guard's and the harness's as the admin.
 
-`StackPods` is the emulated kubelet's container runtime (`arena.live.kubeapi.PodRuntime`): a pod start renders
-the pod's ConfigMap volumes into files under the stack's `pods/<component>/` (one file per key, as Kubernetes
-projects them) and starts the component's real process from them (an app through the supervisor, with the pod's
-name as its instance id; a server through its launcher); a pod stop stops the process; a pod is ready once the
-process answers its check (apps are probed every second, as a readinessProbe); a pod's log is the process's log
-from the pod's start; `kubectl exec` runs beside the pod's process (its pid, `pod_pid`). Starts and stops run on one worker thread per component, in order, off the controller's
-loop, so a rollout's status moves only once the new process is up. Restart observers (the graded world) are told
-just before a running component's process stops for a new pod, and again once the new one is ready.
+`StackPods` is the emulated kubelet's container runtime (`arena.live.kubeapi.PodRuntime`): a pod start renders the
+pod's ConfigMap volumes into files under the stack's `pods/<component>/` (one file per key, as Kubernetes projects
+them) and starts the component's real process from them (an app through the supervisor, with the pod's name as its
+instance id; a server through its launcher); a pod stop stops the process; a pod is ready once the process answers
+its check (apps are probed every second, as a readinessProbe); a pod's log is the process's log from the pod's
+start; `kubectl exec` runs beside the pod's process (its pid, `pod_pid`). Starts and stops run on one worker thread
+per component, in order, off the controller's loop, so a rollout's status moves only once the new process is up.
+Restart observers (the graded world) are told just before a running component's process stops for a new pod, and
+again once the new one is ready.
 """
 
 from __future__ import annotations

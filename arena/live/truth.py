@@ -308,7 +308,8 @@ class SlackTruth:
     def _declared_db(self) -> dict[str, Any]:
         """The role's db settings in the app's ConfigMap (what the next pod renders), read from the cluster."""
         comp = self.stack.components[self.app]
-        cfg = yaml.safe_load(self.stack.cluster.configmap_data(comp.namespace, configmap_name("app.yaml")).get("app.yaml", "")) or {}
+        data = self.stack.cluster.configmap_data(comp.namespace, configmap_name("app.yaml"))
+        cfg = yaml.safe_load(data.get("app.yaml", "")) or {}
         return (cfg.get("roles", {}).get(self.role, {}) or {}).get("db", {}) or {}
 
     def _runtime_db(self) -> dict[str, Any]:

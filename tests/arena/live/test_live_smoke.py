@@ -170,7 +170,8 @@ def test_a_configmap_edit_and_a_rollout_restart_reach_the_new_process(env):
     assert env.run(f"{admin} patch configmap app-config --type merge -p {shlex.quote(patch)}").ok
     running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
     assert running["roles"]["message"]["db"]["pool_size"] != 7  # the running process read its file at boot
-    r = env.run(f"{admin} rollout restart deploy/svc-message && {admin} rollout status deploy/svc-message --timeout=120s")
+    r = env.run(f"{admin} rollout restart deploy/svc-message && "
+                f"{admin} rollout status deploy/svc-message --timeout=120s")
     assert r.ok and "successfully rolled out" in r.stdout, r
     running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
     assert running["roles"]["message"]["db"]["pool_size"] == 7
