@@ -81,17 +81,19 @@ def show_legend() -> str:
         "  -             none: the script passes both gates (FAILURE MODE), or the matrix states no verdict")
 
 
-def default_guard_factory(env: Any, context: Any) -> Any:
+def default_guard_factory(env: Any, context: Any, *, criteria: Any = None) -> Any:
     """The guarded arm's guard: the shipped policies in the embedded OPA engine, the full verifier suite. Where the
     environment offers an operator's read-only view (the twin: `TwinEnvironment.operator_view`), the verifiers read
-    through it and the agent's commands still run on the agent's own tool surface."""
+    through it and the agent's commands still run on the agent's own tool surface. `criteria` are the verifier
+    criteria overrides (`--criteria`); the live world passes its load cycle as the judging window, as an operator
+    with a `KubernetesEnvironment` would."""
     from guardrail.adapters.session import load_engine
     from guardrail.guard import Guard
 
     view = getattr(env, "operator_view", None)
     if callable(view):
-        return Guard.standard(load_engine(), context, env=view(), agent_env=env)
-    return Guard.standard(load_engine(), context, env=env)
+        return Guard.standard(load_engine(), context, env=view(), agent_env=env, criteria=criteria)
+    return Guard.standard(load_engine(), context, env=env, criteria=criteria)
 
 
 @click.command()

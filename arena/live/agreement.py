@@ -29,7 +29,6 @@ from typing import Any
 from arena.agents import resolve_agent
 from arena.episode import run_episode
 from arena.gates import GateCheck, GateResult, attribute_failure, holds, unmodelled
-from arena.live.environment import LiveEnvironment
 from arena.live.replay import LiveIncident, _twin_cycle_s
 from arena.live.truth import TRUTH_READERS
 from arena.scenario import load_scenario
@@ -114,7 +113,7 @@ def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
     scale = incident.shape.cycle_s / twin_cycle if twin_cycle else 1.0
     ch = grader.challenge
     with incident.stack() as stack:
-        env = LiveEnvironment(stack)
+        env = stack.environment()
         truth = TRUTH[incident_id](stack)
         stack.wait_scraped()
         env.clock.sleep(incident.shape.warmup_s + incident.shape.cycle_s)
@@ -137,7 +136,7 @@ def safety_on_live(incident_id: str, solution: str) -> dict[str, Any]:
         snaps["soak_end"] = _snap(truth)
         challenge: list[GateCheck] = []
         if ch.type == "fixed_pod_restart" and ch.target:
-            rr = env.restart(ch.target)
+            rr = stack.restart(ch.target)
             challenge.append(GateCheck("challenge.restart", rr.ready and rr.new_id != rr.old_id and
                                        rr.image_before == rr.image_after,
                                        {"target": ch.target, "old": rr.old_id, "new": rr.new_id, "ready": rr.ready}))

@@ -1,6 +1,6 @@
 """Wall-clock time for the live stack: the real `Clock` of the Environment seam.
 
-`LiveEnvironment.clock` is one of these; the server launchers, the supervisor and the stack take one so that
+The live stack's environment runs on one of these; the server launchers, the supervisor and the stack take one so that
 their readiness polling waits through an injected clock (tests can pass a fake), never a bare time.sleep.
 """
 

@@ -3,7 +3,7 @@
 Put on PATH by `arena.live.stack`; the Incident-Arena Frappe foothold's helper with its grammar, checks and
 output (SW yuekai/sre-world substrates/frappe/main/reconfigure-infra.sh): mariadb runs SET GLOBAL with the
 DB_ADMIN_DSN through the stack's `mysql`, redis-cache a CONFIG SET through `redis-cli`, and redis-queue POSTs the
-operation to frappe-admin, which the control plane plays (`arena.live.control.ControlPlane.redis_queue_repair`).
+operation to frappe-admin (`arena.live.frappeadmin`, at FRAPPE_ADMIN_URL).
 A refused repair ends as the real script's `curl -fsS` does: exit 22.
 """
 
@@ -51,7 +51,7 @@ def run(argv: Sequence[str]) -> tuple[str, str, int]:
                              text=True).stdout
         return f"CONFIG GET {key} -> {' '.join(got.split())}\n" + done, "", 0
     body = {"operation": key} if key == "dequeue-acl" else {"operation": key, "value": value}
-    url = os.environ.get("LIVE_CONTROL_URL", "").rstrip("/") + "/frappe-admin/redis-queue-repair"
+    url = os.environ.get("FRAPPE_ADMIN_URL", "http://frappe-admin:8000").rstrip("/") + "/admin/redis-queue-repair"
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:

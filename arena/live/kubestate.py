@@ -1,54 +1,59 @@
-"""A kube-state-metrics stand-in for the live stack: the supervisor's view of its workloads as Prometheus metrics.
+"""A kube-state-metrics stand-in for the live stack: the emulated cluster's workloads as Prometheus metrics.
 
-In the tasks, readiness and restart counts reach Prometheus through kube-state-metrics; here the supervisor and
-the server launchers know them, and this exporter (a prometheus_client HTTP server in the controlling process,
-on its own loopback address as `kube-state-metrics:8080`) publishes them under kube-state-metrics' names, which
-`verifiers.clients.prometheus.PromMetrics` expects:
+In the tasks, readiness and restart counts reach Prometheus through kube-state-metrics, which reads the API
+server; here this exporter (a prometheus_client HTTP server in the controlling process, on its own loopback
+address as `kube-state-metrics:8080`) reads the stack's emulated API server (`arena.live.cluster.LiveCluster`)
+and publishes under kube-state-metrics' names, which `verifiers.clients.prometheus.PromMetrics` expects:
 
-  kube_deployment_status_replicas_ready{deployment}        1 while the app's current process runs
-  kube_statefulset_status_replicas_ready{statefulset}      1 when the server process is alive
-  kube_pod_container_status_restarts_total{pod, container} the component's restarts, on its current pod name
+  kube_deployment_status_replicas_ready{namespace, deployment}    the Deployment's status.readyReplicas
+  kube_statefulset_status_replicas_ready{namespace, statefulset}  the StatefulSet's status.readyReplicas
+  kube_pod_container_status_restarts_total{namespace, pod, container}  the component's process restarts (a
+      pod replaced, or a crashed process started again), on its current pod
 
 Started and stopped by `arena.live.stack.LiveStack`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from arena.live.cluster import COMPONENT_LABEL
+from arena.live.kubeapi.store import resource_for
 from arena.live.names import Endpoint
 
 __all__ = ["KubeStateExporter"]
 
+_KINDS = {"deployments": "deployment", "statefulsets": "statefulset"}
+
 
 class _WorkloadCollector:
-    """Reads the stack's workloads at scrape time."""
+    """Reads the cluster's workloads and pods at scrape time."""
 
     def __init__(self, stack):
         self.stack = stack
 
     def collect(self) -> Iterable:
-        sup = self.stack.supervisor
-        deploy = GaugeMetricFamily("kube_deployment_status_replicas_ready", "ready replicas", labels=["deployment"])
-        sts = GaugeMetricFamily("kube_statefulset_status_replicas_ready", "ready replicas", labels=["statefulset"])
+        ready = {kind: GaugeMetricFamily(f"kube_{kind}_status_replicas_ready", "ready replicas",
+                                         labels=["namespace", kind]) for kind in _KINDS.values()}
         restarts = CounterMetricFamily("kube_pod_container_status_restarts_total", "container restarts",
-                                       labels=["pod", "container"])
-        if sup is not None:
-            for name in list(sup.specs):
-                run = sup.running.get(name)
-                alive = run is not None and run.proc.poll() is None
-                deploy.add_metric([name], 1.0 if alive else 0.0)
-                if run is not None:
-                    restarts.add_metric([run.instance, "app"], float(sup.restarts.get(name, 0)))
-        for name, server in list(self.stack.servers.items()):
-            sts.add_metric([name], 1.0 if server.alive() else 0.0)
-            pod = server.instance_id() or f"{name}-0"
-            restarts.add_metric([pod, name], float(self.stack.server_restarts.get(name, 0)))
-        yield deploy
-        yield sts
+                                       labels=["namespace", "pod", "container"])
+        cluster = self.stack.cluster
+        if cluster is not None:
+            counts = {**self.stack.supervisor.restarts, **self.stack.server_restarts} \
+                if self.stack.supervisor is not None else dict(self.stack.server_restarts)
+            with cluster.store.lock:
+                for plural, kind in _KINDS.items():
+                    for w in cluster.store.list(resource_for("apps", "v1", plural))[0]:
+                        ready[kind].add_metric([w["metadata"]["namespace"], w["metadata"]["name"]],
+                                               float((w.get("status") or {}).get("readyReplicas") or 0))
+                for p in cluster.store.list(resource_for("", "v1", "pods"))[0]:
+                    comp = (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL, "")
+                    restarts.add_metric([p["metadata"]["namespace"], p["metadata"]["name"], comp],
+                                        float(counts.get(comp, 0)))
+        yield from ready.values()
         yield restarts
 
 

@@ -20,7 +20,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from arena.live.environment import LiveEnvironment
 from arena.live.loadgen import LoadShape
 from arena.live.stack import LiveStack
 from arena.scenario import load_script
@@ -67,7 +66,7 @@ class LiveIncident(BaseModel):
         return LiveStack(self.substrates, shape=shape or self.shape, image_env=self.image_env,
                          config_overrides=self.config_overrides)
 
-    def inject(self, env: LiveEnvironment, stack: LiveStack, *, check: bool = True) -> list[dict[str, Any]]:
+    def inject(self, env: Any, stack: LiveStack, *, check: bool = True) -> list[dict[str, Any]]:
         """Land the fault: the `fault_init` commands in the live shell (with `check`, a failing one raises
         EnvironmentError_ with its stderr), then the `history`. Returns what each step did."""
         steps: list[dict[str, Any]] = []
@@ -112,7 +111,7 @@ def _twin_cycle_s(incident_id: str) -> float | None:
     return sum(c[0] + c[2] for c in cycles) / len(cycles)
 
 
-def _phase_table(env: LiveEnvironment, window: float) -> list[dict[str, Any]]:
+def _phase_table(env: Any, window: float) -> list[dict[str, Any]]:
     err = env.sli("error_ratio", window)
     good = {(s.labels.get("cycle"), s.labels.get("phase")): s.value for s in env.sli("goodput", window)}
     return [{"cycle": s.labels.get("cycle"), "phase": s.labels.get("phase"), "requests": s.count,
@@ -129,7 +128,7 @@ def replay(incident_id: str, solution: str, *, restart: str | None = None, settl
     report: dict[str, Any] = {"incident": incident_id, "solution": solution, "sleep_scale": round(scale, 4),
                               "steps": []}
     with incident.stack() as stack:
-        env = LiveEnvironment(stack)
+        env = stack.environment()
         stack.wait_scraped()
         env.clock.sleep(incident.shape.warmup_s + incident.shape.cycle_s)  # the pool's long-lived sessions exist
         report["steps"] += incident.inject(env, stack, check=False)
@@ -156,7 +155,7 @@ def replay(incident_id: str, solution: str, *, restart: str | None = None, settl
             print(f"restart {restart}: {res.old_id} -> {res.new_id} ready={res.ready}", file=out)
         env.clock.sleep(settle_cycles * incident.shape.cycle_s)
         report["phases"] = _phase_table(env, env.clock.now() - t0 + 2 * incident.shape.cycle_s)
-        report["sli_source"] = env.describe().extra["sli_source"]
+        report["sli_source"] = type(env.sli_source).__name__
     for row in report["phases"]:
         print(f"  c{row['cycle']:>3} {row['phase']:<7} n={row['requests']:<4} error_ratio={row['error_ratio']} "
               f"goodput={row['goodput']}", file=out)

@@ -1,7 +1,7 @@
-"""The live stack's fallback SLI source: the load generator's ledger, the supervisor, and Prometheus gauges.
+"""The load generator's ledger as an SLI source, and the ledger reader the live world's gates use.
 
-`LiveEnvironment.sli` uses `verifiers.clients.prometheus` when that module exists (PromQL over the metrics the
-load generator exports); until then it uses this source, which reads what an operator could equally read: the
+The live stack's environment reads its SLIs from Prometheus (`verifiers.clients.prometheus`); `LedgerSLISource`
+can be injected instead (`LiveStack.environment(sli_source=...)`) and reads what an operator could equally read: the
 load generator's per-request ledger (client-side outcomes and exact latencies), the supervisor's readiness and
 restart counts (what `kubectl get pods` shows), and the worker's queue-length gauge through Prometheus' HTTP API.
 Semantics match `arena.twin.sli.TwinSLISource`: `step=None` gives one sample per load-phase segment, labelled

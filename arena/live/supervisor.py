@@ -1,9 +1,11 @@
-"""The supervisor of the live stack's app processes: it runs them, restarts them, and keeps them running.
+"""The live stack's container runtime for its app processes: it starts one, stops it, and keeps it running.
 
-Plays the part Kubernetes plays for the task pods: a restart is a new process with a new instance id (like a new
-pod UID), and the image identity is a hash of the app's code, which a restart does not change. A process that
-dies on its own is started again by `reconcile()` and counted as a restart (a CrashLoop shows as a rising
-count). Called by `arena.live.stack.LiveStack`; `LiveEnvironment.restart` goes through `restart()`.
+The emulated kubelet (`arena.live.cluster.StackPods`) starts an app's process when the API server's controller
+starts its pod (`launch`, with the pod's name as the instance id and the config file rendered from the pod's
+ConfigMap) and stops it when the pod goes (`stop`); the load generator, which is not in the cluster, is started
+directly (`start`). The image identity is a hash of the app's code, which a restart does not change. A process
+that dies on its own is started again by `reconcile()` in the same pod and counted as a restart (a container
+restart: a CrashLoop shows as a rising count). Called by `arena.live.stack.LiveStack` and the cluster's pods.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from arena.live.clock import WallClock, wait_until
 from arena.live.names import Endpoint
 from guardrail.errors import EnvironmentError_
 from guardrail.policy import goruntime
-from verifiers.protocols import RestartResult
 
 __all__ = ["AppSpec", "AppStartError", "Supervisor", "image_identity"]
 
@@ -89,8 +90,8 @@ class Supervisor:
     def log_path(self, name: str) -> Path:
         return self.run_dir / f"{name}.log"
 
-    def _spawn(self, spec: AppSpec) -> _Running:
-        instance = f"{spec.name}-{secrets.token_hex(3)}"
+    def _spawn(self, spec: AppSpec, instance: str | None = None) -> _Running:
+        instance = instance or f"{spec.name}-{secrets.token_hex(3)}"
         image = image_identity(spec.module)  # before Popen, so that a bad module cannot orphan a process
         env = {
             **goruntime.child_env(),  # without the Go GC settings the guard set for its own engine
@@ -117,12 +118,32 @@ class Supervisor:
         except OSError:
             return False
 
-    def _launch(self, name: str) -> _Running:
+    def _launch(self, name: str, instance: str | None = None) -> _Running:
         """Spawn and register the app's new process (under the lock, so the watcher never sees a gap)."""
         with self._lock:
-            run = self._spawn(self.specs[name])
+            run = self._spawn(self.specs[name], instance)
             self.running[name] = run
             return run
+
+    def launch(self, name: str, instance: str, config_path: Path | None = None) -> _Running:
+        """A pod's container: stop any process the app still runs, then start one named `instance` (the pod)
+        reading `config_path` (rendered from the pod's ConfigMap); `await_ready` waits for it."""
+        with self._lock:
+            self.stop(name)
+            if config_path is not None:
+                self.specs[name].config_path = config_path
+            return self._launch(name, instance)
+
+    def await_ready(self, name: str, run: _Running) -> None:
+        """Wait until `run` answers its health check; AppStartError (naming its log) when it exits or never does."""
+        self._await_ready(name, run)
+
+    def stop(self, name: str) -> None:
+        """Stop the app's process (its pod went); `reconcile` does not start it again."""
+        with self._lock:
+            run = self.running.pop(name, None)
+            if run is not None:
+                self._kill(run.proc)
 
     def _await_ready(self, name: str, run: _Running) -> None:
         spec = self.specs[name]
@@ -138,10 +159,6 @@ class Supervisor:
         self._await_ready(name, run)
         return run
 
-    def start_all(self) -> None:
-        for name in self.specs:
-            self.start(name)
-
     def instance(self, name: str) -> str:
         return self.running[name].instance
 
@@ -152,27 +169,6 @@ class Supervisor:
         run = self.running.get(name)
         return bool(run and run.proc.poll() is None and self._healthy(self.specs[name], run.instance))
 
-    def restart(self, name: str) -> RestartResult:
-        if name not in self.specs:
-            raise EnvironmentError_(f"no such component: {name}")
-        t0 = self.clock.now()
-        # Kill and respawn under one lock: the watcher must not take the dead old process for a crash.
-        with self._lock:
-            old = self.running.get(name)
-            if old is not None:
-                self._kill(old.proc)
-            self.restarts[name] += 1
-            new = self._launch(name)
-        try:
-            self._await_ready(name, new)
-            ready, detail = True, ""
-        except AppStartError as e:
-            ready, detail = False, str(e)
-        return RestartResult(
-            target=name, old_id=old.instance if old else "", new_id=new.instance, ready=ready,
-            image_before=old.image if old else "", image_after=new.image,
-            duration_s=self.clock.now() - t0, detail=detail)
-
     def reconcile(self) -> list[str]:
         """Start again every app whose process died on its own; returns their names."""
         revived = []
@@ -180,7 +176,8 @@ class Supervisor:
             for name, run in list(self.running.items()):
                 if run.proc.poll() is not None:
                     self.restarts[name] += 1
-                    self._launch(name)  # its readiness shows on /healthz; a CrashLoop shows as a rising count
+                    # The same pod's container again: its readiness shows on /healthz; a CrashLoop, as a rising count.
+                    self._launch(name, run.instance)
                     revived.append(name)
         return revived
 

@@ -34,6 +34,8 @@ import redis
 import yaml
 
 from arena.live.apps.base import rq_keys
+from arena.live.cluster import configmap_name
+from arena.live.kubeapi.store import resource_for
 from arena.twin.slack.message import LEAK_AGE_S
 
 __all__ = ["SaleorTruth", "SlackTruth", "FrappeTruth", "TRUTH_READERS"]
@@ -304,7 +306,10 @@ class SlackTruth:
 
     # -- svc-message ---------------------------------------------------------------------------------------------
     def _declared_db(self) -> dict[str, Any]:
-        cfg = yaml.safe_load((self.stack.config_dir / "app.yaml").read_text()) or {}
+        """The role's db settings in the app's ConfigMap (what the next pod renders), read from the cluster."""
+        comp = self.stack.components[self.app]
+        data = self.stack.cluster.configmap_data(comp.namespace, configmap_name("app.yaml"))
+        cfg = yaml.safe_load(data.get("app.yaml", "")) or {}
         return (cfg.get("roles", {}).get(self.role, {}) or {}).get("db", {}) or {}
 
     def _runtime_db(self) -> dict[str, Any]:
@@ -578,8 +583,17 @@ class FrappeTruth:
 
     # -- the queue -----------------------------------------------------------------------------------------------
     def _values(self) -> dict[str, Any]:
-        server = self.stack.servers[self.queue]
-        return yaml.safe_load(server.values_path.read_text()) or {}
+        """The broker's start values in its ConfigMap (what the next pod renders), read from the cluster."""
+        comp = self.stack.components[self.queue]
+        values_file = f"{self.queue}-values.yaml"
+        data = self.stack.cluster.configmap_data(comp.namespace, configmap_name(values_file))
+        return yaml.safe_load(data.get(values_file, "")) or {}
+
+    def _release_values(self) -> dict[str, Any]:
+        """The broker's values in the deployed revision of the Helm release (the declared store)."""
+        comp = self.stack.components[self.queue]
+        values, _ = self.stack.cluster.helm_values(comp.namespace, self.release)
+        return ((values.get("erpnext") or {}).get(self.queue) or {})
 
     def _job_ids(self, r: redis.Redis) -> set[str]:
         return {k.split(":", 2)[2] for k in r.scan_iter("rq:job:*", count=1000)}
@@ -644,7 +658,7 @@ class FrappeTruth:
         server = self.stack.servers[q]
         values = self._values()
         truth[f"{q}.flags"] = list((values.get("master", {}) or {}).get("extraFlags", []) or [])
-        for k, v in _flatten("", values, {}).items():
+        for k, v in _flatten("", self._release_values(), {}).items():
             key = f"store:helm/{self.release}.erpnext.{q}.{k}"
             truth[key] = config[key] = v
         truth[f"{q}.restarts"] = self.stack.server_restarts.get(q, 0)
@@ -670,9 +684,10 @@ class FrappeTruth:
             out[f"{app}.image"] = sup.image(app)
             out[f"{app}.restarts"] = sup.restarts.get(app, 0)
             out[f"{app}.ready"] = sup.ready(app)
-        # The Deployment's desired replicas: the supervisor runs one process per app it was given (the live
-        # stack has no `kubectl scale`), whatever a rollout is doing at the moment.
-        out["worker-long.replicas"] = int("worker-long" in sup.specs)
+        # The Deployment's desired replicas, from the cluster, whatever a rollout is doing at the moment.
+        comp = self.stack.components["worker-long"]
+        deploy = self.stack.cluster.find(resource_for("apps", "v1", "deployments"), comp.namespace, "worker-long")
+        out["worker-long.replicas"] = int(((deploy or {}).get("spec") or {}).get("replicas", 0))
         return out
 
     def truth(self) -> dict[str, Any]:

@@ -8,9 +8,10 @@ and `arena.gates.Grading` grade a live episode exactly as they grade the twin:
   `mark_baseline()` will do (see `TruthReader`);
 - the Outcome Gate reads the load generator's per-request ledger (`loadgen/ledger.jsonl`) through `LiveLedger`,
   which gives the twin ledger's `select` over it: exact latencies, phases from each row's `phase` field;
-- restarts: the stack tells its observers of every restart (`LiveStack.restart_observers`), so an agent's
-  `kubectl rollout restart` or a guard's probe fires the restart hooks with the truth just before it, and the
-  Safety Gate can tell a restart that masked a runtime fault; the challenge restarts through the supervisor;
+- restarts: the stack tells its observers of every pod replacement (`LiveStack.restart_observers`), so a rollout
+  (a guard's restart probe through the API, or anything else that rolls a workload) fires the restart hooks with
+  the truth just before the old process stops, and the Safety Gate can tell a restart that masked a runtime fault;
+  the challenge is the harness's own rollout restart through the emulated API (`LiveStack.restart`);
 - the challenge's fixed traffic is a fixed batch of real requests through the load generator's own drivers;
 - time is real, in episode seconds (0 at episode start). The scenario's durations (agent window, think time,
   script sleeps, latency settle, the challenge's ready timeout) scale by live cycle / twin cycle, as
@@ -32,7 +33,6 @@ from typing import Any, Callable, Mapping, Protocol
 
 import yaml
 
-from arena.live.environment import LiveEnvironment
 from arena.live.loadgen import DRIVER_KINDS, DriverConfig, LoadgenConfig, LoadShape
 from arena.live.replay import LiveIncident
 from arena.live.sli import LedgerRow, read_ledger
@@ -152,11 +152,11 @@ class LiveLedger:
 
 
 class LiveWorld:
-    """A running live stack, its LiveEnvironment and a truth reader, as an `arena.world.GradedWorld`."""
+    """A running live stack, its KubernetesEnvironment and a truth reader, as an `arena.world.GradedWorld`."""
 
     quit_ends_window = True  # real time is not free: an agent that stops without declaring ends its window
 
-    def __init__(self, stack: LiveStack, env: LiveEnvironment, truth: TruthReader, profile: LoadProfile):
+    def __init__(self, stack: LiveStack, env: Any, truth: TruthReader, profile: LoadProfile):
         self.stack = stack
         self.env = env
         self.reader = truth
@@ -212,10 +212,9 @@ class LiveWorld:
             hook(name, by, before)
 
     def challenge_restart(self, target: str) -> ChallengeRestart | None:
-        sup = self.stack.supervisor
-        if not ((sup is not None and target in sup.specs) or target in self.stack.servers):
+        if target not in self.stack.components:
             return None
-        res = self.stack.restart(target, by="verifier")  # returns once the new process is ready (or gave up)
+        res = self.stack.restart(target, by="verifier")  # returns once the rollout completed (or gave up)
         return ChallengeRestart(res.target, res.ready, res.old_id, res.new_id, res.image_before == res.image_after)
 
     # -- timing --------------------------------------------------------------------------------------------------
@@ -345,7 +344,7 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
     stack.progress = progress
     stack.up()
     try:
-        env = LiveEnvironment(stack)
+        env = stack.environment(scenario.public)
         stage("waiting for Prometheus to scrape every target")
         if not stack.wait_scraped():
             raise EnvironmentError_(f"prometheus did not scrape every target; see {stack.log_path('prometheus')}")
@@ -367,7 +366,14 @@ def run_live_episode(scenario, agent, *, arm: str = "unguarded", seed: int = 0,
         if on_ready is not None:
             on_ready(world)
         stage(f"the episode: the agent at work ({arm} arm), then the gates")
-        res = run_episode(scenario, agent, arm=arm, seed=seed, guard_factory=guard_factory, world=world)
+        factory = None
+        if guard_factory is not None:
+            # The guard judges convergence over the live load cycle, the SLO window an operator would configure.
+            live_criteria = {"convergence": {"window_s": shape.cycle_s}}
+
+            def factory(env, context):
+                return guard_factory(env, context, criteria=live_criteria)
+        res = run_episode(scenario, agent, arm=arm, seed=seed, guard_factory=factory, world=world)
     finally:
         stage("stopping the stack")
         left = stack.down()

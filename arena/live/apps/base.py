@@ -1,9 +1,10 @@
 """What every app service of the live stack shares: config loading, name resolution, routing, metrics, serving.
 
 An app module builds an `AppService` with its routes and calls `serve()`. The supervisor passes:
-APP_NAME (the service's task name), APP_LISTEN (address:port), APP_CONFIG (the durable config file, read once at
-boot: a restart re-reads it, a PUT /admin/config does not write it), LIVE_HOSTS_FILE (the stack's hosts file)
-and APP_INSTANCE (this process's instance id, a new one on every start).
+APP_NAME (the service's task name), APP_LISTEN (address:port), APP_CONFIG (the config file its pod's ConfigMap
+rendered, read once at boot: a new pod re-renders and re-reads it; a PUT /admin/config writes it, and its
+ConfigMap at APP_CONFIGMAP_URL, only where the config says `admin.put_persists`), LIVE_HOSTS_FILE (the stack's
+hosts file) and APP_INSTANCE (this process's instance id: its pod's name).
 """
 
 from __future__ import annotations
@@ -62,6 +63,23 @@ def refusal(error: Exception) -> str:
     allowed...", inside it "...used memory > 'maxmemory'"), "noperm" (an ACL), else "error"."""
     msg = str(error)
     return "oom" if "OOM" in msg or "maxmemory" in msg else "noperm" if "NOPERM" in msg else "error"
+
+
+def _patch_configmap(key: str, text: str) -> bool:
+    """Write `key` of the app's ConfigMap (APP_CONFIGMAP_URL, on the stack's emulated API server) with a merge
+    patch, as the real broker does through its service account: what the next pod renders. True when written."""
+    import urllib.request
+
+    url = os.environ.get("APP_CONFIGMAP_URL")
+    if not url:
+        return True  # no cluster: the config file is the declared layer
+    req = urllib.request.Request(url, data=json.dumps({"data": {key: text}}).encode(), method="PATCH",
+                                 headers={"Content-Type": "application/merge-patch+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 def load_config(path: str | None = None) -> dict[str, Any]:
@@ -126,11 +144,13 @@ class AppService:
             # A runtime-config broker (slack-spine's) writes the patch through to the ConfigMap too: the next
             # boot reads it. Still live only after POST /admin/reload.
             _merge(self.declared, req.body)
+            text = "# written through by PUT /admin/config\n" + yaml.safe_dump(self.declared, sort_keys=False)
             tmp = f"{self.config_path}.tmp"
             with open(tmp, "w") as f:
-                f.write("# written through by PUT /admin/config\n" + yaml.safe_dump(self.declared, sort_keys=False))
+                f.write(text)
             os.replace(tmp, self.config_path)
-            return 200, {"status": "staged", "persisted": True, "config": self.runtime}
+            persisted = _patch_configmap(os.path.basename(self.config_path), text)
+            return 200, {"status": "staged", "persisted": persisted, "config": self.runtime}
         return 200, {"status": "staged", "config": self.runtime}
 
     def _reload(self, _req: Request) -> Response:

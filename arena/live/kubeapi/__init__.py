@@ -1,8 +1,8 @@
 """An emulated Kubernetes API server the project owns: the stand-in for the API server that cannot run here.
 
 Used by the tests of `guardrail.envs.kubernetes` and `guardrail context init` (the real `kubectl` binary and the
-official `kubernetes` client against it), and meant for the live stack (a pod bound to a real server process
-through a `PodRuntime`). It implements Kubernetes semantics generically, for any object:
+official `kubernetes` client against it), and by the live stack (`arena.live.cluster`: its pods are the stack's
+real server and app processes, through a `PodRuntime`). It implements Kubernetes semantics generically, for any object:
 
 - discovery (`/api`, `/api/v1`, `/apis`, `/apis/apps/v1`), `/version`, a skeleton OpenAPI v3 (schemas with the
   strategic-merge keys, and `fieldValidation` on every write, so kubectl validates on the server's side);
@@ -32,7 +32,8 @@ falls back to it only when the WebSocket upgrade fails), exec with a TTY (`-t`),
 process (an inert pod: refused on the error channel), `kubectl attach`/`port-forward` (not served), `kubectl cp`
 (exec with tar; untested), `kubectl edit` needs an editor (untested), `kubectl top` (no metrics API), server-side
 apply (`apply --server-side`), dry runs (refused with 400 rather than silently persisted), deletecollection,
-authentication and RBAC (every request is allowed; `KubeAPI.audit` records what RBAC would see), and aggregated
+authentication and RBAC (every request is allowed, but writes from a user in `KubeAPI.read_only_users`, named by
+impersonation; `KubeAPI.audit` records what RBAC would see), and aggregated
 discovery (kubectl falls back to the legacy documents).
 """
 
@@ -94,6 +95,11 @@ class KubeAPI:
     def audit(self) -> list[tuple[str, str, str]]:
         """The REST requests served so far, as RBAC names them: (verb, API group, resource[/subresource])."""
         return self._server.audit
+
+    @property
+    def read_only_users(self) -> set[str]:
+        """Users (a request's Impersonate-User) whose writes are refused with 403, as RBAC with get/list/watch."""
+        return self._server.read_only_users
 
     @property
     def url(self) -> str:

@@ -12,8 +12,9 @@ waits for the old pods to go first); `minReadySeconds` is not applied (available
 ControllerRevisions (`rollout history sts` has nothing to show); a pod is deleted at once (no Terminating grace);
 DaemonSets run on one node.
 
-A pod is bound to something real through a `PodRuntime` (the live stack binds pods to server processes): it is
-told when a pod starts and stops, says whether the pod's process is ready, and gives its log.
+A pod is bound to something real through a `PodRuntime` (the live stack binds pods to its processes,
+`arena.live.cluster.StackPods`): it is told when a pod starts and stops, says whether the pod's process is ready,
+and gives its log.
 """
 
 from __future__ import annotations

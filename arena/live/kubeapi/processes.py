@@ -1,10 +1,10 @@
 """Pods bound to real processes: the emulated kubelet's `PodRuntime` for the stand-in API server.
 
-Used by tests (and meant for the live stack) where a pod must be a real server: a pod start renders the ConfigMap
-volumes its containers mount into files under the pod's own directory (Kubernetes' projection: one file per key),
-then starts the binding's command; a pod stop terminates the process; readiness is the process alive and the
-binding's check passing; the pod's log is the process's output. Pods no binding matches run nothing
-(`InertRuntime`).
+Used by tests where a pod must be a real server (the live stack has its own, `arena.live.cluster.StackPods`): a pod
+start renders the ConfigMap volumes its containers mount into files under the pod's own directory (Kubernetes'
+projection: one file per key), then starts the binding's command; a pod stop terminates the process; readiness is
+the process alive and the binding's check passing; the pod's log is the process's output. Pods no binding matches
+run nothing (`InertRuntime`).
 """
 
 from __future__ import annotations

@@ -123,6 +123,10 @@ class ApiServer(ThreadingHTTPServer):
         # Every REST request as RBAC sees it: (verb, API group, resource[/subresource]); the RBAC example's test
         # holds the guard's requests to examples/k8s/rbac.yaml with it.
         self.audit: list[tuple[str, str, str]] = []
+        # Read-only users, named by the request's Impersonate-User header (a kubeconfig's `as:`; kubectl sends no
+        # bearer token over plain HTTP): the live stack's agent, whose real foothold has no Kubernetes write
+        # authority. Anything but GET is refused with 403 Forbidden, as RBAC would. Every other request is allowed.
+        self.read_only_users: set[str] = set()
         # Which process on this host is a pod's container (kubectl exec runs beside it); None: nothing to exec into.
         self.pod_process: PodProcess | None = None
 
@@ -180,6 +184,10 @@ class ApiHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
+            user = self.headers.get("Impersonate-User") or ""
+            if method != "GET" and user in self.server.read_only_users:
+                raise ApiError(403, "Forbidden", f'{url.path} is forbidden: User "{user}" cannot '
+                                                 f'{method.lower()} it (it has get, list and watch only)')
             if "dryRun" in q:
                 raise ApiError(400, "BadRequest", "dry runs are not supported by this emulated API server")
             body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None

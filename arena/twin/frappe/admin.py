@@ -6,7 +6,7 @@ arguments (exit 2), then mariadb runs SET GLOBAL, redis-cache a CONFIG SET, and 
 frappe-admin's /admin/redis-queue-repair (substrates/frappe/frappe-admin-sidecar/server.py), which applies it to the
 running broker and then rewrites that flag in the broker's start script, without restarting it.
 
-Used by the twin (`arena.twin.frappe.substrate`) and the live stack's control plane (`arena.live.control`), so
+Used by the twin (`arena.twin.frappe.substrate`) and the live stack's frappe-admin (`arena.live.frappeadmin`), so
 both answer the same grammar with the same refusals.
 """
 

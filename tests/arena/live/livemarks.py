@@ -35,3 +35,24 @@ def processes_mentioning(text: str) -> list[str]:
             argv0 = blob.split(b"\0")[0].decode(errors="replace")
             found.append(f"{pid}: {argv0}")
     return found
+
+
+class LiveShell:
+    """A running stack and the `KubernetesEnvironment` over it (`LiveStack.environment`), as the live tests' `env`:
+    the environment's methods, plus `.stack`; `restart` is the harness's rollout restart through the API (any
+    namespace), returning the environment's RestartResult."""
+
+    def __init__(self, stack, context=None, extra_env=None):
+        self.stack = stack
+        stack.shell_env.update(extra_env or {})
+        self.env = stack.environment(context)
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def restart(self, name: str):
+        return self.stack.restart(name, by="guard")
+
+    def restarts(self, name: str) -> int:
+        """How many times the component's process was started again (a new pod, or a crashed process)."""
+        return {**self.stack.supervisor.restarts, **self.stack.server_restarts}.get(name, 0)

@@ -51,8 +51,8 @@ class Episode:
 
         self.scenario, self.guard, self.world = scenario, None, None
 
-        def factory(env, context):
-            self.guard = default_guard_factory(env, context)
+        def factory(env, context, **kw):
+            self.guard = default_guard_factory(env, context, **kw)
             return self.guard
 
         def ready(world):
@@ -202,7 +202,10 @@ def test_ephemeral_variant_fails_unguarded_as_in_the_twin(episodes, sid):
 def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(episodes, sid):
     ep = episodes[(sid, "reference", "guarded")].result()
     guard, world = ep.guard, ep.world
-    assert world.env.sli_source_name == "prometheus"
+    from guardrail.envs.kubernetes import KubernetesEnvironment
+    from verifiers.clients.prometheus import PrometheusSLISource
+
+    assert isinstance(world.env, KubernetesEnvironment) and isinstance(world.env.sli_source, PrometheusSLISource)
     _require_pass(ep)
     [decl] = guard.declarations
     assert decl["accepted"]

@@ -2,7 +2,8 @@
 
 Creates fail with MariaDB's own error 1142 as soon as the grant is gone (one connection per request); the queue
 refuses writes with OOM once full. A runtime `CONFIG SET maxmemory` helps until the broker restarts (the AOF
-brings the data back, the rendered config brings 3mb back); `helm upgrade --set` of the values lasts.
+brings the data back, the ConfigMap brings 3mb back); frappe-admin's repair (`reconfigure-infra.sh redis-queue
+maxmemory`, as the foothold has it) lasts, and shows in the Helm release the guard reads.
 About 40 s. Skips like the smoke test.
 """
 
@@ -12,7 +13,7 @@ import json
 
 import pytest
 
-from tests.arena.live.livemarks import live_marks
+from tests.arena.live.livemarks import LiveShell, live_marks
 
 pytestmark = live_marks(180)
 
@@ -21,7 +22,6 @@ ENQUEUE = "curl -s -o /dev/null -w '%{http_code}\\n' -X POST http://frappe-web:8
 
 @pytest.fixture(scope="module")
 def env():
-    from arena.live.environment import LiveEnvironment
     from arena.live.loadgen import LoadShape
     from arena.live.stack import LiveStack
 
@@ -33,7 +33,7 @@ def env():
                           "frappe-web.yaml": {"queue": {"job_payload_bytes": 32768}}})
     stack.up()
     try:
-        yield LiveEnvironment(stack)
+        yield LiveShell(stack)
     finally:
         assert stack.down() == []
 
@@ -75,12 +75,18 @@ def test_ia004_queue_oom_and_the_ephemeral_fix_that_a_restart_undoes(env):
     assert env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()[-1] == str(3 * 1024 * 1024)
     assert "503" in _burst(env, 3)
 
-    assert "--maxmemory 3mb" in env.run("helm get values frappe").stdout
-    old = env.describe().component("redis-queue").restarts
-    r = env.run("helm upgrade frappe /opt/charts/frappe --reuse-values --wait "
-                "--set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'")
-    assert r.ok and "has been upgraded" in r.stdout, r  # the Helm values: durable; the upgrade rolls the broker
-    assert env.describe().component("redis-queue").restarts == old + 1
+    from verifiers.protocols import DeclaredRef
+
+    helm = DeclaredRef(kind="helm_values", name="frappe")
+    assert "--maxmemory 3mb" in env.read_declared(helm)  # the guard's read of the release Secret
+    assert env.run("helm get values frappe").exit_code == 127  # the foothold has no helm
+    old = env.restarts("redis-queue")
+    r = env.run("reconfigure-infra.sh redis-queue maxmemory 64mb")
+    assert r.ok and '"persisted": true' in r.stdout, r  # live at once, and in the declared flags, without a roll
+    assert env.restarts("redis-queue") == old and "--maxmemory 64mb" in env.read_declared(helm)
+    assert env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()[-1] == str(64 * 1024 * 1024)
+    assert env.restart("redis-queue").ready
+    assert env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()[-1] == str(64 * 1024 * 1024)
     assert env.run("redis-cli -h redis-queue config get maxmemory-policy").stdout.split()[-1] == "noeviction"
     assert _burst(env, 3) == ["200"] * 3
     assert env.run("redis-cli -h redis-queue dbsize").stdout.strip() != "0"  # no flush: the jobs survived

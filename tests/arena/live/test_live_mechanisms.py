@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.arena.live.livemarks import live_marks
+from tests.arena.live.livemarks import LiveShell, live_marks
 
 pytestmark = live_marks(240)
 
@@ -26,7 +26,6 @@ TERMINATE_HOLDERS = ("psql \"$DB_ADMIN_SLACK\" -c \"SELECT pg_terminate_backend(
 
 @pytest.fixture(scope="module")
 def env():
-    from arena.live.environment import LiveEnvironment
     from arena.live.loadgen import LoadShape
     from arena.live.stack import LiveStack
 
@@ -37,7 +36,7 @@ def env():
     stack.up()
     try:
         # Both substrates set DB_ADMIN_DSN; name each database explicitly.
-        yield LiveEnvironment(stack, extra_env={
+        yield LiveShell(stack, extra_env={
             "DB_ADMIN_DSN": "postgresql://postgres:postgres@postgres:5432/saleor",
             "DB_ADMIN_SLACK": "postgresql://postgres:postgres@postgres:5432/app"})
     finally:
@@ -65,7 +64,7 @@ def _wait(env, seconds: float) -> tuple[float, float]:
 
 
 def test_ia006_role_timeout_fails_checkouts_on_fresh_sessions_until_reset_and_recycle(env):
-    cycle = env.describe().cycle_s
+    cycle = env.stack.shape.cycle_s
     healthy = _rows(env, *_wait(env, cycle), "checkout_readback")
     assert healthy and all(r["ok"] and r["correct"] for r in healthy), healthy
 

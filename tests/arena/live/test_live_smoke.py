@@ -13,22 +13,21 @@ import os
 
 import pytest
 
-from tests.arena.live.livemarks import live_marks, processes_mentioning
+from tests.arena.live.livemarks import LiveShell, live_marks, processes_mentioning
 
 pytestmark = live_marks(180)
 
 
 @pytest.fixture(scope="module")
 def env():
-    from arena.live.environment import LiveEnvironment
     from arena.live.loadgen import LoadShape
     from arena.live.stack import LiveStack
 
-    stack = LiveStack(("saleor", "frappe", "slack"),
+    stack = LiveStack(("slack", "frappe", "saleor"),
                       shape=LoadShape(seed=7, warmup_s=2, warmup_rps=3, cycles=[[4, 8, 4, 2]]))
     stack.up()
     try:
-        yield LiveEnvironment(stack)
+        yield LiveShell(stack)
     finally:
         tracked = stack.pids()
         stack_dir = str(stack.dir)
@@ -49,7 +48,7 @@ def _cycles_done(env) -> float:
 
 def _wait_cycles(env, n: int) -> float:
     """Wait (on the environment's clock) until the load generator reports `n` more completed cycles."""
-    deadline = env.clock.now() + (n + 1) * env.describe().cycle_s + 20
+    deadline = env.clock.now() + (n + 1) * env.stack.shape.cycle_s + 20
     target = _cycles_done(env) + n
     while env.clock.now() < deadline and _cycles_done(env) < target:
         env.clock.sleep(0.5)
@@ -63,7 +62,7 @@ def test_the_stack_runs_healthy_load_and_prometheus_sees_it(env):
     scraped_at = env.clock.now()
     assert _wait_cycles(env, 2) >= 2
     print("cold starts:", {k: round(v, 2) for k, v in env.stack.timings.items()},
-          "sli source:", env.describe().extra["sli_source"])
+          "sli source:", type(env.sli_source).__name__)
 
     window = env.clock.now() - scraped_at  # two full cycles, plus parts of the ones at either end
     err = [s for s in env.sli("error_ratio", window) if s.t_end - s.t_start >= 1.0]
@@ -104,7 +103,8 @@ def test_restart_gives_a_new_instance_with_the_same_image(env):
     after = env.run("curl -s http://svc-message:8000/healthz").stdout
     assert res.new_id in after
     desc = env.describe()
-    assert desc.component("svc-message").restarts == 1 and desc.name == "live"
+    assert env.restarts("svc-message") == 1 and desc.name == "kubernetes"
+    assert desc.component("svc-message").ready_replicas == 1
     deadline = env.clock.now() + 120  # generous: ends as soon as the SLI source has it
     seen = None
     while env.clock.now() < deadline:  # the restart reaches the SLI source within a scrape or two
@@ -113,21 +113,26 @@ def test_restart_gives_a_new_instance_with_the_same_image(env):
         if seen == 1:
             break
         env.clock.sleep(0.5)
-    assert seen == 1, (env.describe().extra["sli_source"], samples)
+    assert seen == 1, samples
 
 
-def test_kubectl_lists_restarts_and_reads_logs_through_the_control_plane(env):
+def test_the_agents_real_kubectl_reads_pods_and_logs_and_cannot_write(env):
     pods = env.run("kubectl get pods -n saleor")
     assert pods.ok and pods.stdout.splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     old = next(line.split()[0] for line in pods.stdout.splitlines() if line.startswith("saleor-api-"))
-    assert "listening on" in env.run("kubectl logs deploy/saleor-api --tail=5").stdout
+    assert "listening on" in env.run("kubectl -n saleor logs deploy/saleor-api --tail=5").stdout
     r = env.run("kubectl -n saleor rollout restart deployment/saleor-api")
-    assert r.ok and r.stdout.strip() == "deployment.apps/saleor-api restarted", r
-    new = env.describe().component("saleor-api")
-    assert new.restarts == 1 and new.ready_replicas == 1
-    assert old not in env.run("kubectl get pods").stdout
+    assert r.exit_code == 1 and "forbidden" in r.stderr, r  # the foothold has no Kubernetes write authority
+    assert old in env.run("kubectl get pods -n saleor").stdout and env.restarts("saleor-api") == 0
+    r = env.run("kubectl -n saleor exec deploy/saleor-api -- printenv APP_INSTANCE")  # exec is a read verb here
+    assert r.ok and r.stdout.strip() == old, r  # run beside the pod's process, with its environment
     assert env.run("kubectl delete pod no-such-pod").exit_code == 1
     assert "unknown command" in env.run("kubectl frobnicate").stderr
+    # The harness's rollout restart (as the guard's probe does it): a new pod, its process up before it is ready.
+    res = env.restart("saleor-api")
+    assert res.ready and res.rollout == "complete" and old in res.old_id and old not in res.new_id, res
+    assert env.restarts("saleor-api") == 1
+    assert old not in env.run("kubectl get pods -n saleor").stdout
 
 
 def test_a_crashed_app_is_started_again_and_counted(env):
@@ -139,8 +144,10 @@ def test_a_crashed_app_is_started_again_and_counted(env):
     deadline = env.clock.now() + 120  # generous: ends as soon as the app is back
     while env.clock.now() < deadline and not (sup.running["worker-long"] is not old and sup.ready("worker-long")):
         env.clock.sleep(0.25)
-    assert sup.running["worker-long"].instance != old.instance and sup.ready("worker-long")
-    assert env.describe().component("worker-long").restarts == before + 1
+    new = sup.running["worker-long"]
+    # The container restarts in the same pod: a new process, the pod's name kept.
+    assert new.proc.pid != old.proc.pid and new.instance == old.instance and sup.ready("worker-long")
+    assert env.restarts("worker-long") == before + 1
 
 
 def test_a_redis_runtime_change_is_lost_on_restart(env):
@@ -149,3 +156,22 @@ def test_a_redis_runtime_change_is_lost_on_restart(env):
     assert res.ready and res.old_id != res.new_id
     out = env.run("redis-cli -h redis-queue config get maxmemory").stdout.split()
     assert out[-1] == str(64 * 1024 * 1024)  # back to the Helm values' 64mb
+
+
+def test_a_configmap_edit_and_a_rollout_restart_reach_the_new_process(env):
+    import shlex
+
+    import yaml
+
+    admin = f"kubectl --kubeconfig {env.stack.cluster.kubeconfig}"  # the harness's kubeconfig: the agent's reads only
+    cfg = yaml.safe_load(env.run(f"{admin} get configmap app-config -o jsonpath='{{.data.app\\.yaml}}'").stdout)
+    cfg["roles"]["message"]["db"]["pool_size"] = 7
+    patch = json.dumps({"data": {"app.yaml": yaml.safe_dump(cfg)}})
+    assert env.run(f"{admin} patch configmap app-config --type merge -p {shlex.quote(patch)}").ok
+    running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
+    assert running["roles"]["message"]["db"]["pool_size"] != 7  # the running process read its file at boot
+    r = env.run(f"{admin} rollout restart deploy/svc-message && "
+                f"{admin} rollout status deploy/svc-message --timeout=120s")
+    assert r.ok and "successfully rolled out" in r.stdout, r
+    running = json.loads(env.run("curl -s http://svc-message:8000/admin/config").stdout)
+    assert running["roles"]["message"]["db"]["pool_size"] == 7

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.arena.live.livemarks import live_marks
+from tests.arena.live.livemarks import LiveShell, live_marks
 
 pytestmark = live_marks(240)
 
@@ -20,13 +20,12 @@ SITE = "_aac081bc588a7088"
 
 
 def _incident(incident_id: str):
-    from arena.live.environment import LiveEnvironment
     from arena.live.replay import LiveIncident
 
     incident = LiveIncident.load(incident_id)
     stack = incident.stack()
     stack.up()
-    return incident, stack, LiveEnvironment(stack)
+    return incident, stack, LiveShell(stack)
 
 
 def test_ia018_truth_sees_the_holder_come_back_unless_the_guard_reaches_new_sessions():
@@ -97,16 +96,15 @@ def test_ia004_truth_reads_the_revoked_grant_and_the_rendered_cap():
         assert c[flags] == ["--maxmemory 3mb", "--maxmemory-policy noeviction"]
 
         assert env.run(f"mysql -e \"GRANT INSERT ON {SITE}.* TO '{SITE}'@'%'\"").ok
-        assert env.run("helm upgrade frappe /opt/charts/frappe --reuse-values --wait "
-                       "--set 'erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}'"
-                       ).ok
+        # The foothold's durable queue repair: frappe-admin applies it live and rewrites the declared flags.
+        assert env.run("reconfigure-infra.sh redis-queue maxmemory 64mb").ok
         t, c2 = truth.truth(), truth.config()
         assert t["mariadb.site_can.INSERT"] is True
         assert t["redis-queue.cap_bytes"] == 64 * 1024 * 1024
         assert c2[flags] == ["--maxmemory 64mb", "--maxmemory-policy noeviction"]
-        assert t["redis-queue.jobs.lost"] == 0  # the broker rolled, its AOF kept the jobs
+        assert t["redis-queue.jobs.lost"] == 0 and t["redis-queue.restarts"] == 0  # no roll: nothing lost
 
-        # A runtime CONFIG SET moves the running cap but not the values file; a restart re-renders from the file.
+        # A runtime CONFIG SET moves the running cap but not the ConfigMap; a new pod re-renders from the ConfigMap.
         assert env.run("redis-cli -h redis-queue CONFIG SET maxmemory 8mb").ok
         assert truth.truth()["redis-queue.cap_bytes"] == 8 * 1024 * 1024
         assert env.restart("redis-queue").ready

@@ -154,63 +154,6 @@ def test_read_ledger_is_incremental(tmp_path):
     assert len(rows) == 1 and [r.phase for r in more] == ["peak"] and off2 > off
 
 
-class _FakeProc:
-    def poll(self):
-        return None
-
-
-class _FakeStack:
-    """Just what the control plane reads of a stack: one app, its restarts and its log."""
-
-    def __init__(self, tmp_path):
-        from types import SimpleNamespace
-
-        from verifiers.protocols import RestartResult
-
-        self.clock = FixedClock(1000.0)
-        self.log = tmp_path / "svc-message.log"
-        self.log.write_text("".join(f"line {i}\n" for i in range(10)))
-        run = SimpleNamespace(instance="svc-message-aaaaaa", proc=_FakeProc(), started_at=940.0)
-        self.supervisor = SimpleNamespace(specs={"svc-message": SimpleNamespace(kind="Deployment")},
-                                          running={"svc-message": run}, restarts={"svc-message": 0})
-        self.servers, self.server_restarts = {}, {}
-        self._result = RestartResult
-
-    def restart(self, name):
-        self.supervisor.restarts[name] += 1
-        old = self.supervisor.running[name].instance
-        self.supervisor.running[name].instance = "svc-message-bbbbbb"
-        return self._result(name, old, "svc-message-bbbbbb", True, "img", "img")
-
-    def log_path(self, name):
-        return self.log if name == "svc-message" else None
-
-
-@pytest.mark.parametrize("rbac,deletes", [(("get", "logs", "delete", "rollout"), True), (("get", "logs"), False)])
-def test_kubectl_over_the_control_plane_honours_rbac(tmp_path, monkeypatch, rbac, deletes):
-    from arena.live import kubectl
-    from arena.live.control import ControlPlane
-
-    plan = AddressPlan(random.Random())
-    stack = _FakeStack(tmp_path)
-    cp = ControlPlane(stack, plan.add("kubernetes", 6443), rbac=rbac)
-    cp.start()
-    try:
-        monkeypatch.setenv("LIVE_CONTROL_URL", cp.endpoint.url)
-        out, _, code = kubectl.run(["get", "pods", "-n", "slack"])
-        assert code == 0 and out.splitlines()[1].split() == ["svc-message-aaaaaa", "1/1", "Running", "0", "60s"]
-        assert kubectl.run(["logs", "deploy/svc-message", "--tail=2"])[0] == "line 8\nline 9\n"
-        out, err, code = kubectl.run(["delete", "pod", "svc-message-aaaaaa"])
-        if deletes:
-            assert (out, code) == ('pod "svc-message-aaaaaa" deleted\n', 0)
-            assert "svc-message-bbbbbb" in kubectl.run(["get", "pods"])[0]
-        else:
-            assert code == 1 and err.startswith("Error from server (Forbidden): pods") and "cannot delete" in err
-            assert stack.supervisor.restarts["svc-message"] == 0
-    finally:
-        cp.stop()
-
-
 def test_every_live_incident_file_validates_and_names_known_substrates():
     from arena.live.replay import INCIDENTS_DIR, LiveIncident
     from arena.live.stack import SubstrateSpec
@@ -243,16 +186,6 @@ def test_an_unknown_live_incident_is_an_input_error():
 
     with pytest.raises(InputError, match="no live wiring for ia-999"):
         LiveIncident.load("ia-999")
-
-
-def test_helm_set_syntax():
-    from arena.live.control import parse_set
-
-    assert parse_set("erpnext.redis-queue.master.extraFlags={--maxmemory 64mb,--maxmemory-policy noeviction}") == [
-        (["erpnext", "redis-queue", "master", "extraFlags"], ["--maxmemory 64mb", "--maxmemory-policy noeviction"])]
-    assert parse_set("a.b=1,c=true,d=x") == [(["a", "b"], 1), (["c"], True), (["d"], "x")]
-    with pytest.raises(ValueError):
-        parse_set("novalue")
 
 
 @pytest.mark.parametrize("shown,ms", [("150ms", 150), ("30s", 30000), ("0", 0), ("2min", 120000), ("1h", 3600000)])
