@@ -474,6 +474,13 @@ def _without_password(args):
     option specs need not know it, and it is never read."""
     return [a for a in args if not (a.startswith("-p") and not a.startswith("--p") or a.startswith("--password"))]
 
+def _one_count(sql: str) -> bool:
+    """Is `sql`, however the client and server read it, one `SELECT count(...)` (see `counts_only`)?"""
+    return all(len(steps) == 1 and isinstance(steps[0], Statement)
+               and counts_only(steps[0].text, hash_comments=True, exec_comments=True)
+               for steps in readings([(sql, True)]))
+
+
 @register
 class Mysql:
     """mysql and mariadb clients."""
@@ -487,8 +494,7 @@ class Mysql:
         sql = p.all("-e")
         return p.has("-N", "--skip-column-names") and p.flags <= _COUNT_FLAGS \
             and set(p.opts) <= {"-e", "-h", "-P", "-u", "-D"} and len(sql) == 1 and not sql[0].dynamic \
-            and len(p.positionals) <= 1 and not inv.args_pending \
-            and counts_only(str(sql[0]), hash_comments=True, exec_comments=True)
+            and len(p.positionals) <= 1 and not inv.args_pending and _one_count(str(sql[0]))
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [a for a in inv.args]

@@ -224,3 +224,17 @@ def test_reads_stay_reads(sql):
 def test_a_lock_function_held_through_a_sleep_is_held():
     (lock, sleep) = [a for a in normalise("mysql -e \"SELECT GET_LOCK('x', 0); DO SLEEP(60)\"")]
     assert lock.details.get("held_s") == 60.0 and lock.mutating is True
+
+
+@pytest.mark.parametrize("sql,number", [("SELECT COUNT(*) FROM t", True), ("SELECT count(*) AS n FROM t", True),
+                                        ("SELECT COUNT(*) FROM t $$; DELETE FROM t; $$", False),
+                                        ("SELECT count(*) FROM t; system ls", False),
+                                        ("SELECT count(*) FROM t /*!99999 ; SELECT 'x' */", False),
+                                        ("SELECT count(*) FROM t\\G SELECT user()", False)])
+def test_a_count_prints_a_number_only_when_every_reading_is_one_count(sql, number):
+    from guardrail.actions.classifiers.mysql import Mysql
+    from guardrail.actions.invocation import Invocation
+    from guardrail.actions.words import Word
+
+    inv = Invocation(argv=[Word.of(w) for w in ("mysql", "-N", "-e", sql)])
+    assert Mysql().prints_number(inv) is number
