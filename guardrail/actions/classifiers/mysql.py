@@ -16,7 +16,7 @@ from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, litera
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
 from guardrail.actions.classifiers.sql import (SqlEffect, Statement, Tok, common_effect, counts_only, hold_locks,
                                              literal, statements)
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import Invocation, Unreadable, stdin_at_decision
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
 __all__ = ["Mysql", "MysqlAdmin", "mysql_effect"]
@@ -525,11 +525,14 @@ class Mysql:
                 return [inv.action("mysql", "session", target=target, mutating=UNKNOWN,
                                    opaque_reason="an interactive mysql session: the SQL typed into it is not visible",
                                    details=base)]
-            if st.text is None:
+            try:  # a heredoc, a here-string, an echo piped in, or `< file.sql` read now (as kubectl -f reads)
+                sources = [stdin_at_decision(st, inv.where)]
+            except Unreadable as e:
                 return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
-                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible",
+                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible "
+                                                 f"({e}); run it with -e, from a heredoc, or from a readable file "
+                                                 "of at most 1 MB",
                                    details=base)]
-            sources = [st.text]
         out: list[Action] = []
         delimiter = str(p.get("--delimiter") or ";")
         charset = str(p.get("--default-character-set") or "auto").lower()

@@ -156,3 +156,13 @@ def test_an_alias_with_a_heredoc_that_ends_cleanly_is_read():
 def test_mysql_reads_stdin_only_without_e(command, verbs):
     got = [(a.verb, a.mutating) for a in normalise(command) if a.tool == "mysql"]
     assert all(v in got for v in verbs) and (("drop", True) in got) == (("drop", True) in verbs), got
+
+
+def test_mysql_reads_a_file_redirected_into_it_now(tmp_path):
+    f = tmp_path / "m.sql"
+    f.write_text("SELECT 1;\nDELETE FROM t;\n")
+    assert [(a.verb, a.mutating) for a in normalise(f"mysql d < {f}")] == [("select", False), ("delete", True)]
+    f.write_text("SELECT 1;\n")
+    assert [(a.verb, a.mutating) for a in normalise(f"mysql d < {f}")] == [("select", False)]
+    for unreadable in (tmp_path / "missing.sql", "/dev/zero", tmp_path):
+        assert [(a.verb, a.mutating) for a in normalise(f"mysql d < {unreadable}")] == [("query", UNKNOWN)]
