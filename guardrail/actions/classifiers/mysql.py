@@ -1,7 +1,9 @@
 """mysql / mariadb and their statements: `mariadb.<var>` by layer (GLOBAL runtime, SESSION session), grants.
 
 Registered for `mysql` and `mariadb`; called by `Normaliser.dispatch`. SQL comes from `-e`, stdin (heredoc,
-here-string, pipe) or is not visible (`< file`, `source`, an interactive session: mutating unknown).
+here-string, an echo piped in, `< file` read at decision time) or is not visible (another program's output,
+`source`, an interactive session: mutating unknown). The text is read as the client and the server read it
+(`mysqllex.readings`), every reading judged.
 SET GLOBAL lands in the runtime layer (lost on restart; my.cnf is the declared one); SET PERSIST is declared.
 """
 
