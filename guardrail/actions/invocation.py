@@ -123,6 +123,8 @@ class Invocation:
     args_pending: bool = False
     # ... and the command whose output they are, when known (`pgrep postgres` in `pgrep postgres | xargs kill`).
     pending_from: str = ""
+    # The words as typed, without the redirections (an alias expands into these; its stdin is `stdin`).
+    words_raw: str | None = None
 
     @property
     def name(self) -> str:

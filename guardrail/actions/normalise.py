@@ -141,8 +141,10 @@ class Normaliser:
         return walker.actions
 
     def _alias(self, inv: Invocation, name: str) -> list[Action]:
-        # An alias is text substitution: its value followed by the rest of the words as typed.
-        rest = inv.raw.split(None, 1)[1] if len(inv.raw.split(None, 1)) > 1 else ""
+        # An alias is text substitution: its value followed by the rest of the words as typed. Its redirections
+        # were read where the command stands (a heredoc as bash ends it): not re-read from the text here.
+        typed = inv.words_raw if inv.words_raw is not None else inv.raw
+        rest = typed.split(None, 1)[1] if len(typed.split(None, 1)) > 1 else ""
         text = f"{self.session.aliases[name]} {rest}".strip()
         aliases = self.session.aliases.pop(name)  # an alias does not expand inside itself
         try:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import dataclasses
 import re
+import shlex
 
 import tree_sitter
 import tree_sitter_bash
@@ -536,10 +537,10 @@ class ShellWalker:
             # A redirection alone (`> file`, `: >` without the colon) empties or creates the file.
             self._bare_writes(node, redirects)
             return None
-        own_stdin, writes, continuations = self.redirects(redirects, self._herestrings(node))
+        own_stdin, writes, continuations, words = self.redirects(redirects, self._herestrings(node))
         if body.type == "command":
             out = self.command(body, stdin, own_stdin=own_stdin, writes=writes, raw=_txt(node),
-                               extra=_dropped_words(node, body, redirects))
+                               extra=_dropped_words(node, body, redirects) + words)
             if out is not None and out.number and _merges_stderr(redirects):
                 out = dataclasses.replace(out, number=False)  # `wc -l f 2>&1`: its errors name the file
         else:
@@ -561,7 +562,7 @@ class ShellWalker:
         """The files a redirection with no command writes: `> f` empties f (creates it), `>> f` creates it."""
         if not redirects:
             return
-        _, writes, _ = self.redirects(redirects)
+        _, writes, _, _ = self.redirects(redirects)
         inv = Invocation(argv=[Word.of("redirect")], where=self.where, raw=_txt(node))
         for path, append in writes:
             self.emit([file_write(inv, path, verb="append" if append else "write", content="", by="redirect")])
@@ -599,11 +600,14 @@ class ShellWalker:
         return out
 
     def redirects(self, redirects: list[Node], herestrings: set[int] | frozenset[int] = frozenset()
-                  ) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]]]:
-        """(stdin from a heredoc/here-string/`<` file, files written, statements chained after a heredoc)."""
+                  ) -> tuple[Stdin | None, list[tuple[str, bool]], list[tuple[str, Node]], list[Word]]:
+        """(stdin from a heredoc/here-string/`<` file, files written, statements chained after a heredoc, the
+        command's words that tree-sitter-bash hung on a redirect: in `xargs </dev/null rm -rf` it reads `rm -rf` as
+        more destinations of `<`; bash takes one word as the file and the rest as the command's own)."""
         stdin: Stdin | None = None
         writes: list[tuple[str, bool]] = []
         conts: list[tuple[str, Node]] = []
+        words: list[Word] = []
         for r in redirects:
             if r.type != "heredoc_redirect":  # a heredoc's body is expanded in `heredoc`, what follows it when run
                 self.substitutions(r)
@@ -630,6 +634,9 @@ class ShellWalker:
                 dest = r.child_by_field_name("destination")
                 if dest is None:
                     continue
+                for more in r.children_by_field_name("destination")[1:]:
+                    braced = brace_words(more, self.env)
+                    words += braced if braced is not None else [self.word(more)]
                 w = word_of(dest, self.env)
                 if str(w).startswith(("/dev/tcp/", "/dev/udp/")) or (w.dynamic and "/dev/" in str(w)):
                     # bash opens a raw socket here: whatever is written to it is a protocol command we cannot see.
@@ -645,7 +652,7 @@ class ShellWalker:
                 elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \
                         and not str(w).startswith(("/dev/fd/", "&")):
                     writes.append((str(w), op in (">>", "&>>")))
-        return stdin, writes, conts
+        return stdin, writes, conts, words
 
     def heredoc(self, r: Node) -> Stdin:
         start = next((c for c in r.children if c.type == "heredoc_start"), None)
@@ -715,7 +722,7 @@ class ShellWalker:
                     self.emit(self._assignment_action(c, "assign"))
             self._bare_writes(node, redirects)
             return None
-        in_stdin, more_writes, conts = self.redirects(redirects)
+        in_stdin, more_writes, conts, hung = self.redirects(redirects)
         all_writes = list(writes or []) + more_writes
         # The command name is never taken from a variable, even a loop-bound one: that stays opaque.
         argv = [word_of(name_node.named_children[0] if name_node.named_children else name_node)]
@@ -723,14 +730,18 @@ class ShellWalker:
             # `systemctl {stop,} db` runs `systemctl stop db`: brace expansion comes first, as bash does it.
             braced = brace_words(a, self.env)
             argv += braced if braced is not None else [self.word(a)]
-        argv += extra or []
+        argv += hung + (extra or [])
         if len(name_node.named_children) > 1:
             argv[0] = word_of(name_node)
         named = brace_words(name_node.named_children[0], self.env) if name_node.named_children else None
         if named is not None and (named or len(argv) > 1):
             argv[:1] = named  # `s{ed,} -i ...` runs `sed s -i ...`; `{,} rm -rf x` runs `rm -rf x`
-        effective = in_stdin or own_stdin or stdin
-        inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node))
+        # bash applies redirections left to right, so the last stdin wins: a redirect after the command
+        # (`xargs </dev/null cmd <<EOF`, the heredoc hung on the statement) over one among its words.
+        effective = own_stdin or in_stdin or stdin
+        words_raw = " ".join([*(_txt(a) for a in [name_node, *args]), *(shlex.quote(str(w)) for w in extra or [])])
+        inv = Invocation(argv=argv, where=self.where, stdin=effective, raw=raw if raw is not None else _txt(node),
+                         words_raw=words_raw)
         if (str(argv[0]) in _EVALUATES_NAMES and _RUNS_LATER.search(_txt(node))) or "@P}" in _txt(node):
             self.emit([_runs_later_action(inv)])
             return None

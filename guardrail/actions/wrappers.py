@@ -23,7 +23,7 @@ from guardrail.actions.dispatch import Dispatcher
 from guardrail.actions.filewrite import file_write
 from guardrail.actions.invocation import Invocation, Stdin, Where, clean_path, command_name, runs_code
 from guardrail.actions.model import UNKNOWN, Action, Target
-from guardrail.actions.words import Word
+from guardrail.actions.words import Word, decode_ansi_c
 
 __all__ = ["WRAPPERS", "SHELLS", "INTERPRETERS"]
 
@@ -364,13 +364,23 @@ def xargs(inv: Invocation, n: Dispatcher) -> list[Action] | None:
             argv = [Word.of(str(a).replace(str(repl), line), dynamic=a.dynamic) for a in rest]
             out += n.dispatch(Invocation(argv=argv, where=inv.where.inside("xargs"), raw=" ".join(argv)))
         return out
-    try:
-        extra = shlex.split(st.text)
-    except ValueError:
-        extra = st.text.split()
-    argv = rest + [Word.of(e) for e in extra]
+    argv = rest + [Word.of(e) for e in _xargs_items(st.text, p)]
     return n.dispatch(Invocation(argv=argv, where=inv.where.inside("xargs"),
                                  raw=" ".join(shlex.quote(str(a)) for a in argv)))
+
+
+def _xargs_items(text: str, p: Any) -> list[str]:
+    """The items xargs reads from `text`: with -0 / --null separated by NUL only, with -d X by X only (both take
+    quotes and backslashes literally, and a newline is part of an item), otherwise words with xargs's quoting."""
+    delim = "\0" if p.has("-0", "--null") else p.get("-d")
+    if delim is not None:
+        d = decode_ansi_c(str(delim)) if str(delim).startswith("\\") else str(delim)
+        items = text.split(d[:1] or "\n")
+        return items[:-1] if items and items[-1] == "" else items
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
 
 
 @wrapper("trap")

@@ -289,14 +289,28 @@ def hand_over(work: Path, secret_file: Path, socket_path: str, user: pwd.struct_
     os.chmod(work / "bin", 0o755)
 
 
+# Where a shell finds a program without the agent's PATH: bash's `command -p` searches the system's standard path
+# (confstr _CS_PATH), and `hash -p FILE`, an absolute path or a PATH the agent sets itself can name any of these.
+_SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/snap/bin")
+
+
+def _standard_path() -> str:
+    try:
+        return os.confstr("CS_PATH") or ""
+    except (ValueError, OSError):
+        return ""
+
+
 def hidden_clients(resolved: dict[str, str | None], search_path: str) -> list[str]:
-    """Every file the agent could run a shimmed tool from: each one of that name on PATH, the file it resolves to,
-    and PostgreSQL's versioned client directories (Debian's psql is a wrapper that runs one of them)."""
+    """Every file the agent could run a shimmed tool from: each one of that name on PATH, on the standard path
+    (`command -p`) and in the system's bin directories, the file each resolves to, and PostgreSQL's versioned
+    client directories (Debian's psql is a wrapper that runs one of them)."""
     import glob
 
     paths: set[str] = set()
+    dirs = [*search_path.split(os.pathsep), *_standard_path().split(os.pathsep), *_SYSTEM_BIN_DIRS]
     for tool in resolved:
-        for d in search_path.split(os.pathsep):
+        for d in dirs:
             cand = os.path.join(d, tool) if d else ""
             if cand and os.path.isfile(cand):
                 paths.update({os.path.abspath(cand), os.path.realpath(cand)})

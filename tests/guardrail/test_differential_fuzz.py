@@ -196,19 +196,39 @@ def test_the_same_shapes_written_as_bash_reads_them_still_run(oracle, text):
     assert oracle.runs(text)
 
 
-# Found by the fuzzer (seed 1) and not closed yet: each input is allowed, and bash runs a command the guard denies.
-OPEN_BYPASSES = [
-    # an alias's heredoc: the end-line check of `heredoc` is not reached on the alias path (#15935's weapon form)
+# Found by the fuzzer (seed 1), closed at their cause: each input is denied now, and nothing it makes bash run is
+# allowed. The variants go past the examples: other wrappers behind a hung redirect, other stdin redirects after
+# it, -0 and -d item splitting, and aliases with their own redirections.
+CLOSED_BYPASSES = [
+    # an alias's heredoc: its redirections were re-read from text cut where tree-sitter ended the heredoc (#15935)
     "shopt -s expand_aliases\nalias z=psql\nz <<'EOF'\nSELECT 1;\nEOF && true;\n# ; DROP TABLE users;\n",
-    # a `<` redirect inside the command and a heredoc after it: the guard reads /dev/null, bash the heredoc (#17259)
+    "shopt -s expand_aliases\nalias z='psql -X'\nz <<'EOF'\nSELECT 1;\nEOF;\n# ; DROP TABLE users;\n",
+    "shopt -s expand_aliases\nalias z=redis-cli\nz <<<FLUSHALL",
+    # a `<` redirect inside the command and a heredoc after it: bash reads the last, the heredoc (#17259), and
+    # tree-sitter-bash hangs the words after `< file` on the redirect, though bash runs them (`rm -rf`)
     "xargs </dev/null rm -rf <<'EOF'\n/var/lib/mysql\nEOF",
     "xargs -0 -r </dev/null psql -c SEL'ECT 1' $'-f' $'-' <<'EOF'\nDROP TABLE users;\nEOF",
     "xargs -0 -r </dev/null mysql <<EOF\nDROP TABLE t;\nEOF",  # (#23405)
+    "xargs -d '\\n' </dev/null rm -rf <<'EOF'\n/var/lib/postgresql/data\nEOF",
+    "xargs </dev/null rm -rf <<< /var/lib/mysql",
+    "nice </dev/null rm -rf /var/lib/mysql",
+    "env </dev/null rm -rf /var/lib/postgresql/data",
+    "timeout </dev/null 5 redis-cli FLUSHALL",
+    "nohup </dev/null redis-cli FLUSHALL",
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="open bypasses found by the differential fuzzer (seed 1), not yet closed")
-@pytest.mark.parametrize("text", OPEN_BYPASSES)
-def test_open_bypasses_found_by_the_fuzzer(fuzz, sandbox, oracle, text):
+@pytest.mark.parametrize("text", CLOSED_BYPASSES)
+def test_the_bypasses_found_by_the_fuzzer_are_closed(fuzz, sandbox, oracle, text):
     out = fuzz.check_one(oracle, sandbox, 0, text, [])
     assert not out.bypasses and not oracle.runs(text)
+    # and bash does run a denied command with it when allowed (so the reading was the hole, not the sandbox)
+    lenient = type("AllowInput", (), {"runs": staticmethod(lambda t: t == text or oracle.runs(t)),
+                                      "call_text": staticmethod(oracle.call_text)})()
+    assert fuzz.check_one(lenient, sandbox, 0, text, []).bypasses
+
+
+@pytest.mark.parametrize("text", ["cat </dev/null", "sort </dev/null -r", "xargs </dev/null echo <<'EOF'\na b\nEOF",
+                                  "shopt -s expand_aliases\nalias z=psql\nz <<'EOF'\nSELECT 1;\nEOF"])
+def test_the_same_redirects_around_harmless_commands_still_run(oracle, text):
+    assert oracle.runs(text)

@@ -162,10 +162,13 @@ class CopyMove:
             if hidden:
                 return [inv.opaque(inv.name, f"{hidden}; copy with plain options, or run the command directly",
                                    tool=inv.name)]
-        spec = _SCP_OPTIONS if inv.name == "scp" else OptionSpec.of(
+        spec = _SCP_OPTIONS if inv.name == "scp" else _COPY_SPECS.get(inv.name) or OptionSpec.of(
             ["-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "--owner", "-g", "--group", "-e",
              "--exclude", "--include", "-P", "-i", "-F"], {"--target-directory": "-t"})
         p = spec.parse(inv.args)
+        if inv.name == "install" and p.get("--strip-program") is not None:
+            return [inv.opaque("install", "install --strip-program runs a program of the caller's choice on each "
+                               "file; install without it", tool="install")]
         files = [str(f) for f in p.positionals]
         target_dir = p.get("-t")
         if target_dir is not None:
@@ -179,6 +182,47 @@ class CopyMove:
         if inv.name == "mv":
             out += [file_write(inv, s, verb="delete", by="mv") for s in sources]
         return out
+
+
+# GNU coreutils' option tables for cp, mv, install and ln: the options that take a value, and the long ones that
+# take none or only an attached one (`--backup[=CONTROL]`). getopt_long takes any unambiguous prefix of a long
+# option (`cp --target-d /etc x` writes /etc/x, `install --mo 4755` sets a mode), so each table is complete.
+_COPY_VALUES = {
+    "cp": ["-S", "--suffix", "-t", "--target-directory", "--no-preserve", "--sparse"],
+    "mv": ["-S", "--suffix", "-t", "--target-directory"],
+    "install": ["-g", "--group", "-m", "--mode", "-o", "--owner", "-S", "--suffix", "-t", "--target-directory",
+                "--strip-program"],
+    "ln": ["-S", "--suffix", "-t", "--target-directory"],
+}
+_COPY_FLAGS = {
+    "cp": {"--archive", "--attributes-only", "--backup", "--copy-contents", "--debug", "--force", "--interactive",
+           "--link", "--dereference", "--no-clobber", "--no-dereference", "--preserve", "--parents", "--recursive",
+           "--reflink", "--remove-destination", "--strip-trailing-slashes", "--symbolic-link",
+           "--no-target-directory", "--update", "--verbose", "--one-file-system", "--context", "--keep-directory-symlink",
+           "--help", "--version"},
+    "mv": {"--backup", "--force", "--interactive", "--no-clobber", "--no-copy", "--strip-trailing-slashes",
+           "--no-target-directory", "--update", "--verbose", "--context", "--exchange", "--debug", "--help",
+           "--version"},
+    "install": {"--backup", "--compare", "--directory", "--preserve-timestamps", "--strip", "--no-target-directory",
+                "--verbose", "--preserve-context", "--context", "--debug", "--help", "--version"},
+    "ln": {"--backup", "--directory", "--force", "--interactive", "--logical", "--no-dereference", "--physical",
+           "--relative", "--symbolic", "--no-target-directory", "--verbose", "--help", "--version"},
+}
+_COPY_SPECS = {tool: OptionSpec.of(_COPY_VALUES[tool], {"--target-directory": "-t", "--suffix": "-S", "--mode": "-m",
+                                                        "--owner": "-o", "--group": "-g"},
+                                   long_flags=_COPY_FLAGS[tool]) for tool in _COPY_VALUES}
+# chmod, chown, chgrp: the same for their options (`chmod --ref=/etc/shadow f`, `chown --rec`).
+_ATTR_SPECS = {
+    "chmod": OptionSpec.of(["--reference"], long_flags={"--changes", "--no-preserve-root", "--preserve-root",
+                                                        "--quiet", "--silent", "--recursive", "--verbose", "--help",
+                                                        "--version"}),
+    "chown": OptionSpec.of(["--reference", "--from"], long_flags={
+        "--changes", "--dereference", "--no-dereference", "--no-preserve-root", "--preserve-root", "--quiet",
+        "--silent", "--recursive", "--verbose", "--help", "--version"}),
+    "chgrp": OptionSpec.of(["--reference"], long_flags={
+        "--changes", "--dereference", "--no-dereference", "--no-preserve-root", "--preserve-root", "--quiet",
+        "--silent", "--recursive", "--verbose", "--help", "--version"}),
+}
 
 
 # Each tool's long options without a value (GNU: any unambiguous prefix of one is accepted: `rm --r` is -r).
@@ -214,10 +258,13 @@ class Attributes:
     commands = ("chmod", "chown", "chgrp", "truncate", "setfacl", "chattr")
 
     def classify(self, inv: Invocation) -> list[Action]:
-        p = OptionSpec.of(["-s", "--size", "-r", "--reference", "-m", "-x", "-M", "-X"]).parse(inv.args)
-        pos = [str(f) for f in p.positionals]
+        p = (_ATTR_SPECS.get(inv.name) or OptionSpec.of(["-s", "--size", "-r", "--reference", "-m", "-x", "-M",
+                                                          "-X"])).parse(inv.args)
+        pos = [str(f) for f in p.positionals] + [str(f) for f in (p.after_dashdash or [])]
         if inv.name in ("chmod", "chown", "chgrp"):
-            mode, files = (pos[0], pos[1:]) if pos else ("", [])
+            ref = p.get("--reference")
+            # --reference=RFILE takes the mode or owner from RFILE: every positional is then a file.
+            mode, files = (f"--reference={ref}", pos) if ref is not None else (pos[0], pos[1:]) if pos else ("", [])
             # chmod's symbolic modes start with a dash sometimes (chmod -x f): the parser took it as a flag.
             if inv.name == "chmod" and not files and pos:
                 mode, files = next((str(a) for a in inv.args if str(a).startswith("-")), ""), pos

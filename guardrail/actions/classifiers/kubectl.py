@@ -247,13 +247,30 @@ class Kubectl:
     def _delete(self, inv: Invocation, a: Action, p: Parsed, rest: list[Word], res: Any, ns: str | None) -> None:
         files = a.details.get("files", [])
         if files:
-            # What a manifest names is deleted: read it when it is on stdin (a heredoc), else it cannot be known.
-            if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
-                self._manifests(a, inv.stdin.text, ns)
+            # What a manifest names is deleted: read it from a heredoc, or (as apply does) from a local file at
+            # decision time, `-f - < file` too; a remote or produced manifest, or one on a pipe, cannot be known.
+            remote = any(str(f).lower().startswith(("http://", "https://")) for f in files)
+            local = not STDIN_PATHS.intersection(files) and not remote and not a.details.get("produced_files")
+            text = None
+            reason = ""
+            try:
+                if STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.text is not None:
+                    text = inv.stdin.text
+                elif STDIN_PATHS.intersection(files) and inv.stdin is not None and inv.stdin.source == "file":
+                    text = stdin_at_decision(inv.stdin, inv.where)
+                elif local:
+                    text = "\n---\n".join(read_at_decision(str(f), inv.where) for f in files)
+            except Unreadable as e:
+                reason = f" (it cannot be read now: {e})"
+            if text is not None:
+                self._manifests(a, text, ns)
+                if a.target.kind == "":
+                    a.target = Target(kind="manifest", name=files[0], namespace=ns)
             elif a.mutating is True:
                 a.mutating = UNKNOWN
                 a.opaque_reason = (f"kubectl delete -f {files[0]} deletes what the manifest names, which the guard "
-                                   "does not read; delete the objects by kind and name")
+                                   f"does not read{reason}; delete the objects by kind and name, or from a readable "
+                                   "file of at most 1 MB")
         elif a.details.get("kustomize") and a.mutating is True:
             a.mutating = UNKNOWN
             a.opaque_reason = (f"kubectl delete -k {a.details['kustomize'][0]} deletes what the kustomization "

@@ -1,7 +1,9 @@
 """mysql / mariadb and their statements: `mariadb.<var>` by layer (GLOBAL runtime, SESSION session), grants.
 
 Registered for `mysql` and `mariadb`; called by `Normaliser.dispatch`. SQL comes from `-e`, stdin (heredoc,
-here-string, pipe) or is not visible (`< file`, `source`, an interactive session: mutating unknown).
+here-string, an echo piped in, `< file` read at decision time) or is not visible (another program's output,
+`source`, an interactive session: mutating unknown). The text is read as the client and the server read it
+(`mysqllex.readings`), every reading judged.
 SET GLOBAL lands in the runtime layer (lost on restart; my.cnf is the declared one); SET PERSIST is declared.
 """
 
@@ -12,10 +14,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, literal_text, readings
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
-from guardrail.actions.classifiers.sql import (SqlEffect, Statement, client_terminators, common_effect, counts_only,
-                                             hold_locks, literal, statements)
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.classifiers.sql import (SqlEffect, Statement, Tok, common_effect, counts_only, hold_locks,
+                                             literal, statements)
+from guardrail.actions.invocation import Invocation, Unreadable, stdin_at_decision
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
 __all__ = ["Mysql", "MysqlAdmin", "mysql_effect"]
@@ -114,9 +117,17 @@ def _var_name(g: list[Any]) -> tuple[str, str | None, int]:
     return text.lower(), scope, k
 
 
-def mysql_effect(st: Statement) -> list[SqlEffect]:
-    """What one MySQL/MariaDB statement does (a SET with several scopes gives several effects)."""
+def mysql_effect(st: Statement, prepared: set[str] | None = None, depth: int = 0) -> list[SqlEffect]:
+    """What one MySQL/MariaDB statement does (a SET with several scopes gives several effects). `prepared` holds
+    the names of statements PREPAREd from text the guard judged (their EXECUTE adds nothing)."""
+    prepared = set() if prepared is None else prepared
     k = st.kw(0)
+    if k == "SET" and st.kw(1) == "STATEMENT":
+        # SET STATEMENT var = value [, ...] FOR stmt: the variables last one statement; the statement is what runs.
+        at = st.index("FOR")
+        if at < 0 or at + 1 >= len(st.toks):
+            return [_opaque("set statement", "SET STATEMENT without a statement the guard can read")]
+        return mysql_effect(Statement(st.toks[at + 1:], _after(st.text, st.toks[:at + 1])), prepared, depth)
     if k == "SET":
         return _set(st)
     if k in ("GRANT", "REVOKE"):
@@ -147,16 +158,119 @@ def mysql_effect(st: Statement) -> list[SqlEffect]:
         return [SqlEffect(verb=f"{k} {st.kw(1)}".lower(), mutating=True, layer=Layer.NONE, details=details)]
     if k in ("INSTALL", "UNINSTALL"):
         return [SqlEffect(verb=k.lower(), mutating=True, layer=Layer.DECLARED, details={"sql_kind": "server"})]
-    if k in ("CALL", "EXECUTE", "PREPARE", "HANDLER", "LOAD", "SOURCE"):
-        return [SqlEffect(verb=k.lower(), mutating=UNKNOWN, details={"sql_kind": "procedural"},
-                          opaque_reason=f"{k} runs code or data whose effect is not visible")]
+    if k in ("PREPARE", "EXECUTE", "DEALLOCATE") or k == "DROP" and st.kw(1) == "PREPARE":
+        return _dynamic(st, prepared, depth)
+    if k == "HANDLER" and st.kw(2) in ("OPEN", "READ", "CLOSE"):
+        # HANDLER t OPEN | READ ... | CLOSE: a cursor over a table's rows, read only.
+        return [SqlEffect(verb=f"handler {st.kw(2).lower()}", mutating=False,
+                          details={"sql_kind": "read", "tables": [st.toks[1].value]})]
+    if k == "LOAD":
+        return [_load(st)]
+    if k in ("CALL", "HANDLER", "SOURCE"):
+        return [_opaque(k.lower(), f"{k} runs code or data whose effect is not visible")]
     if k == "CHECK" or k == "CHECKSUM":
         return [SqlEffect(verb=k.lower(), mutating=False, details={"sql_kind": "read"})]
+    if k == "DO":
+        # DO expr, ...: evaluates the expressions as a SELECT would, without a result.
+        st = Statement([Tok("word", "SELECT", "SELECT"), *st.toks[1:]], st.text)
     eff = common_effect(st)
     if eff is not None:
-        return [eff]
+        if k == "DO" and eff.verb == "select":
+            eff.verb = "do"
+        return [_functions(st, eff)]
     return [SqlEffect(verb=(k or "statement").lower(), mutating=UNKNOWN,
                       opaque_reason=f"SQL statement {k or st.text[:20]!r} is not one the guard knows")]
+
+
+def _opaque(verb: str, reason: str) -> SqlEffect:
+    return SqlEffect(verb=verb, mutating=UNKNOWN, details={"sql_kind": "procedural"}, opaque_reason=reason)
+
+
+_MAX_DYNAMIC_DEPTH = 3
+
+
+def _dynamic(st: Statement, prepared: set[str], depth: int) -> list[SqlEffect]:
+    """SQL run from a string: EXECUTE IMMEDIATE 'text', PREPARE s FROM 'text' (judged as if it ran: an EXECUTE
+    s may follow), EXECUTE s of a statement so prepared (nothing more). From a variable or an expression, or an
+    EXECUTE of a statement the guard did not see prepared: opaque."""
+    k = st.kw(0)
+    if k in ("DEALLOCATE", "DROP"):
+        return [SqlEffect(verb="deallocate prepare", mutating=False, skip=True)]
+    if k == "EXECUTE" and st.kw(1) != "IMMEDIATE":
+        name = st.toks[1].value.lower() if len(st.toks) > 1 else ""
+        if name in prepared:
+            return [SqlEffect(verb="execute", mutating=False, skip=True)]
+        return [_opaque("execute", f"EXECUTE {name or '?'} runs a prepared statement the guard did not see "
+                                   "prepared from a literal")]
+    if k == "PREPARE":
+        name = st.toks[1].value.lower() if len(st.toks) > 1 else ""
+        text = literal_text(st.toks[3:]) if st.kw(2) == "FROM" else None
+    else:
+        using = st.index("USING")
+        text = literal_text(st.toks[2:using if using > 0 else len(st.toks)])
+        name = ""
+    if text is None or depth >= _MAX_DYNAMIC_DEPTH:
+        return [_opaque(k.lower(), f"{k} runs SQL from a variable or expression the guard cannot read; run the "
+                                   "statement itself")]
+    out: list[SqlEffect] = []
+    for steps in readings([(text, False)]):
+        for step in steps:
+            if isinstance(step, Statement):
+                out += mysql_effect(step, prepared, depth + 1)
+            else:
+                out.append(_opaque(k.lower(), getattr(step, "reason", f"{k} text the guard cannot read")))
+    if name:
+        prepared.add(name)
+    for eff in out:
+        eff.details["dynamic"] = k.lower()
+    return out or [SqlEffect(verb=k.lower(), mutating=False, skip=True)]
+
+
+def _load(st: Statement) -> SqlEffect:
+    """LOAD DATA|XML [LOCAL] INFILE 'f' ... INTO TABLE t: rows written into t; LOAD INDEX INTO CACHE: a cache."""
+    if st.kw(1) == "INDEX":
+        return SqlEffect(verb="load index", mutating=True, layer=Layer.NONE, details={"sql_kind": "maintenance"})
+    into = st.index("INTO")
+    if into < 0 or st.index("INFILE") < 0:
+        return _opaque("load", "a LOAD statement the guard cannot read")
+    table = st.name_at(into + 1 + (st.kw(into + 1) == "TABLE"))[0]
+    return SqlEffect(verb="load data", mutating=True, layer=Layer.DECLARED,
+                     details={"sql_kind": "dml", "table": table, "local": st.index("LOCAL") > 0},
+                     target_kind="table", target_name=table)
+
+
+# MariaDB/MySQL functions that change server state when a SELECT or DO evaluates them: user-level locks other
+# sessions wait on, sequences, and the common command-running UDFs.
+_STATE_FUNCS = {"get_lock": "get lock", "release_lock": "release lock", "release_all_locks": "release lock",
+                "nextval": "nextval", "setval": "setval", "sys_exec": "sys_exec", "sys_eval": "sys_eval"}
+
+
+def _functions(st: Statement, eff: SqlEffect) -> SqlEffect:
+    """A read that calls a function with an effect is that effect: GET_LOCK and its releases, a sequence's
+    NEXTVAL / SETVAL / NEXT VALUE FOR, a command UDF; a schema-qualified call (`db.f()`) is a stored function,
+    which may write: opaque. LOAD_FILE reads a file of the server's."""
+    if eff.mutating is not False:
+        return eff
+    for i, t in enumerate(st.toks[:-1]):
+        name = t.value.lower()
+        if t.kind not in ("word", "qid") or st.toks[i + 1].text != "(":
+            if t.up == "NEXT" and st.kw(i + 1) == "VALUE" and st.kw(i + 2) == "FOR":
+                return SqlEffect(verb="nextval", mutating=True, layer=Layer.DECLARED,
+                                 details={**eff.details, "sql_kind": "function"})
+            continue
+        if i > 0 and st.toks[i - 1].text == "." and i > 1 and st.toks[i - 2].kind in ("word", "qid"):
+            return SqlEffect(verb="call", mutating=UNKNOWN, details={**eff.details, "sql_kind": "procedural"},
+                             opaque_reason=f"{st.toks[i - 2].value}.{t.value}() is a stored function, which may "
+                                           "write; its body is not judged here")
+        if name in _STATE_FUNCS:
+            lock = name == "get_lock"
+            return SqlEffect(verb=_STATE_FUNCS[name], mutating=True,
+                             layer=Layer.DECLARED if name in ("nextval", "setval") else Layer.NONE,
+                             details={**eff.details, "sql_kind": "lock" if "lock" in name else "function",
+                                      **({"lock": True} if lock else {})})
+        if name == "load_file":
+            eff.details["reads_server_files"] = True
+    return eff
 
 
 # What a PURGE ... BEFORE may name as "now": it then keeps no binary log but the one being written.
@@ -284,46 +398,16 @@ def _kill_user(st: Statement) -> dict[str, Any]:
     return {"broad": True, "user": st.name_at(at + 1)[0]} if 0 < at <= 4 else {}
 
 
-# The client's own backslash commands, anywhere in a statement, that run a shell command, read a file as SQL, or
-# write one: \\! (system), \\. (source), \\P (pager), \\T (tee), \\e (edit). \\G, \\g, \\c ... only end or clear it.
-_CLIENT_COMMANDS = {"!": "\\!", ".": "\\.", "P": "\\P", "T": "\\T", "e": "\\e"}
-_CLIENT_WORDS = {"SYSTEM", "SOURCE", "PAGER", "TEE", "EDIT"}
-
-
-def _client_command(st: Statement) -> str | None:
-    """The client command a statement holds (`SELECT 1 \\! sh`, `system ls`), or None."""
-    if st.toks and st.toks[0].up in _CLIENT_WORDS:
-        return st.toks[0].value.lower()
-    for i, t in enumerate(st.toks[:-1]):
-        if t.kind == "op" and t.text == "\\":
-            nxt = st.toks[i + 1]
-            if nxt.kind == "op" and nxt.text in ("!", "."):
-                return _CLIENT_COMMANDS[nxt.text]
-            if nxt.kind == "word" and (nxt.text[:1] in ("P", "T") or nxt.text == "e"):
-                return _CLIENT_COMMANDS[nxt.text[:1]]
-    return None
-
-
+# The client's own commands that run a shell command, read a file as SQL, write a file, connect elsewhere or change
+# the character set later text is read in; the others (use, go, print, status, warnings, ...) change nothing.
+_CLIENT_EFFECTS = {"system": "runs a shell command", "source": "runs the SQL of a file the guard does not read",
+                   "pager": "pipes output through a shell command", "tee": "writes a file",
+                   "edit": "runs an editor", "connect": "reconnects, perhaps to another server",
+                   "charset": "changes the character set later text is read in"}
 # Options that make the client run SQL, a command or a library not on the command line.
 _RUNS_UNSEEN = frozenset({"--defaults-file", "--defaults-extra-file", "--plugin-dir", "--default-auth", "--pager"})
-_DELIMITER = re.compile(r"[ \t]*(?:delimiter|\\d)[ \t]+(\S+)", re.I)
-
-
-def _plain_delimiters(src: str, delimiter: str = ";") -> str:
-    """The mysql client's `DELIMITER x` (or `\\d x`, `--delimiter=x`) makes x end a statement, so that a compound
-    body's own `;` stay inside it: the text with each such delimiter written `;` and the DELIMITER lines dropped (the
-    body's statements are then judged one by one, see `compound_bodies`)."""
-    if delimiter == ";" and not _DELIMITER.search(src):
-        return src
-    out = []
-    for line in src.split("\n"):
-        m = _DELIMITER.match(line)
-        if m:
-            delimiter = m.group(1)
-            out.append("")
-        else:
-            out.append(line.replace(delimiter, ";") if delimiter != ";" else line)
-    return "\n".join(out)
+# Client character sets in which no multi-byte character ends in a backslash or backtick byte.
+_SAFE_CHARSETS = frozenset({"utf8", "utf8mb4", "utf8mb3", "latin1", "ascii", "binary", "auto"})
 
 
 # Statements that open a compound block (MariaDB runs `BEGIN NOT ATOMIC ... END`, IF, CASE, LOOP, WHILE, REPEAT and
@@ -392,6 +476,13 @@ def _without_password(args):
     option specs need not know it, and it is never read."""
     return [a for a in args if not (a.startswith("-p") and not a.startswith("--p") or a.startswith("--password"))]
 
+def _one_count(sql: str) -> bool:
+    """Is `sql`, however the client and server read it, one `SELECT count(...)` (see `counts_only`)?"""
+    return all(len(steps) == 1 and isinstance(steps[0], Statement)
+               and counts_only(steps[0].text, hash_comments=True, exec_comments=True)
+               for steps in readings([(sql, True)]))
+
+
 @register
 class Mysql:
     """mysql and mariadb clients."""
@@ -405,8 +496,7 @@ class Mysql:
         sql = p.all("-e")
         return p.has("-N", "--skip-column-names") and p.flags <= _COUNT_FLAGS \
             and set(p.opts) <= {"-e", "-h", "-P", "-u", "-D"} and len(sql) == 1 and not sql[0].dynamic \
-            and len(p.positionals) <= 1 and not inv.args_pending \
-            and counts_only(str(sql[0]), hash_comments=True, exec_comments=True)
+            and len(p.positionals) <= 1 and not inv.args_pending and _one_count(str(sql[0]))
 
     def classify(self, inv: Invocation) -> list[Action]:
         args = [a for a in inv.args]
@@ -428,38 +518,64 @@ class Mysql:
                                details=base)]
         # --init-command is SQL the client runs on connecting, before anything else.
         inits = [str(e) for e in p.all("--init-command")]
-        sources = [str(e) for e in execs]
+        # Several -e are one text to the client, joined by a space (a string or comment may run across them).
+        execs_text = [str(e) for e in execs]
+        sources = [" ".join(execs_text)] if execs else []
         if not sources:
             st = inv.stdin
             if st is None:
                 return [inv.action("mysql", "session", target=target, mutating=UNKNOWN,
                                    opaque_reason="an interactive mysql session: the SQL typed into it is not visible",
                                    details=base)]
-            if st.text is None:
+            try:  # a heredoc, a here-string, an echo piped in, or `< file.sql` read now (as kubectl -f reads)
+                sources = [stdin_at_decision(st, inv.where)]
+            except Unreadable as e:
                 return [inv.action("mysql", "query", target=target, mutating=UNKNOWN,
-                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible",
+                                   opaque_reason=f"the SQL comes from {st.producer or st.source} and is not visible "
+                                                 f"({e}); run it with -e, from a heredoc, or from a readable file "
+                                                 "of at most 1 MB",
                                    details=base)]
-            sources = [st.text]
         out: list[Action] = []
         delimiter = str(p.get("--delimiter") or ";")
-        for src in inits + sources:
-            src = client_terminators(_plain_delimiters(src, delimiter), "gG", hash_comments=True, exec_comments=True)
-            judged: list[tuple[Statement, SqlEffect | str]] = []
-            for st_ in compound_bodies(statements(src, hash_comments=True, exec_comments=True)):
-                client = _client_command(st_)
-                judged += [(st_, client)] if client is not None else [(st_, eff) for eff in mysql_effect(st_)]
-            hold_locks([eff for _, eff in judged if isinstance(eff, SqlEffect)])
-            for st_, eff in judged:
-                if isinstance(eff, str):
-                    out.append(inv.action("mysql", eff, target=target, mutating=UNKNOWN, details=base,
-                                          opaque_reason=f"mysql client command {eff} runs or writes something "
-                                                        "not visible"))
-                elif not eff.skip:
-                    out.append(to_action(inv, "mysql", eff, st_.text, target, base))
+        charset = str(p.get("--default-character-set") or "auto").lower()
+        if charset not in _SAFE_CHARSETS and any(ord(c) > 127 for src in inits + sources for c in src):
+            return [inv.action("mysql", "query", target=target, mutating=UNKNOWN, details=base,
+                               opaque_reason=f"non-ASCII text in character set {charset}: a multi-byte character "
+                                             "can swallow the backslash or quote after it")]
+        # Each way the server could read the text (its sql_mode, its version for /*!NNNNN comments): every action
+        # of the first reading, and those of the others it lacks. Several -e are also judged one by one.
+        seen: set[str] = set()
+        variants = [sources, *([[e] for e in execs_text] if len(execs_text) > 1 else [])]
+        for texts in variants:
+            for steps in readings([*((i, False) for i in inits), *((src, True) for src in texts)],
+                                  delimiter=delimiter, preserve_comments=p.has("-c", "--comments")):
+                fresh = [(a, a.model_dump_json()) for a in self._judge(inv, steps, target, base)]
+                out += [a for a, key in fresh if key not in seen]
+                seen |= {key for _, key in fresh}
         if not out:
             out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
         return out
 
+    def _judge(self, inv: Invocation, steps: list[Any], target: Any, base: dict[str, Any]) -> list[Action]:
+        """One reading's statements and client commands as actions."""
+        out: list[Action] = []
+        judged: list[tuple[Statement, SqlEffect]] = []
+        prepared: set[str] = set()
+        sts = [s for s in steps if isinstance(s, Statement)]
+        for st_ in compound_bodies(sts):
+            judged += [(st_, eff) for eff in mysql_effect(st_, prepared)]
+        hold_locks([eff for _, eff in judged])
+        out += [to_action(inv, "mysql", eff, st_.text, target, base) for st_, eff in judged if not eff.skip]
+        for step in steps:
+            if isinstance(step, ClientCommand) and step.name in _CLIENT_EFFECTS:
+                out.append(inv.action("mysql", step.name, target=target, mutating=UNKNOWN,
+                                      details={**base, "statement": step.text},
+                                      opaque_reason=f"mysql client command {step.name} "
+                                                    f"{_CLIENT_EFFECTS[step.name]}"))
+            elif isinstance(step, Opaque):
+                out.append(inv.action("mysql", "query", target=target, mutating=UNKNOWN, details=base,
+                                      opaque_reason=step.reason))
+        return out
 
 
 _ADMIN_SPEC = OptionSpec.of(
@@ -528,5 +644,6 @@ class MysqlAdmin:
                 sql.append(_ADMIN_SQL[name])
             i += 1
         out = [to_action(inv, "mysql", eff, st.text, target, base)
-               for st in statements("; ".join(sql), hash_comments=True) for eff in mysql_effect(st) if not eff.skip]
+               for steps in readings([("; ".join(sql), False)]) for st in steps if isinstance(st, Statement)
+               for eff in mysql_effect(st) if not eff.skip]
         return out or [inv.action("mysqladmin", "connect", target=target, mutating=False, details=base)]

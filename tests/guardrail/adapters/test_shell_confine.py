@@ -69,3 +69,27 @@ def test_confine_without_root_is_bad_input(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(InputError, match="--confine needs root"):
         shell.confined_user(USER)
+
+
+@pytest.mark.skipif(not shutil.which("redis-cli"), reason="redis-cli is not installed")
+def test_command_p_and_hash_p_do_not_reach_the_real_client(guardrail_cmd, tmp_path):
+    real = os.path.realpath(shutil.which("redis-cli"))
+    proc = _confined(guardrail_cmd, tmp_path, f"""
+        command -p redis-cli --version; echo "command_p=$?"
+        hash -p {real} r; r --version; echo "hash_p=$?"
+        PATH=/usr/bin:/bin redis-cli --version; echo "own_path=$?"
+        """)
+    lines = proc.stdout.splitlines()
+    assert {"command_p=126", "hash_p=126", "own_path=126"} <= set(lines), (proc.stdout, proc.stderr)
+    assert "redis-cli 7" not in proc.stdout
+
+
+def test_the_clients_on_the_standard_path_are_hidden_whatever_path_the_agent_was_given():
+    from guardrail.cli.shell import hidden_clients
+
+    tool = next((t for t in ("redis-cli", "psql", "mysql") if os.path.isfile(f"/usr/bin/{t}")), None)
+    if tool is None:
+        pytest.skip("no client in /usr/bin")
+    hidden = hidden_clients({tool: None}, "/nonexistent")  # `command -p` searches /usr/bin:/bin all the same
+    assert os.path.realpath(f"/usr/bin/{tool}") in hidden and f"/usr/bin/{tool}" in hidden
+    assert hidden_clients({"no-such-tool-here": None}, "/nonexistent") == []
