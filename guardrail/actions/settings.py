@@ -83,7 +83,8 @@ def match_key(a: Action, k: KeyChange) -> tuple[Setting, SettingWrite, list[KeyC
                 continue
             groups: dict[str, str] = {"component": component_of(a.target)}
             if write.target is not None:
-                t = re.fullmatch(write.target, groups["component"])
+                # The component a client or a pod names, else the object's own name (a ConfigMap's).
+                t = re.fullmatch(write.target, groups["component"] or a.target.name)
                 if t is None:
                     continue
                 groups.update(_named(t))
