@@ -57,6 +57,11 @@ def test_a_raw_key_that_is_a_setting_of_its_own_stays_beside_the_canonical_one()
     assert {k.key for k in a.keys} == {"helm.erpnext.worker.long.replicaCount", "k8s.replicas"}
 
 
+def test_a_charts_second_statefulset_is_not_read_as_a_workload_named_replica():
+    a = normalise("helm upgrade frappe c --reuse-values --set erpnext.redis-queue.replica.replicaCount=0")[0]
+    assert [k.key for k in a.keys] == ["helm.erpnext.redis-queue.replica.replicaCount"]
+
+
 def test_a_write_that_does_not_say_which_one_is_left_as_classified():
     # PUT /admin/config on a host that is no role's, with no roles in the body: no role to key it by.
     a = normalise("""curl -s -X PUT api-gateway:8000/admin/config -d '{"db":{"pool_size":40}}'""")[0]
