@@ -4,7 +4,8 @@ The table is the `settings:` section of catalogue.yaml (validated by `guardrail.
 calls `canonical(actions)` once, after every classifier and wrapper has run, so that the policies, the journal and
 the verifiers see `app.roles.channel.db.pool_size` (scope role) whether the agent ran the task helper, PUT the
 admin API, patched the ConfigMap or edited the rendered file. A raw key that is a setting of its own too (a Helm
-values path, a ConfigMap data key, a file) stays beside the canonical one, since the persistence checks read it.
+values path, a ConfigMap data key, a file) stays beside the canonical one, and the action's `details.derived_keys`
+names the canonical keys made from it: the persistence checks read the raw key, which is what the command wrote.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def _canonical(a: Action) -> Action:
     keys: list[KeyChange] = []
     layers: set[str] = set()
     settings: list[str] = []
+    derived: list[str] = []
     hit = False
     for k in a.keys:
         found = match_key(a, k)
@@ -56,6 +58,7 @@ def _canonical(a: Action) -> Action:
         setting, write, canon = found
         if write.keep_raw or not canon:
             keys.append(k)
+            derived += [c.key for c in canon]
         keys.extend(canon)
         if canon:
             settings.append(setting.id)
@@ -69,6 +72,10 @@ def _canonical(a: Action) -> Action:
         update["layer"] = Layer(layers.pop())
     if settings:
         update["details"] = {**a.details, "settings": sorted(set(settings))}
+    if derived:
+        # Beside a raw key that is a setting of its own: for the rules. The persistence checks read the raw key
+        # (the values path, the ConfigMap key, the file), which is what this command wrote.
+        update["details"]["derived_keys"] = sorted(set(derived))
     return a.model_copy(update=update)
 
 

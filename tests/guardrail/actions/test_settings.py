@@ -102,3 +102,16 @@ def test_a_bad_settings_table_is_refused_on_load(tmp_path):
     with pytest.raises(InputError) as e:
         load_model(Catalogue, p)
     assert "catalogue.yaml" in str(e.value)
+
+
+def test_keys_derived_beside_a_raw_one_are_for_the_rules_and_the_raw_key_is_read_back():
+    from verifiers.persistence import changes_of
+
+    a = normalise("helm upgrade frappe frappe/erpnext --reuse-values --set erpnext.worker.long.replicaCount=3")[0]
+    assert a.details["derived_keys"] == ["k8s.replicas"]
+    changed = changes_of({"seq": 1, "command": a.raw, "actions": [a.to_input()]}, 0)
+    assert [c.key for c in changed] == ["helm.erpnext.worker.long.replicaCount"]
+    # A canonical key that replaced the raw one is what the command wrote: it is read back.
+    b = normalise("""curl -s -X PUT svc-channel:8000/admin/config -d '{"db":{"pool_size":20}}'""")[0]
+    assert "derived_keys" not in b.details
+    assert [c.key for c in changes_of({"seq": 2, "actions": [b.to_input()]}, 0)] == ["app.roles.channel.db.pool_size"]
