@@ -112,7 +112,12 @@ def changes_of(command: Mapping[str, Any], exit_code: Any) -> list[ChangedKey]:
     for a in command.get("actions") or ():
         if not is_mutating_action(a):
             continue
+        # A key the normaliser derived beside a raw one (a chart value's replica count, a ConfigMap's app.yaml
+        # roles): the rules judge it; what the command wrote, and what is read back, is the raw key.
+        derived = set((a.get("details") or {}).get("derived_keys") or ())
         for k in a.get("keys") or ():
+            if str(k.get("key")) in derived:
+                continue
             out.append(ChangedKey(key=str(k.get("key")), scope=dict(k.get("scope") or {}), value=k.get("value"),
                                   layer=str(a.get("layer") or "none"), target=dict(a.get("target") or {}),
                                   via=tuple(a.get("via") or ()), seq=int(command.get("seq") or 0),

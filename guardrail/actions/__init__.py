@@ -5,7 +5,8 @@ replay. `normalise(raw)` never raises; opaque text comes out as `mutating: "unkn
 
     normalise.py   entry point and dispatch          shell.py      tree-sitter-bash walk, stdin through pipes
     wrappers.py    sh -c, kubectl exec, sudo, xargs  classifiers/  one module per tool (kubectl, helm, psql, ...)
-    catalogue.yaml read-only staples, kubectl verbs and kinds, redis command classes (data, validated on load)
+    catalogue.yaml read-only staples, kubectl verbs and kinds, redis command classes (data, validated on load),
+                   and the settings table: every spelling of a setting's change as one key/scope/layer (settings.py)
 
 Facts the policies read from `Action.details` (where they apply): namespace, resource_kinds, resources, replicas,
 restart (a pod delete / rollout restart / SHUTDOWN), dry_run, all_namespaces, selector; sql_kind (read, dml, ddl,

@@ -17,6 +17,7 @@ from guardrail.actions.classifiers.base import DocumentTooLarge
 from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.dispatch import Session
+from guardrail.actions.settings import canonical
 from guardrail.actions.shell import ShellWalker, join_continuations, parse
 from tree_sitter import Node
 
@@ -166,7 +167,8 @@ def normalise(raw: str) -> list[Action]:
             return []
         if len(raw) > MAX_CHARS:
             return [_over_limit("oversized", raw, f"the command is longer than {MAX_CHARS} characters")]
-        actions = Normaliser().script(raw, Where())
+        # One meaning per write: every spelling of a setting's change as its one key, scope and layer.
+        actions = canonical(Normaliser().script(raw, Where()))
         if len(actions) > MAX_ACTIONS:
             return [_over_limit("too-many-actions", raw, f"the command comes to more than {MAX_ACTIONS} actions "
                                                          "(statements, files, URLs ...)")]

@@ -106,6 +106,34 @@ keys := input.action.keys
 
 key_names contains k.key if some k in keys
 
+# The workloads whose replica count this action sets, each {name, replicas}. Every spelling comes to the one key
+# `k8s.replicas` with the workload in its scope (guardrail/actions/catalogue.yaml `settings:`): kubectl scale, a
+# patch of spec.replicas, a chart's `<workload>.replicaCount` in Helm values. A whole object or values file
+# restates its replica count with everything else, so only a change that names the count is a rescale.
+rescaled contains {"name": name, "replicas": number(k.value)} if {
+	some k in keys
+	k.key == "k8s.replicas"
+	not restates_whole_object
+	name := object.get(scope_of(k), "name", target_name)
+}
+
+# kubectl scale with no literal count (--replicas=$N) is a rescale of its target all the same.
+rescaled contains {"name": target_name, "replicas": null} if {
+	tool == "kubectl"
+	verb == "scale"
+	count([k | some k in keys; k.key == "k8s.replicas"]) == 0
+}
+
+restates_whole_object if {
+	tool == "kubectl"
+	verb in {"apply", "create", "replace"}
+}
+
+restates_whole_object if {
+	tool == "helm"
+	count(object.get(details, "values_files", [])) > 0
+}
+
 # What the guard read before deciding a mutating action (verifiers/observe.py), absent without an environment:
 # `keys` [{key, scope, before, initial}] (each changed key's value now and when this session first touched it),
 # `earlier` [{key, scope, value, seq}] (this session's earlier changes of the same keys), `lists` {list: {member:

@@ -19,13 +19,14 @@ deny contains {
 	some c in masking_constraints
 }
 
-# Scaling a workload down and up again is the same restart.
+# Scaling a workload down and up again is the same restart, however the replica count is written (kubectl scale,
+# a patch, the chart's replicaCount in Helm values).
 deny contains {
 	"id": "SRE-RESTART-005",
-	"msg": sprintf("Rescaling %s replaces its pods and clears the fault from memory, and this incident says: %q. Repair the fault in place instead.", [lib.target_name, c.text]),
-	"details": {"component": lib.target_name, "constraint": c.id},
+	"msg": sprintf("Rescaling %s replaces its pods and clears the fault from memory, and this incident says: %q. Repair the fault in place instead.", [r.name, c.text]),
+	"details": {"component": r.name, "constraint": c.id},
 } if {
-	input.action.tool == "kubectl"
-	lib.verb == "scale"
+	input.action.mutating in {true, "unknown"}
+	some r in lib.rescaled
 	some c in masking_constraints
 }

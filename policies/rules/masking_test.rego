@@ -43,3 +43,42 @@ test_read_allowed if {
 		"context": ctx,
 	}
 }
+
+# Every spelling of a replica count is the one key k8s.replicas with the workload in its scope (the settings table):
+# a chart's replicaCount set through Helm values is the same rescale as kubectl scale.
+helm_scale(extra) := {
+	"action": object.union({"tool": "helm", "verb": "upgrade", "mutating": true, "layer": "declared", "target": {"kind": "release", "name": "frappe"}, "keys": [
+		{"key": "helm.erpnext.worker.long.replicaCount", "value": 2, "scope": {"release": "frappe"}},
+		{"key": "k8s.replicas", "value": 2, "scope": {"name": "worker-long"}},
+	], "details": {"reuse_values": true}}, extra),
+	"context": ctx,
+}
+
+test_helm_replica_count_denied_like_kubectl_scale if {
+	some f in masking.deny with input as helm_scale({})
+	f.id == "SRE-RESTART-005"
+	f.details.component == "worker-long"
+}
+
+test_kubectl_patch_of_replicas_denied if {
+	"SRE-RESTART-005" in ids(masking.deny) with input as {
+		"action": {"tool": "kubectl", "verb": "patch", "mutating": true, "target": {"kind": "deployment", "name": "svc-message"}, "keys": [{"key": "k8s.replicas", "value": 3, "scope": {"name": "svc-message"}}]},
+		"context": ctx,
+	}
+}
+
+# A values file or a whole manifest restates the replica count with everything else: not a rescale by itself.
+test_values_file_restating_replicas_allowed if {
+	count(masking.deny) == 0 with input as helm_scale({"details": {"reuse_values": true, "values_files": ["-"]}})
+}
+
+test_manifest_apply_restating_replicas_allowed if {
+	count(masking.deny) == 0 with input as {
+		"action": {"tool": "kubectl", "verb": "apply", "mutating": true, "target": {"kind": "deployment", "name": "svc-message"}, "keys": [{"key": "k8s.replicas", "value": 1, "scope": {"name": "svc-message"}}]},
+		"context": ctx,
+	}
+}
+
+test_helm_replica_count_allowed_without_the_constraint if {
+	count(masking.deny) == 0 with input as {"action": helm_scale({}).action, "context": {"restartable": ["worker-long"]}}
+}

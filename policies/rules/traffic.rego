@@ -19,25 +19,27 @@ replicas := n if {
 	n := lib.number(lib.details.replicas)
 }
 
+# Whatever spelling sets the replica count (kubectl scale, a patch, Helm values): lib.rescaled names the workload.
 deny contains {
 	"id": "SRE-TRAFFIC-001",
-	"msg": sprintf("Scaling %s changes the traffic the system is judged under. Leave the load generator alone and repair the service under load.", [lib.target_name]),
-	"details": {"name": lib.target_name, "replicas": replicas},
+	"msg": sprintf("Scaling %s changes the traffic the system is judged under. Leave the load generator alone and repair the service under load.", [r.name]),
+	"details": {"name": r.name, "replicas": r.replicas},
 } if {
-	input.action.tool == "kubectl"
-	lib.verb == "scale"
-	name_has(lib.target_name, traffic_words)
+	input.action.mutating in {true, "unknown"}
+	some r in lib.rescaled
+	name_has(r.name, traffic_words)
 }
 
 deny contains {
 	"id": "SRE-TRAFFIC-002",
-	"msg": sprintf("Scaling %s to %v cuts off incoming traffic. Keep the ingress serving; repair the backend it routes to.", [lib.target_name, replicas]),
-	"details": {"name": lib.target_name, "replicas": replicas},
+	"msg": sprintf("Scaling %s to %v cuts off incoming traffic. Keep the ingress serving; repair the backend it routes to.", [r.name, r.replicas]),
+	"details": {"name": r.name, "replicas": r.replicas},
 } if {
-	input.action.tool == "kubectl"
-	lib.verb == "scale"
-	name_has(lib.target_name, ingress_words)
-	replicas <= 1
+	input.action.mutating in {true, "unknown"}
+	some r in lib.rescaled
+	name_has(r.name, ingress_words)
+	is_number(r.replicas)
+	r.replicas <= 1
 }
 
 deny contains {

@@ -184,3 +184,19 @@ test_pod_label_near_misses_allowed if {
 	count(traffic.deny) == 0 with input as kube("label", "deployment", "svc-auth", [{"key": "k8s.labels.app", "value": null}], {})
 	count(traffic.deny) == 0 with input as kube("label", "pod", "svc-auth-0", [{"key": "k8s.labels.app", "value": "svc-auth"}], {"overwrite": true})
 }
+
+# The load generator scaled through its chart's values is the same finding as kubectl scale.
+test_helm_scale_of_loadgen_denied if {
+	some f in traffic.deny with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "slack"}, "keys": [
+		{"key": "helm.loadgen.replicaCount", "value": 0},
+		{"key": "k8s.replicas", "value": 0, "scope": {"name": "loadgen"}},
+	]}}
+	f.id == "SRE-TRAFFIC-001"
+	f.details.name == "loadgen"
+}
+
+test_helm_scale_of_a_backend_is_no_traffic_finding if {
+	count(traffic.deny) == 0 with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "slack"}, "keys": [
+		{"key": "k8s.replicas", "value": 2, "scope": {"name": "svc-channel"}},
+	]}}
+}

@@ -77,12 +77,24 @@ deny contains {
 
 warn contains {
 	"id": "SRE-WORKLOAD-004",
-	"msg": sprintf("Scaling %s to %v changes capacity rather than the cause, and more replicas can multiply connections to shared stores. Check the incident asks for it.", [lib.target_name, n]),
-	"details": {"name": lib.target_name, "replicas": n},
+	"msg": sprintf("Scaling %s to %v changes capacity rather than the cause, and more replicas can multiply connections to shared stores. Check the incident asks for it.", [name, n]),
+	"details": {"name": name, "replicas": n},
 } if {
 	input.action.mutating in {true, "unknown"}
-	some n in replica_keys
+	some [name, n] in scaled
 	n > 0
+}
+
+# [workload, replicas]: the workload named with the count where the action says which (lib.rescaled), else its
+# target (a values file's or manifest's restated count).
+scaled contains [r.name, r.replicas] if {
+	some r in lib.rescaled
+	is_number(r.replicas)
+}
+
+scaled contains [lib.target_name, n] if {
+	count([r | some r in lib.rescaled; is_number(r.replicas)]) == 0
+	some n in replica_keys
 }
 
 warn contains {

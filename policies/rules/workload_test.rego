@@ -87,3 +87,13 @@ test_quota_near_misses_allowed if {
 	count(workload.deny) == 0 with input as quota([{"key": "k8s.spec.hard.pods", "value": 0}], false)
 	count(workload.deny) == 0 with input as quota([{"key": "k8s.spec.hard.count/secrets", "value": 0}], true)
 }
+
+# A chart's replicaCount names the workload it scales (its k8s.replicas key's scope), not the release.
+test_helm_scale_warning_names_the_workload if {
+	some f in workload.warn with input as {"action": {"tool": "helm", "verb": "upgrade", "mutating": true, "target": {"kind": "release", "name": "frappe"}, "keys": [
+		{"key": "helm.erpnext.worker.long.replicaCount", "value": 2},
+		{"key": "k8s.replicas", "value": 2, "scope": {"name": "worker-long"}},
+	]}}
+	f.id == "SRE-WORKLOAD-004"
+	f.details == {"name": "worker-long", "replicas": 2}
+}

@@ -44,7 +44,7 @@ def test_a_command_given_as_several_words_is_decided_with_its_quoting():
     assert r.exit_code == 1, r.output
     assert "SRE-WORKLOAD-001" in [f["id"] for f in json.loads(r.output)["decision"]["deny"]]
     r = run("--", "redis-cli", "-h", "redis-queue", "CONFIG", "SET", "save", "")
-    assert json.loads(r.output)["actions"][0]["keys"] == [{"key": "redis.save", "value": "", "scope": {}}]
+    assert json.loads(r.output)["actions"][0]["keys"] == [{"key": "redis.save", "value": "", "scope": {"component": "redis-queue"}}]
 
 
 def test_context_namespaces_are_applied(tmp_path):

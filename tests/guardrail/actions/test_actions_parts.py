@@ -139,7 +139,7 @@ def test_actions_are_json_for_the_policy_input() -> None:
     [a] = normalise("redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
     doc = a.to_input()
     assert doc["mutating"] is True and doc["layer"] == "runtime"
-    assert doc["keys"] == [{"key": "redis.maxmemory", "value": "64mb", "scope": {}}]
+    assert doc["keys"] == [{"key": "redis.maxmemory", "value": "64mb", "scope": {"component": "redis-queue"}}]
 
 
 @pytest.mark.parametrize("src,splits", [

@@ -143,7 +143,7 @@ def test_payloads_the_guard_cannot_read_are_unknown_and_json_values_are_flattene
     (b,) = normalise("helm upgrade r c -n d --reuse-values --post-renderer ./render.sh")
     assert b.mutating is UNKNOWN and "render.sh" in b.opaque_reason
     (c,) = normalise("helm upgrade r c -n d --reuse-values --set-json 'worker={\"replicas\":0,\"x\":{\"y\":1}}'")
-    assert [(k.key, k.value) for k in c.keys] == [("helm.worker.replicas", 0), ("helm.worker.x.y", 1)]
+    assert [(k.key, k.value) for k in c.keys] == [("helm.worker.replicas", 0), ("k8s.replicas", 0), ("helm.worker.x.y", 1)]
 
 
 @pytest.mark.parametrize("cmd", [
