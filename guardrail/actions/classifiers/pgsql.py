@@ -137,6 +137,10 @@ def _judge(ps: ParsedStatement, hand: HandReading, depth: int) -> PgStatement:
         eff = _explain(ps, hand, depth)
     elif node == "DeclareCursorStmt":
         eff = _inner_read(ps, "query", hand, depth, "declare cursor")
+    elif node in ("FetchStmt", "ClosePortalStmt"):
+        # Rows of a cursor this session declared (its query was judged then), or the cursor closed.
+        verb = "close" if node == "ClosePortalStmt" else ("move" if f.ismove else "fetch")
+        eff = SqlEffect(verb=verb, mutating=False, details={"sql_kind": "read", "cursor": f.portalname})
     elif node == "SelectStmt":
         eff = select_effect(st)  # `(SELECT 1) UNION (SELECT 2)` starts with a parenthesis
     else:
