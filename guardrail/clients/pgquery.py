@@ -16,7 +16,7 @@ import postgast
 from postgast import pg_query_pb2 as pb
 from google.protobuf.message import Message
 
-__all__ = ["SqlSyntaxError", "ParsedStatement", "ScanToken", "parse", "scan"]
+__all__ = ["SqlSyntaxError", "ParsedStatement", "ScanToken", "parse", "scan", "walk"]
 
 
 class SqlSyntaxError(Exception):
@@ -98,20 +98,26 @@ class ParsedStatement:
 
     def messages(self, type_name: str) -> Iterator[Message]:
         """Every message of this type anywhere in the statement's tree (FuncCall, A_Const ...), in tree order."""
-        stack: list[Message] = [self._node]
-        while stack:
-            msg = stack.pop()
-            if msg.DESCRIPTOR.name == type_name:
-                yield msg
-            kids: list[Message] = []
-            for fd, value in msg.ListFields():
-                if fd.message_type is None:
-                    continue
-                if fd.is_repeated:
-                    kids.extend(value)
-                else:
-                    kids.append(value)
-            stack.extend(reversed(kids))
+        return walk(self._node, type_name)
+
+
+def walk(root: Message, type_name: str) -> Iterator[Message]:
+    """Every message of this type in a tree (the root included), in tree order, without recursion (a deep
+    expression is no deeper a stack here)."""
+    stack: list[Message] = [root]
+    while stack:
+        msg = stack.pop()
+        if msg.DESCRIPTOR.name == type_name:
+            yield msg
+        kids: list[Message] = []
+        for fd, value in msg.ListFields():
+            if fd.message_type is None:
+                continue
+            if fd.is_repeated:
+                kids.extend(value)
+            else:
+                kids.append(value)
+        stack.extend(reversed(kids))
 
 
 def parse(sql: str) -> list[ParsedStatement]:

@@ -13,6 +13,7 @@ text is read the same way, and a statement that changes how later text is lexed 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from guardrail.actions.classifiers.pgwhere import narrows
 from guardrail.actions.classifiers.sql import SqlEffect, Statement, pg_bool, select_effect, statements
 from guardrail.actions.model import UNKNOWN, Layer
 from guardrail.clients.pgquery import ParsedStatement, SqlSyntaxError, parse, scan
@@ -60,6 +62,7 @@ _SAFE_ENCODINGS = frozenset({
     *(f"latin{i}" for i in range(1, 11)), *(f"iso8859{i}" for i in range(1, 17)),
     *(f"win{n}" for n in (866, 874, 1250, 1251, 1252, 1253, 1254, 1255, 1256, 1257, 1258)),
 })
+_ALL_PRIVILEGES = re.compile(r"^\s*(GRANT|REVOKE)\s+(GRANT\s+OPTION\s+FOR\s+)?ALL\s+PRIVILEGES\b", re.I)
 # How deep SQL inside SQL (a function's text argument, EXPLAIN's statement) is read before it is called opaque.
 _MAX_DEPTH = 4
 
@@ -152,6 +155,12 @@ def _judge(ps: ParsedStatement, hand: HandReading, depth: int) -> PgStatement:
             eff = _opaque("copy", "COPY moves data between a table and a file or program", node=node)
         elif ps.child("query") is not None:
             eff = _inner_read(ps, "query", hand, depth, "copy to")
+    if node == "GrantStmt" and eff.details.get("privileges") == ["ALL"] and _ALL_PRIVILEGES.search(ps.text):
+        # The deparser writes ALL PRIVILEGES as ALL; the messages keep the words the agent wrote.
+        eff.details["privileges"] = ["ALL PRIVILEGES"]
+        eff.keys = [k.model_copy(update={"value": ["ALL PRIVILEGES"]}) for k in eff.keys]
+    if node in ("DeleteStmt", "UpdateStmt") and "has_where" in eff.details:
+        _where(f, eff)
     if eff.mutating is False:
         eff = _functions(ps, eff, hand, depth)
     lexing = _lexing_change(ps, node)
@@ -159,6 +168,15 @@ def _judge(ps: ParsedStatement, hand: HandReading, depth: int) -> PgStatement:
         eff = _opaque(eff.verb, lexing, node=node)
     eff.details.setdefault("node", node)
     return PgStatement(ps.text or canon, canon, eff, st, lexing)
+
+
+def _where(f: Any, eff: SqlEffect) -> None:
+    """The token reading's `has_where` stands only when the parse tree's WHERE really narrows too (pgwhere)."""
+    clause = f.where_clause if f.HasField("where_clause") else None
+    if eff.details["has_where"] and (clause is None or not narrows(clause, f.relation.relname)):
+        eff.details["has_where"] = False
+        if clause is not None:
+            eff.details["where_selects_all"] = True
 
 
 def _enum(msg: Any, name: str) -> str:
