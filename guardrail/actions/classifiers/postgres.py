@@ -461,6 +461,7 @@ class Psql:
             if slash is None:
                 if sql[pos:].strip():
                     out += self._statements(inv, sql[pos:], target, base, reading)
+                pos = len(sql)
                 break
             a = pos + slash.start
             metas += 1
@@ -478,9 +479,10 @@ class Psql:
             eol = len(sql) if eol < 0 else eol
             if sql[pos:a].strip():
                 out += self._statements(inv, sql[pos:a], target, base, reading)
+            pos = a
             if reading.lexing is None:
                 out += self._meta(inv, sql[a:eol].strip(), target, base, reading)
-            pos = eol
+                pos = eol
         if reading.lexing is not None and sql[pos:].strip():
             out.append(_opaque_rest(inv, target, base, reading.lexing))
         return out
