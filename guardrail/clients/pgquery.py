@@ -16,7 +16,7 @@ import postgast
 from postgast import pg_query_pb2 as pb
 from google.protobuf.message import Message
 
-__all__ = ["SqlSyntaxError", "ParsedStatement", "ScanToken", "parse", "scan", "walk"]
+__all__ = ["SqlSyntaxError", "ParsedStatement", "ScanToken", "parse", "scan", "walk", "token_spans"]
 
 
 class SqlSyntaxError(Exception):
@@ -58,6 +58,19 @@ def scan(sql: str) -> list[ScanToken]:
         raise SqlSyntaxError(str(e) or type(e).__name__) from e
     at = _char_offsets(sql)
     return [ScanToken(at[t.start], at[t.end], _kind(t.token), sql[at[t.start]:at[t.end]]) for t in result.tokens]
+
+
+def token_spans(sql: str) -> list[tuple[int, int, bool]]:
+    """Every token of `sql` as the server's lexer reads it, as (start, end, is a backslash), character offsets."""
+    try:
+        result = postgast.scan(sql)
+    except Exception as e:
+        raise SqlSyntaxError(str(e) or type(e).__name__) from e
+    at = None if sql.isascii() else _char_offsets(sql)
+    slash = ord("\\")
+    if at is None:
+        return [(t.start, t.end, t.token == slash) for t in result.tokens]
+    return [(at[t.start], at[t.end], t.token == slash) for t in result.tokens]
 
 
 class ParsedStatement:

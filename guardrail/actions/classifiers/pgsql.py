@@ -161,9 +161,10 @@ def _judge(ps: ParsedStatement, hand: HandReading, depth: int) -> PgStatement:
         eff.keys = [k.model_copy(update={"value": ["ALL PRIVILEGES"]}) for k in eff.keys]
     if node in ("DeleteStmt", "UpdateStmt") and "has_where" in eff.details:
         _where(f, eff)
+    calls = list(ps.messages("FuncCall"))
     if eff.mutating is False:
-        eff = _functions(ps, eff, hand, depth)
-    lexing = _lexing_change(ps, node)
+        eff = _functions(calls, eff, hand, depth)
+    lexing = _lexing_change(f, node, calls)
     if lexing and node in ("AlterRoleSetStmt", "AlterDatabaseSetStmt", "AlterSystemStmt"):
         eff = _opaque(eff.verb, lexing, node=node)
     eff.details.setdefault("node", node)
@@ -237,9 +238,9 @@ def _func_name(fc: Any) -> str:
     return names[-1].lower() if names else ""
 
 
-def _functions(ps: ParsedStatement, eff: SqlEffect, hand: HandReading, depth: int) -> SqlEffect:
+def _functions(calls: list[Any], eff: SqlEffect, hand: HandReading, depth: int) -> SqlEffect:
     """A read whose function calls may change something: each call is checked, in tree order."""
-    for fc in ps.messages("FuncCall"):
+    for fc in calls:
         name = _func_name(fc)
         at = FUNCTIONS.runs_sql_text.get(name)
         if at is not None:
@@ -257,9 +258,8 @@ def _functions(ps: ParsedStatement, eff: SqlEffect, hand: HandReading, depth: in
     return eff
 
 
-def _lexing_change(ps: ParsedStatement, node: str) -> str | None:
+def _lexing_change(f: Any, node: str, calls: list[Any]) -> str | None:
     """Why the text after this statement is lexed differently from how the guard reads it, or None."""
-    f = ps.fields
     sets = []
     if node == "VariableSetStmt":
         sets.append(f)
@@ -271,7 +271,7 @@ def _lexing_change(ps: ParsedStatement, node: str) -> str | None:
             value = _const(s.args[0]) if len(s.args) == 1 else None
             if _enum(s, "kind") == "VAR_SET_CURRENT" or not lexing_value_known(name, value):
                 return f"SET {name} changes how the statements after it are read, which the guard does not follow"
-    for fc in ps.messages("FuncCall"):
+    for fc in calls:
         if _func_name(fc) != "set_config":
             continue
         name = _const(fc.args[0]) if fc.args else None

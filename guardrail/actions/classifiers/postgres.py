@@ -23,7 +23,7 @@ from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effe
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.clients.pgquery import SqlSyntaxError
-from guardrail.clients.pgquery import scan as pg_scan
+from guardrail.clients.pgquery import token_spans
 
 __all__ = ["Psql", "pg_effect", "console_effect", "CONSOLE_DATABASE"]
 
@@ -446,27 +446,25 @@ class Psql:
                                    details={**base, "statement": sql})]
         out: list[Action] = []
         pos = 0
-        metas = 0
+        metas = rescans = 0
+        try:
+            toks = token_spans(sql)
+        except SqlSyntaxError as e:
+            return [_unlexed(inv, target, base, sql, e)]
+        k = 0  # the next token to look at
         while pos < len(sql) and reading.lexing is None:
-            try:
-                slash = next((t for t in pg_scan(sql[pos:]) if t.text == "\\"), None)
-            except SqlSyntaxError as e:
-                # Text the server's lexer rejects (an unterminated string or comment) is refused whole: where psql
-                # would see a meta-command in it cannot be known.
-                out.append(inv.action("psql", "query", target=target, mutating=UNKNOWN,
-                                      details={**base, "statement": sql[pos:].strip()},
-                                      opaque_reason=f"PostgreSQL's lexer does not accept this SQL ({str(e)[:120]}); "
-                                                    "only SQL the server reads as it is written can be judged"))
-                break
-            if slash is None:
+            while k < len(toks) and (toks[k][0] < pos or not toks[k][2]):
+                k += 1
+            if k == len(toks):
                 if sql[pos:].strip():
                     out += self._statements(inv, sql[pos:], target, base, reading)
                 pos = len(sql)
                 break
-            a = pos + slash.start
+            a = toks[k][0]
             metas += 1
             if metas > _MAX_METAS:
                 out.append(_opaque_rest(inv, target, base, f"more than {_MAX_METAS} psql meta-commands"))
+                pos = len(sql)
                 break
             if sql.startswith("\\;", a):
                 # `SELECT 1 \\; DROP TABLE t`: psql sends both statements together; `\\;` only keeps the
@@ -480,9 +478,26 @@ class Psql:
             if sql[pos:a].strip():
                 out += self._statements(inv, sql[pos:a], target, base, reading)
             pos = a
-            if reading.lexing is None:
-                out += self._meta(inv, sql[a:eol].strip(), target, base, reading)
-                pos = eol
+            if reading.lexing is not None:
+                break
+            out += self._meta(inv, sql[a:eol].strip(), target, base, reading)
+            pos = eol
+            # psql's lexer starts afresh after the meta-command's line. Where the server's lexer read a token across
+            # that line end (`\\echo 'x` then a line), the tokens after it are read again from there.
+            if any(s < eol < e for s, e, _ in toks[k:k + 1 + _spanning(toks, k, eol)]):
+                rescans += 1
+                if rescans > _MAX_RESCANS:
+                    out.append(_opaque_rest(inv, target, base, f"more than {_MAX_RESCANS} psql meta-commands "
+                                                                "whose line the server's lexer reads on past"))
+                    pos = len(sql)
+                    break
+                try:
+                    toks = [(s + eol, e + eol, b) for s, e, b in token_spans(sql[eol:])]
+                except SqlSyntaxError as e:
+                    out.append(_unlexed(inv, target, base, sql[eol:], e))
+                    pos = len(sql)
+                    break
+                k = 0
         if reading.lexing is not None and sql[pos:].strip():
             out.append(_opaque_rest(inv, target, base, reading.lexing))
         return out
@@ -541,8 +556,26 @@ class Psql:
         return [inv.action("psql", cmd, target=target, mutating=False, details={**base, "meta": line})]
 
 
-# More meta-commands than this in one text: the rest is opaque (each one makes psql's lexer start again there).
+# More meta-commands than this in one text, or more than _MAX_RESCANS whose line the server's lexer reads on past
+# (each makes the text after it be scanned again): the rest is opaque, so the reading stays linear in the text.
 _MAX_METAS = 256
+_MAX_RESCANS = 16
+
+
+def _spanning(toks: list[tuple[int, int, bool]], k: int, eol: int) -> int:
+    """How many tokens after index k start before `eol` (the meta-command's own words, which its line holds)."""
+    n = 0
+    while k + 1 + n < len(toks) and toks[k + 1 + n][0] < eol:
+        n += 1
+    return n
+
+
+def _unlexed(inv: Invocation, target: Target, base: dict[str, Any], sql: str, e: Exception) -> Action:
+    # Text the server's lexer rejects (an unterminated string or comment) is refused whole: where psql would see a
+    # meta-command in it cannot be known.
+    return inv.action("psql", "query", target=target, mutating=UNKNOWN, details={**base, "statement": sql.strip()},
+                      opaque_reason=f"PostgreSQL's lexer does not accept this SQL ({str(e)[:120]}); only SQL the "
+                                    "server reads as it is written can be judged")
 # psql meta-commands that define variables (`\\set`, `\\gset` from a query's columns, `\\getenv`, `\\prompt`).
 _DEFINES_VARIABLES = frozenset({"\\set", "\\gset", "\\getenv", "\\prompt"})
 # psql's own variables, set whenever it runs (`:DBNAME`, `:USER` ...): a reference to one is interpolated.
