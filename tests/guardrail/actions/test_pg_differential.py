@@ -12,6 +12,7 @@ pg_catalog is in pg_functions.yaml. Skips where the server binaries are missing 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -93,6 +94,7 @@ def server():
         victim.kill()
         victim.wait()
         srv.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _psql(env: dict[str, str], sql: str) -> str:
