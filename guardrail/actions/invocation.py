@@ -296,7 +296,35 @@ def runs_code(name: str, value: str | None = None) -> bool:
         return False  # `export PATH=$PATH:/usr/sbin`
     if name in PAGER_VARS and value is not None and _PLAIN_PAGER.fullmatch(value):
         return False  # `PAGER=cat psql ...`, `PSQL_PAGER= psql`: output straight through, or into less
+    if name in SQL_LEXING_VARS:
+        return not _plain_libpq_env(name, value)
     return name in RUNS_CODE_VARS
+
+
+# libpq's variables that change how the server and psql read SQL text: PGOPTIONS passes server settings to the
+# session (`-c standard_conforming_strings=off` makes a backslash escape a quote), PGCLIENTENCODING may name an
+# encoding whose characters hold the bytes of `\` and `'` (SJIS, BIG5, GBK). The guard reads SQL as the defaults have
+# it, so only values that keep them count as plain.
+SQL_LEXING_VARS = frozenset({"PGOPTIONS", "PGCLIENTENCODING"})
+_LEXING_SETTING = re.compile(r"standard[_-]conforming[_-]strings|client[_-]encoding", re.I)
+_PLAIN_OPTION = re.compile(r"(?:-c\s*|--)([A-Za-z_][A-Za-z0-9_.-]*)=(\S*)")
+
+
+def _plain_libpq_env(name: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    if name == "PGCLIENTENCODING":
+        return value.strip().lower().replace("-", "").replace("_", "") in ("", "utf8", "unicode", "sqlascii")
+    parts = value.split()
+    i, ok = 0, True
+    while i < len(parts):  # `-c name=value`, `-cname=value`, `--name=value`
+        word = parts[i] + (" " + parts[i + 1] if parts[i] == "-c" and i + 1 < len(parts) else "")
+        m = _PLAIN_OPTION.fullmatch(word)
+        if m is None or _LEXING_SETTING.fullmatch(m.group(1)) and m.group(2).strip("'\"").lower() not in ("on", "true",
+                                                                                                           "1"):
+            ok = False
+        i += 2 if parts[i] == "-c" else 1
+    return ok
 
 
 # Variables naming the pager a program pipes its output into (the shell runs the value as a command line).

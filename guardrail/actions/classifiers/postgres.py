@@ -3,19 +3,27 @@
 Registered for `psql`; called by `Normaliser.dispatch`. The SQL comes from `-c` (each one), stdin (a heredoc, a
 here-string, `echo ... | psql`) or is not visible (`-f FILE`, `< file`, an interactive session: mutating unknown).
 Layers: ALTER ROLE / ALTER DATABASE / ALTER SYSTEM write the declared layer; SET and set_config the session.
+The SQL is split and read by PostgreSQL's own parser (`pgsql.py`): what it rejects is denied, and the readings
+here (`pg_effect`) run on each statement's canonical text. psql's own layer is read as psql reads it: meta-commands
+(a backslash outside what the server's lexer calls strings and comments), `:variables` in the SQL it reads from
+stdin (-c text is sent as it is), and a setting that changes how the rest is lexed (then the rest is opaque).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guardrail.actions.classifiers.base import OptionSpec, register
+from guardrail.actions.classifiers.pgsql import lexing_value_known, psql_variables, read_sql
 from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, counts_only, cte_dml_effects,
                                               hold_locks, literal, pg_bool, scan, statements)
 from guardrail.actions.invocation import Invocation
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
+from guardrail.clients.pgquery import SqlSyntaxError
+from guardrail.clients.pgquery import token_spans
 
 __all__ = ["Psql", "pg_effect", "console_effect", "CONSOLE_DATABASE"]
 
@@ -341,7 +349,7 @@ class Psql:
         sql = p.all("-c")
         return p.has("-t", "--tuples-only") and p.flags <= _COUNT_FLAGS and set(p.opts) <= {"-h", "-p", "-U", "-d", "-c"} \
             and len(sql) == 1 and not sql[0].dynamic and len(p.positionals) <= 2 and not inv.args_pending \
-            and counts_only(str(sql[0]), pg_strings=True)
+            and _counts_only(str(sql[0]))
 
     def classify(self, inv: Invocation) -> list[Action]:
         p = _SPEC.parse(inv.args)
@@ -361,7 +369,15 @@ class Psql:
         base = {"database": str(db) if db is not None else None, "user": str(p.get("-U")) if p.get("-U") else None}
         if conn is not None:
             base["dsn"] = str(conn) if conn.dynamic else "<connection string>"
+            if not conn.dynamic and "options" in str(conn).lower():
+                # `options=-c standard_conforming_strings=off`: server settings for the whole session, which may
+                # change how every statement is lexed.
+                return [inv.action("psql", "connect", target=target, mutating=UNKNOWN, details=base,
+                                   opaque_reason="the connection string may set server options for the session "
+                                                 "(options=...), which change how the SQL is read; connect without "
+                                                 "them")]
         sources: list[str] = [str(c) for c in p.all("-c")]
+        n_commands = len(sources)
         if any(getattr(c, "has_substitution", False) for c in p.all("-c")):
             return [inv.action("psql", "query", target=target, mutating=UNKNOWN,
                                opaque_reason="the SQL is computed at run time ($(...)); run the plain SQL instead",
@@ -406,59 +422,122 @@ class Psql:
                                    details=base)]
             sources = [st.text]
         actions: list[Action] = []
-        for src in sources:
-            actions += self._sql(inv, src, target, base)
+        reading = _PsqlReading(variables=_variables(p.all("-v")), definable=not p.has("-X", "--no-psqlrc"))
+        for i, src in enumerate(sources):
+            # psql sends -c text as it is; what it reads from stdin or a file it reads line by line, meta-commands
+            # and :variables included.
+            reading.interpolates = i >= n_commands
+            actions += self._sql(inv, src, target, base, reading)
         if not actions:
             actions.append(inv.action("psql", "connect", target=target, mutating=False, details=base))
         return actions
 
-    def _sql(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
-        """SQL as psql reads it: a backslash outside strings, quoted names and comments begins a meta-command
-        that runs to the end of its line, wherever on the line it stands (`SELECT ... \\gexec`, `SELECT 1 \\! cmd`);
-        the SQL before it is sent as it is."""
+    def _sql(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any],
+             reading: "_PsqlReading") -> list[Action]:
+        """SQL as psql reads it: a backslash outside strings, quoted names and comments (as the server's lexer
+        tells them apart) begins a meta-command that runs to the end of its line, wherever on the line it stands
+        (`SELECT ... \\gexec`, `SELECT 1 \\! cmd`); the SQL before it is sent as it is."""
+        if reading.lexing is not None:
+            return [_opaque_rest(inv, target, base, reading.lexing)]
+        if reading.interpolates:
+            sql, why = _interpolate(sql, reading)
+            if why is not None:
+                return [inv.action("psql", "query", target=target, mutating=UNKNOWN, opaque_reason=why,
+                                   details={**base, "statement": sql})]
         out: list[Action] = []
         pos = 0
-        for tok, a, _ in scan(sql, pg_strings=True):
-            if a < pos or not (tok.kind == "op" and tok.text == "\\"):
-                continue
+        metas = rescans = 0
+        try:
+            toks = token_spans(sql)
+        except SqlSyntaxError as e:
+            return [_unlexed(inv, target, base, sql, e)]
+        k = 0  # the next token to look at
+        while pos < len(sql) and reading.lexing is None:
+            while k < len(toks) and (toks[k][0] < pos or not toks[k][2]):
+                k += 1
+            if k == len(toks):
+                if sql[pos:].strip():
+                    out += self._statements(inv, sql[pos:], target, base, reading)
+                pos = len(sql)
+                break
+            a = toks[k][0]
+            metas += 1
+            if metas > _MAX_METAS:
+                out.append(_opaque_rest(inv, target, base, f"more than {_MAX_METAS} psql meta-commands"))
+                pos = len(sql)
+                break
             if sql.startswith("\\;", a):
                 # `SELECT 1 \\; DROP TABLE t`: psql sends both statements together; `\\;` only keeps the
                 # buffer from being sent at that point.
                 if sql[pos:a].strip():
-                    out += self._statements(inv, sql[pos:a], target, base)
+                    out += self._statements(inv, sql[pos:a], target, base, reading)
                 pos = a + 2
                 continue
             eol = sql.find("\n", a)
             eol = len(sql) if eol < 0 else eol
             if sql[pos:a].strip():
-                out += self._statements(inv, sql[pos:a], target, base)
-            out += self._meta(inv, sql[a:eol].strip(), target, base)
+                out += self._statements(inv, sql[pos:a], target, base, reading)
+            pos = a
+            if reading.lexing is not None:
+                break
+            out += self._meta(inv, sql[a:eol].strip(), target, base, reading)
             pos = eol
-        if sql[pos:].strip():
-            out += self._statements(inv, sql[pos:], target, base)
+            # psql's lexer starts afresh after the meta-command's line. Where the server's lexer read a token across
+            # that line end (`\\echo 'x` then a line), the tokens after it are read again from there.
+            if any(s < eol < e for s, e, _ in toks[k:k + 1 + _spanning(toks, k, eol)]):
+                rescans += 1
+                if rescans > _MAX_RESCANS:
+                    out.append(_opaque_rest(inv, target, base, f"more than {_MAX_RESCANS} psql meta-commands "
+                                                                "whose line the server's lexer reads on past"))
+                    pos = len(sql)
+                    break
+                try:
+                    toks = [(s + eol, e + eol, b) for s, e, b in token_spans(sql[eol:])]
+                except SqlSyntaxError as e:
+                    out.append(_unlexed(inv, target, base, sql[eol:], e))
+                    pos = len(sql)
+                    break
+                k = 0
+        if reading.lexing is not None and sql[pos:].strip():
+            out.append(_opaque_rest(inv, target, base, reading.lexing))
         return out
 
-    def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any]) -> list[Action]:
-        out = []
-        sts = statements(sql, pg_strings=True)
-        effs = [console_effect(st) if base.get("database") == CONSOLE_DATABASE else pg_effect(st) for st in sts]
+    def _statements(self, inv: Invocation, sql: str, target: Target, base: dict[str, Any],
+                    reading: "_PsqlReading") -> list[Action]:
+        if base.get("database") == CONSOLE_DATABASE:
+            # pgbouncer's console speaks its own commands, not SQL.
+            return [to_action(inv, "psql", console_effect(st), st.text, target, base)
+                    for st in statements(sql, pg_strings=True)]
+        got = read_sql(sql, pg_effect)
+        if got.unreadable is not None:
+            return [inv.action("psql", "query", target=target, mutating=UNKNOWN, opaque_reason=got.unreadable,
+                               details={**base, "statement": sql.strip()})]
+        effs = [ps.effect for ps in got.statements]
         hold_locks(effs)
-        for st, eff in zip(sts, effs):
-            if eff.skip:
-                continue
-            # The statement a WITH list leads to (not one of its CTEs): every CTE that writes is an action too.
-            after_with = st.kw(0) == "WITH" and not eff.details.get("in_cte") and eff.mutating is not False
-            out.append(to_action(inv, "psql", eff, st.text, target, base))
-            if eff.details.get("in_cte") or after_with:
-                # Every data-modifying CTE writes, not only the first (`WITH a AS (DELETE ... WHERE id = 1),
-                # b AS (DELETE FROM users) SELECT 1` deletes every user); `eff` is the first CTE's, or the
-                # statement the WITH list leads to.
-                ctes = cte_dml_effects(st)
-                out += [to_action(inv, "psql", e, st.text, target, base)
-                        for e in (ctes[1:] if eff.details.get("in_cte") else ctes)]
+        out = []
+        for n, ps in enumerate(got.statements, start=1):
+            eff, st = ps.effect, ps.tokens
+            if not eff.skip:
+                # The statement a WITH list leads to (not one of its CTEs): every CTE that writes is an action too.
+                after_with = st is not None and st.kw(0) == "WITH" and not eff.details.get("in_cte") \
+                    and eff.mutating is not False
+                out.append(to_action(inv, "psql", eff, ps.written, target, base))
+                if st is not None and (eff.details.get("in_cte") or after_with):
+                    # Every data-modifying CTE writes, not only the first (`WITH a AS (DELETE ... WHERE id = 1),
+                    # b AS (DELETE FROM users) SELECT 1` deletes every user); `eff` is the first CTE's, or the
+                    # statement the WITH list leads to.
+                    ctes = cte_dml_effects(st)
+                    out += [to_action(inv, "psql", e, ps.written, target, base)
+                            for e in (ctes[1:] if eff.details.get("in_cte") else ctes)]
+            if ps.changes_lexing:
+                reading.lexing = ps.changes_lexing
+                break
+        if reading.lexing is not None and n < len(got.statements):
+            out.append(_opaque_rest(inv, target, base, reading.lexing))
         return out
 
-    def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any]) -> list[Action]:
+    def _meta(self, inv: Invocation, line: str, target: Target, base: dict[str, Any],
+              reading: "_PsqlReading") -> list[Action]:
         cmd = line.split(None, 1)[0]
         # \\g and \\gx send the query; with an argument they write its output to a file or pipe it to a command.
         sends_elsewhere = cmd in ("\\g", "\\gx") and len(line.split(None, 1)) > 1
@@ -468,7 +547,104 @@ class Psql:
             return [inv.action("psql", cmd, target=target, mutating=UNKNOWN,
                                opaque_reason=f"psql meta-command {cmd} runs or writes something not visible",
                                details={**base, "meta": line})]
+        if cmd in _DEFINES_VARIABLES:
+            reading.definable = True  # later :names may be defined, with values not known here
+        if cmd == "\\encoding":
+            arg = line.split(None, 1)[1].strip() if len(line.split(None, 1)) > 1 else ""
+            if arg and not lexing_value_known("client_encoding", arg.strip("'")):
+                reading.lexing = f"\\encoding {arg[:20]} changes how the statements after it are read"
         return [inv.action("psql", cmd, target=target, mutating=False, details={**base, "meta": line})]
+
+
+# More meta-commands than this in one text, or more than _MAX_RESCANS whose line the server's lexer reads on past
+# (each makes the text after it be scanned again): the rest is opaque, so the reading stays linear in the text.
+_MAX_METAS = 256
+_MAX_RESCANS = 16
+
+
+def _spanning(toks: list[tuple[int, int, bool]], k: int, eol: int) -> int:
+    """How many tokens after index k start before `eol` (the meta-command's own words, which its line holds)."""
+    n = 0
+    while k + 1 + n < len(toks) and toks[k + 1 + n][0] < eol:
+        n += 1
+    return n
+
+
+def _unlexed(inv: Invocation, target: Target, base: dict[str, Any], sql: str, e: Exception) -> Action:
+    # Text the server's lexer rejects (an unterminated string or comment) is refused whole: where psql would see a
+    # meta-command in it cannot be known.
+    return inv.action("psql", "query", target=target, mutating=UNKNOWN, details={**base, "statement": sql.strip()},
+                      opaque_reason=f"PostgreSQL's lexer does not accept this SQL ({str(e)[:120]}); only SQL the "
+                                    "server reads as it is written can be judged")
+# psql meta-commands that define variables (`\\set`, `\\gset` from a query's columns, `\\getenv`, `\\prompt`).
+_DEFINES_VARIABLES = frozenset({"\\set", "\\gset", "\\getenv", "\\prompt"})
+# psql's own variables, set whenever it runs (`:DBNAME`, `:USER` ...): a reference to one is interpolated.
+_BUILTIN_VARIABLES = frozenset({
+    "AUTOCOMMIT", "COMP_KEYWORD_CASE", "DBNAME", "ECHO", "ECHO_HIDDEN", "ENCODING", "ERROR", "FETCH_COUNT",
+    "HIDE_TABLEAM", "HIDE_TOAST_COMPRESSION", "HISTCONTROL", "HISTFILE", "HISTSIZE", "HOST", "IGNOREEOF", "LASTOID",
+    "LAST_ERROR_MESSAGE", "LAST_ERROR_SQLSTATE", "ON_ERROR_ROLLBACK", "ON_ERROR_STOP", "PORT", "PROMPT1", "PROMPT2",
+    "PROMPT3", "QUIET", "ROW_COUNT", "SERVER_VERSION_NAME", "SERVER_VERSION_NUM", "SHOW_ALL_RESULTS", "SHOW_CONTEXT",
+    "SINGLELINE", "SINGLESTEP", "SQLSTATE", "USER", "VERBOSITY", "VERSION", "VERSION_NAME", "VERSION_NUM",
+})
+
+
+@dataclass
+class _PsqlReading:
+    """What psql's reading of one invocation carries from text to text."""
+
+    variables: dict[str, str | None] = field(default_factory=dict)  # -v name=value (None: computed)
+    definable: bool = False  # a psqlrc or a \\set may define variables not known here
+    interpolates: bool = False  # this text is read by psql's lexer (stdin, -f), not sent as it is (-c)
+    lexing: str | None = None  # why the text from here on is lexed differently from how the guard reads it
+
+
+def _variables(words: list[Any]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for w in words:
+        name, eq, value = str(w).partition("=")
+        if eq:
+            out[name] = None if getattr(w, "dynamic", False) else value
+    return out
+
+
+def _interpolate(sql: str, reading: _PsqlReading) -> tuple[str, str | None]:
+    """`sql` with psql's variable references replaced as psql replaces them (`:x` by the value, `:'x'` quoted as a
+    literal, `:"x"` as a name), when every value is known; else why it cannot be read."""
+    refs = psql_variables(sql)
+    if not refs:
+        return sql, None  # none, or a text the lexer rejects (the parser then refuses it)
+    out, pos = [], 0
+    for a, b, form, name in refs:
+        value = reading.variables.get(name)
+        if name not in reading.variables:
+            if not (reading.definable or name in _BUILTIN_VARIABLES or form == ":{?"):
+                continue  # a variable nothing defines: psql leaves the text as it is
+            return sql, (f"psql replaces {sql[a:b]} with a variable's value, known only as psql runs; write the "
+                         "value in the SQL instead")
+        if value is None:
+            return sql, f"psql variable {name} is computed at run time, and {sql[a:b]} reads it"
+        if ":" in value:
+            return sql, f"psql variable {name} holds another variable reference"
+        quoted = {":": value, ":'": "'" + value.replace("'", "''") + "'",
+                  ':"': '"' + value.replace('"', '""') + '"'}[form]
+        out += [sql[pos:a], quoted]
+        pos = b
+    out.append(sql[pos:])
+    return "".join(out), None
+
+
+def _opaque_rest(inv: Invocation, target: Target, base: dict[str, Any], why: str) -> Action:
+    return inv.action("psql", "query", target=target, mutating=UNKNOWN, details=base,
+                      opaque_reason=f"{why}: the SQL after it is not lexed as the guard reads it; run it in a "
+                                    "separate psql")
+
+
+def _counts_only(sql: str) -> bool:
+    """One `SELECT count(...)` as the server parses it (comments and quoting as the server reads them)."""
+    got = read_sql(sql, pg_effect)
+    return got.unreadable is None and len(got.statements) == 1 \
+        and got.statements[0].effect.details.get("node") == "SelectStmt" \
+        and counts_only(got.statements[0].canonical, pg_strings=True)
 
 
 # What `psql -f` reads as its stdin.

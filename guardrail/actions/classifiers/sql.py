@@ -761,6 +761,8 @@ def _select(st: Statement) -> SqlEffect:
                      target_kind="table" if tables else "", target_name=tables[0] if tables else "")
 
 
+select_effect = _select  # for the PostgreSQL reader (pgsql.py), which knows a query however it begins
+
 # Conditions on pg_stat_activity that leave (nearly) every backend in: all but this session, the busy ones, the
 # client backends.
 _EVERY_BACKEND = frozenset({

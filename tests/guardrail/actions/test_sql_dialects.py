@@ -27,10 +27,11 @@ CASES = [
      [("select", False), ("\\gexec", UNKNOWN)]),
     ("psql <<'EOF'\nSELECT 1 \\! redis-cli flushall\nEOF", [("select", False), ("\\!", UNKNOWN)]),
     ("psql <<'EOF'\nSELECT 'redis-cli flushall' \\g |sh\nEOF", [("select", False), ("\\g", UNKNOWN)]),
-    # EXPLAIN ANALYZE runs the statement, in the option-list form too; with the statement not in the text, unknown.
+    # EXPLAIN ANALYZE runs the statement, in the option-list form too; psql puts a -v variable's value in the text.
     ("psql -c 'EXPLAIN (ANALYZE) DELETE FROM messages'", [("delete", True)]),
     ("psql -c 'EXPLAIN (ANALYZE true, FORMAT json) UPDATE s SET x = 0'", [("update", True)]),
-    ("psql -v q='DELETE FROM m' <<< 'EXPLAIN ANALYZE :q'", [("explain", UNKNOWN)]),
+    ("psql -v q='DELETE FROM m' <<< 'EXPLAIN ANALYZE :q'", [("delete", True)]),
+    ("psql <<< 'EXPLAIN ANALYZE :q'", [("query", UNKNOWN)]),
     ("psql -c 'EXPLAIN SELECT 1'", [("explain", False)]),
     # PostgreSQL standard strings: 'a\' ends at the quote, so the DROP after it runs.
     ("psql -c \"SELECT 'a\\'; DROP TABLE x; --'\"", [("select", False), ("drop", True)]),
