@@ -13,8 +13,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from guardrail.context import IncidentContext
 from guardrail.safeguards import ALL, safeguard_library
+
+# `ctx` below is a guardrail.context.IncidentContext, read by attribute only: guardrail/context.py imports this
+# module to check a context on load, so importing it back would make an import circle (tests/test_import_cycles.py).
 
 __all__ = ["KEY_FAMILIES", "problems", "explain", "Entry"]
 
@@ -66,7 +68,7 @@ def _is_key_like(target: str) -> bool:
     return "." in target or "*" in target or target.startswith("file:")
 
 
-def problems(ctx: IncidentContext) -> list[tuple[tuple[Any, ...], str]]:
+def problems(ctx: Any) -> list[tuple[tuple[Any, ...], str]]:
     """Each entry the guard cannot recognise, as (location in the context, message), in file order."""
     comps = tuple(ctx.components)
     out: list[tuple[tuple[Any, ...], str]] = []
@@ -145,7 +147,7 @@ def _settings_of(category: str, *, switchable_only: bool) -> str:
                      if s.off_when or not switchable_only) or "none it can switch off"
 
 
-def explain(ctx: IncidentContext) -> list[Entry]:
+def explain(ctx: Any) -> list[Entry]:
     """What each entry of the context protects, and what enforces it."""
     out: list[Entry] = []
     add = out.append

@@ -117,7 +117,7 @@ def test_runtime_repair_is_not_durable_then_the_configmap_repair_is_held_until_p
     (receipt,) = probe["evidence"]["targets"]
     assert receipt["rollout"] == "complete" and receipt["old_pod"] != receipt["new_pod"], receipt
     assert receipt["image_identity_unchanged"] is True
-    assert probe["evidence"]["post_restart"]["redis.maxmemory-policy (on redis)"] == "allkeys-lru"
+    assert probe["evidence"]["post_restart"]["redis.maxmemory-policy (component=redis; on redis)"] == "allkeys-lru"
     assert probe["evidence"]["convergence_after_restart"]["status"] == "PASS"
 
 

@@ -122,7 +122,7 @@ def test_through_the_shims_ephemeral_repairs_are_not_durable_and_the_configmap_r
     assert prod.runtime.started.count("redis-0") == 3
     (receipt,) = probe["evidence"]["targets"]
     assert receipt["rollout"] == "complete" and receipt["old_pod"] != receipt["new_pod"], receipt
-    assert probe["evidence"]["post_restart"]["redis.maxmemory-policy (on redis)"] == "allkeys-lru"
+    assert probe["evidence"]["post_restart"]["redis.maxmemory-policy (component=redis; on redis)"] == "allkeys-lru"
     assert probe["evidence"]["convergence_after_restart"]["status"] == "PASS"
     assert prod.runtime_policy() == "allkeys-lru"
 
