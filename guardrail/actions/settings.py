@@ -83,7 +83,7 @@ def match_key(a: Action, k: KeyChange) -> tuple[Setting, SettingWrite, list[KeyC
     """The first write of the table this raw key is, with the canonical keys it comes to."""
     for setting in catalogue().settings:
         for write in setting.writes:
-            if a.tool not in write.tool or (write.api and a.details.get("api") != write.api):
+            if a.tool not in write.tool or (write.api and not re.fullmatch(write.api, str(a.details.get("api")))):
                 continue
             m = re.fullmatch(write.key, k.key)
             if m is None:

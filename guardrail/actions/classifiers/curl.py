@@ -19,7 +19,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
 from guardrail.actions.invocation import STDIN_PATHS, Invocation
-from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating
+from guardrail.actions.classifiers.helpers import redis_repair
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
 from guardrail.actions.filewrite import NULL_SINKS, file_write
 
 __all__ = ["Curl", "Wget", "http_action"]
@@ -96,6 +97,9 @@ _KUBE_API = re.compile(r"^/(api/v1/(namespaces|nodes|persistentvolumes|persisten
                        r"(namespaces|clusterroles|clusterrolebindings|nodes|deployments|statefulsets|"
                        r"customresourcedefinitions))(/|$)")
 
+
+# An admin route that names the Redis component it repairs or restarts (frappe-admin's sidecar).
+_COMPONENT_ROUTE = re.compile(r"/admin/(?P<component>redis-[a-z0-9-]+?)-(?P<what>repair|restart)$")
 
 # The path of a process's own shutdown or restart endpoint.
 _SHUTDOWN = re.compile(r"(^|/)(shutdown|quitquitquit|abortabortabort|(admin|actuator|management)/(restart|stop|kill|"
@@ -177,6 +181,19 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
             layer = Layer.RUNTIME
             if "mode" in obj:
                 keys = [KeyChange(key=f"app.{what}.mode", value=obj["mode"])]
+        elif (m := _COMPONENT_ROUTE.search(p)) is not None:
+            # A platform admin sidecar's route that names the component it acts on (frappe-admin's
+            # /admin/redis-queue-repair and /admin/redis-queue-restart): judged on that component, as the helper
+            # that calls the same route is (classifiers/helpers.py).
+            component, what = m.group("component"), m.group("what")
+            d["api"] = f"admin/{component}-{what}"
+            target = Target(kind="component", name=component, namespace=target.namespace)
+            if what == "restart":
+                d["restart"] = True
+            elif isinstance(obj.get("operation"), str):
+                change, layer = redis_repair(component, obj["operation"], obj.get("value"))
+                keys = [change]
+                d["operation"] = obj["operation"]
         elif p.endswith("/declare") or p.endswith("/declare_repair_complete") or "/grader/" in p:
             d["api"] = "grader"
         elif _SHUTDOWN.search(p):

@@ -34,6 +34,18 @@ def _stdin_json(inv: Invocation) -> tuple[dict[str, Any] | None, str | None]:
     return obj, None
 
 
+def redis_repair(component: str, operation: str, value: Any) -> tuple[KeyChange, Layer]:
+    """One Redis repair of the Frappe platform, however it is sent (`reconfigure-infra.sh <component> <op> <value>`,
+    or frappe-admin's `POST /admin/<component>-repair {"operation", "value"}` with curl: classifiers/curl.py): the
+    same key, scope and layer. The queue's repairs persist in its start script; the cache's are a CONFIG SET."""
+    scope = {"component": component}
+    if operation == "dequeue-acl":
+        change = KeyChange(key="redis.acl.default", value="+blpop +blmove +brpop", scope=scope)
+    else:
+        change = KeyChange(key=f"redis.{operation.lower()}", value=value, scope=scope)
+    return change, (Layer.DECLARED if component == "redis-queue" else Layer.RUNTIME)
+
+
 @register
 class RestartSvc:
     """restart-svc.sh <role>: durable app config for one role, then a reload."""
@@ -119,12 +131,7 @@ class ReconfigureInfra:
                               keys=[KeyChange(key=f"mariadb.{key.lower()}", value=value, scope=scope)],
                               mutating=True, details={**details, "statement": "SET GLOBAL"})
         if kind.startswith("redis-"):
-            if key == "dequeue-acl":
-                change = KeyChange(key="redis.acl.default", value="+blpop +blmove +brpop", scope=scope)
-            else:
-                change = KeyChange(key=f"redis.{key.lower()}", value=value, scope=scope)
-            # The queue's repairs persist in its start script; the cache's are a CONFIG SET.
-            layer = Layer.DECLARED if kind == "redis-queue" else Layer.RUNTIME
+            change, layer = redis_repair(kind, key, value)
             return inv.action("reconfigure-infra.sh", "reconfigure", target=target, layer=layer, keys=[change],
                               mutating=True, details=details)
         return inv.action("reconfigure-infra.sh", "reconfigure", target=target, layer=Layer.DECLARED,

@@ -7,6 +7,8 @@ make the same write (the helper and the admin API it calls) must agree on the la
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from guardrail.actions import normalise
@@ -50,6 +52,24 @@ def test_the_helper_and_the_admin_api_it_calls_are_one_write():
     api = normalise("""curl -s -X PUT svc-channel:8000/admin/config -d '{"db":{"pool_size":40}}'""")[0]
     assert [(k.key, k.scope, k.value) for k in helper.keys] == [(k.key, k.scope, k.value) for k in api.keys]
     assert helper.layer == api.layer
+
+
+@pytest.mark.parametrize("operation,value", [("maxmemory", "64mb"), ("dequeue-acl", "restore"),
+                                             ("appendfsync", "always")])
+def test_the_infra_helper_and_frappe_admins_repair_route_are_one_write(operation, value):
+    helper = normalise(f"reconfigure-infra.sh redis-queue {operation} {value}")[0]
+    body = json.dumps({"operation": operation, "value": value})
+    api = normalise(f"curl -fsS -X POST frappe-admin:8000/admin/redis-queue-repair -d '{body}'")[0]
+    assert [(k.key, k.scope, k.value) for k in helper.keys] == [(k.key, k.scope, k.value) for k in api.keys]
+    assert helper.layer == api.layer and helper.target.name == api.target.name == "redis-queue"
+    # Negative control: the same body to another route is not the queue's write.
+    other = normalise(f"curl -fsS -X POST frappe-admin:8000/admin/something-else -d '{body}'")[0]
+    assert not other.keys and other.target.name == "frappe-admin"
+
+
+def test_frappe_admins_restart_route_restarts_the_component_it_names():
+    a = normalise("curl -fsS -X POST frappe-admin:8000/admin/redis-queue-restart")[0]
+    assert a.details.get("restart") is True and a.target.name == "redis-queue"
 
 
 def test_a_raw_key_that_is_a_setting_of_its_own_stays_beside_the_canonical_one():
