@@ -96,7 +96,9 @@ class Explanation:
     def covers(self, line_words: set[str], *, need_scope: bool = True, target: str = "") -> bool:
         if target and self.target and _component(target) != _component(self.target):
             return False  # the same key changed on another component explains nothing here
-        return bool(self.names & line_words) and (not need_scope or self.scope <= line_words)
+        # A key ending in `*` (ALTER ROLE ... RESET ALL: `postgres.*`) changes every setting at its scope.
+        named = bool(self.names & line_words) or "*" in self.names
+        return named and (not need_scope or self.scope <= line_words)
 
 
 # Scope entries that narrow a change below its component (a key/value probe reads the server-wide value).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.verifiers.fakes import FakeEnv, FakeJournal, ManualClock, action
 from verifiers.protocols import CommandResult, FeedbackCode, VerdictStatus
-from verifiers.scope import ScopeAudit, ScopeSnapshot, diff
+from verifiers.scope import Explanation, ScopeAudit, ScopeSnapshot, diff, unexplained
 
 CTX = {"id": "t", "protected_settings": ["mariadb.max_connections"],
        "protected_probes": {"grants": "mysql -N -B -e \"SHOW GRANTS FOR 'site'@'%'\"", "clock": "date +%s%N"}}
@@ -316,3 +316,15 @@ def test_probe_target_reads_the_server_a_probe_names():
     assert probe_target("curl -s http://svc-channel:8000/admin/config") == "svc-channel"
     assert probe_target('psql "$DB_ADMIN_DSN" -At -c "SHOW max_connections"') == ""
     assert probe_target("mysql -N -e 'SHOW GRANTS'") == ""
+
+
+def test_a_reset_all_at_one_scope_explains_every_setting_there_and_nothing_elsewhere():
+    # ALTER ROLE saleor_app IN DATABASE saleor RESET ALL is the key `postgres.*` at that role-in-database scope.
+    reset_all = Explanation(frozenset({"*"}), frozenset({"saleor_app", "saleor"}), "postgres", narrow=True)
+    before = "saleor_app | saleor | statement_timeout=150ms\nworker | saleor | lock_timeout=1s"
+    assert unexplained("probe:role_settings", before, "worker | saleor | lock_timeout=1s", [reset_all], set()) == []
+    # Negative controls: another role's setting at another scope, and a server-wide value, stay unexplained.
+    left = unexplained("probe:role_settings", before, "saleor_app | saleor | statement_timeout=150ms", [reset_all],
+                       set())
+    assert left == ["- worker saleor lock_timeout=1s"], left
+    assert unexplained("probe:settings/statement_timeout", "0", "5s", [reset_all], set())
