@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +42,12 @@ from arena.twin.slack.message import LEAK_AGE_S
 __all__ = ["SaleorTruth", "SlackTruth", "FrappeTruth", "TRUTH_READERS"]
 
 PROTECTED_TABLES = ("order_order", "product_product", "product_productvariant")
+
+
+# PostgreSQL's message for SQLSTATE 57014 (query_canceled), as its log writes it.
+_CANCELLED = re.compile(rb"ERROR:\s+canceling statement due to (?:statement timeout|user request)")
+# At most this much of the server log is read per snapshot; the rest is read by the next ones.
+_LOG_READ_MAX = 8 << 20
 
 
 def _digest(*parts: Any) -> str:
@@ -94,6 +101,7 @@ class SaleorTruth:
         self.role, self.database, self.password, self.probe_ms = role, database, password, probe_ms
         self.pg = stack.servers["postgres"]
         self.baseline_fp: dict[str, Any] | None = None
+        self._log_offset, self._cancelled = 0, 0
 
     def _connect(self, database: str, user: str = "postgres", password: str = "") -> psycopg.Connection:
         ep = self.pg.endpoint
@@ -132,6 +140,21 @@ class SaleorTruth:
             "LEFT JOIN pg_database d ON d.oid = s.setdatabase LEFT JOIN pg_roles r ON r.oid = s.setrole").fetchall()
         return {(d, r): dict(kv.split("=", 1) for kv in cfg) for d, r, cfg in rows}
 
+    def _cancellations(self) -> int:
+        """The statements the server cancelled (SQLSTATE 57014, query_canceled: a statement timeout or a cancel
+        request), counted from its log since the stack started, as an operator sees the fault: ia-006's contract
+        asks that a cancellation was observed. Read on from where the last read stopped, whole lines only."""
+        try:
+            with open(self.pg.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                data = f.read(_LOG_READ_MAX)
+        except OSError:
+            return self._cancelled
+        end = data.rfind(b"\n") + 1 if len(data) < _LOG_READ_MAX else len(data)
+        self._log_offset += end
+        self._cancelled += len(_CANCELLED.findall(data[:end]))
+        return self._cancelled
+
     def truth(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         with self._connect("postgres") as c:
@@ -159,6 +182,7 @@ class SaleorTruth:
             out["postgres.statement_timeout.global"] = c.execute("SHOW statement_timeout").fetchone()[0]
             live = c.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (self.role,)).fetchone()[0]
             out["postgres.sessions.app.live"] = live
+        out["postgres.cancellations_57014"] = self._cancellations()
         ok, timeout = self.probe()
         out["postgres.probe.fresh_app_session_ok"] = ok
         out["postgres.fresh_app_session.statement_timeout_ms"] = timeout
