@@ -14,10 +14,9 @@ import configparser
 import re
 from typing import Any, Iterable
 
-import yaml
-
 from guardrail.actions.catalogue import Setting, SettingWrite, catalogue
-from guardrail.actions.model import Action, KeyChange, Layer, Target
+from guardrail.actions.classifiers.base import DocumentTooLarge, flatten, load_yaml
+from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 __all__ = ["canonical", "component_of", "match_key"]
 
@@ -44,6 +43,14 @@ def canonical(actions: Iterable[Action]) -> list[Action]:
 def _canonical(a: Action) -> Action:
     if not a.keys:
         return a
+    try:
+        return _canonical_keys(a)
+    except DocumentTooLarge as e:  # a document inside the write (a ConfigMap's app.yaml) past the bound
+        return a.model_copy(update={"mutating": UNKNOWN, "opaque_reason": f"a document it writes has {e}: pass "
+                                                                          "the plain values instead"})
+
+
+def _canonical_keys(a: Action) -> Action:
     keys: list[KeyChange] = []
     layers: set[str] = set()
     settings: list[str] = []
@@ -140,11 +147,8 @@ def _leaves(kind: str, text: Any) -> list[tuple[str, Any]]:
     if not isinstance(text, str) or not text.strip() or len(text) > _MAX_DOCUMENT:
         return []
     if kind == "yaml":
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return []
-        return _flatten(doc, "") if isinstance(doc, dict) else []
+        doc = load_yaml(text)  # bounded: an alias bomb raises DocumentTooLarge (_canonical makes the action opaque)
+        return flatten(doc, "") if isinstance(doc, dict) else []
     if kind == "conf":  # redis.conf: `name value ...` lines; the last one of a name wins, as redis reads it
         pairs = [ln.split(None, 1) for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
         return list({p[0].lower(): (p[0].lower(), p[1].strip() if len(p) > 1 else "") for p in pairs}.values())
@@ -156,12 +160,3 @@ def _leaves(kind: str, text: Any) -> list[tuple[str, Any]]:
             return []
         return [(n.replace("-", "_").lower(), v) for s in parser.sections() for n, v in parser.items(s)]
     return []
-
-
-def _flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(obj, dict) and obj:
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, obj)]

@@ -84,3 +84,17 @@ def test_a_document_that_shares_a_node_a_few_times_is_still_read():
     cmd = "helm upgrade x ./c --reuse-values -f - <<'YAML'\nbase: &b {replicas: 2}\nweb: *b\nworker: *b\nYAML"
     (a,) = normalise(cmd)
     assert {k.key for k in a.keys} >= {"helm.web.replicas", "helm.worker.replicas"}
+
+
+def test_an_alias_bomb_inside_a_configmaps_document_is_opaque_not_expanded():
+    # The settings step reads a ConfigMap's app.yaml for the keys it declares: through the same bounded walk.
+    import json
+
+    doc = "roles:\n" + _alias_bomb() + "\n"
+    patch = json.dumps({"data": {"app.yaml": doc}})
+    (a,) = normalise(f"kubectl patch configmap app-config --type merge -p '{patch}'")
+    assert a.mutating == "unknown" and "50,000 values" in (a.opaque_reason or ""), a
+    # Control: the same write with a plain document is read, its role key derived beside the raw one.
+    plain = json.dumps({"data": {"app.yaml": "roles:\n  channel:\n    db:\n      pool_size: 40\n"}})
+    (b,) = normalise(f"kubectl patch configmap app-config --type merge -p '{plain}'")
+    assert b.opaque_reason is None and "app.roles.channel.db.pool_size" in {k.key for k in b.keys}
