@@ -12,6 +12,7 @@ by the guard before a change) or else the baseline value, rendered through the c
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,13 @@ _LEAVE_SAFEGUARDS = re.compile(r"\b(?:do not|don't|never|leave|keep)\b[^.;\n]*\b
 _OFF = {"false", "off", "no", "0", "disabled", "disable", "none", "minimal", "inactive", ""}
 
 
+@functools.lru_cache(maxsize=1)
+def _safeguard_patterns() -> Mapping[str, tuple[str, ...]]:
+    """verifiers/safeguards.yaml, read once per process (every ScopeAudit asks for it)."""
+    doc = yaml.safe_load(_SAFEGUARDS.read_text()) or {}
+    return {str(c): tuple(str(p) for p in ps) for c, ps in (doc.get("categories") or {}).items()}
+
+
 @dataclass(frozen=True)
 class SafeguardRule:
     """Safeguard settings by category (verifiers/safeguards.yaml), judged when the context says to leave
@@ -215,8 +223,7 @@ class SafeguardRule:
 
     @classmethod
     def of(cls, context: PublicContext) -> "SafeguardRule":
-        doc = yaml.safe_load(_SAFEGUARDS.read_text()) or {}
-        patterns = {str(c): tuple(str(p) for p in ps) for c, ps in (doc.get("categories") or {}).items()}
+        patterns = _safeguard_patterns()
         texts = [str(c.get("text") or "") for c in context.raw.get("constraints") or () if isinstance(c, Mapping)]
         texts.append(str(context.raw.get("instruction") or ""))
         said = next((m.group(0) for t in texts for m in (_LEAVE_SAFEGUARDS.search(t),) if m), "")
