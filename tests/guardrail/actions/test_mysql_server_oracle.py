@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from guardrail.actions import normalise
+from tests.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("mariadb") is None or not Path("/usr/sbin/mariadbd").exists(),
                                 reason="MariaDB 10.11 not installed (.ci/install-servers)")
@@ -180,7 +181,7 @@ def server():
     # Not under pytest's 0700 tmp dir: the server runs as the mysql user when we are root.
     base = Path(tempfile.mkdtemp(prefix="guardrail-oracle-"))
     base.chmod(0o755)
-    srv = MariaDBServer(Endpoint("oracle", "127.0.0.1", _free_port()), base)
+    srv = MariaDBServer(Endpoint("oracle", "127.0.0.1", free_port()), base)
     srv.start()
     outdir = base / "out"
     outdir.mkdir()
@@ -193,14 +194,6 @@ def server():
     finally:
         srv.stop()
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _client(srv, *args: str, stdin: str | None = None, cwd: Path | None = None, check: bool = True) -> str:
