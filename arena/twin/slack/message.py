@@ -355,8 +355,12 @@ class SlackDatabase(SlackPostgres):
                 if rel == "channel_seq" and pid not in self.writer_pids}
 
     def _kv_view(self) -> tuple[list[str], list[list[Any]]]:
-        return ["key", "value", "updated_at"], [[k, json.dumps(v["value"], sort_keys=True), v["t"]]
-                                               for k, v in sorted(self.kv.items())]
+        rows = [[k, json.dumps(v["value"], sort_keys=True), v["t"]] for k, v in sorted(self.kv.items())]
+        # The maintenance controller's schedule is an app_kv_state row too (PUT /v1/maintenance persists it).
+        sched = self.world.stores.get("postgres-row/maintenance_schedule") if self.world is not None else None
+        if sched is not None and "maintenance.schedule" not in self.kv:
+            rows.append(["maintenance.schedule", json.dumps(sched.data, sort_keys=True), None])
+        return ["key", "value", "updated_at"], sorted(rows, key=lambda r: r[0])
 
     def _history_view(self) -> tuple[list[str], list[list[Any]]]:
         return ["id", "service", "action", "detail"], [[i + 1, s, a, d] for i, (_, s, a, d) in enumerate(self.history)]
