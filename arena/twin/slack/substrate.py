@@ -291,23 +291,13 @@ class SlackSpine(Substrate):
         return "", "reconfigure-infra.sh: no infrastructure knobs are exposed on this stack\n", 2, 0.2
 
     def _redis_cli(self, inv: Invocation) -> tuple[str, str, int, float]:
-        args = inv.argv[1:]
-        while args and args[0] in ("-h", "-p", "-a", "-n", "--user", "--pass"):
-            args = args[2:]
-        if not args:
-            return "", "redis-cli: interactive mode is not available here; pass a command\n", 1, 0.0
-        cmd = args[0].upper()
-        if cmd == "PING":
-            return "PONG\n", "", 0, 0.05
-        if cmd == "DBSIZE":
-            return f"(integer) {1200 + 7 * len(self.pg.channels)}\n", "", 0, 0.05
-        if cmd == "INFO":
-            return ("# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n# Memory\r\nused_memory:3145728\r\n"
-                    "maxmemory:0\r\nmaxmemory_policy:noeviction\r\n"), "", 0, 0.05
-        if cmd == "CONFIG" and len(args) >= 3 and args[1].upper() == "GET":
-            v = self.redis.settings.get(args[2], None)
-            return (f"1) \"{args[2]}\"\n2) \"{v}\"\n" if v is not None else "(empty array)\n"), "", 0, 0.05
-        return "", f"(error) ERR unknown command '{args[0]}', with args beginning with: \n", 0, 0.05
+        # The stand-in for python3 raw RESP to the KV store (arena/twin/tools.yaml): the shared Redis client.
+        from arena.twin.frappe.rediscli import redis_cli
+
+        def resolve(host: str):
+            return self.redis if host.split(".")[0] == "redis" else None
+
+        return redis_cli(inv.argv, inv.stdin, resolve, self.world.clock.now(), default_host="redis")
 
     def _psql(self, inv: Invocation) -> tuple[str, str, int, float]:
         # psql reaches the shared PostgreSQL model (arena/twin/pg) on every Slack task, as the real foothold's
