@@ -153,10 +153,17 @@ def guc(name: str) -> GucSpec:
     return GUCS[key]
 
 
+def _bound(spec: GucSpec, x: float | None) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if spec.vartype == "integer" else f"{x:g}"
+
+
 def _range_error(spec: GucSpec, shown: str) -> SettingError:
-    lo = "" if spec.min_val is None else f"{spec.min_val:g}"
-    hi = "" if spec.max_val is None else f"{spec.max_val:g}"
-    return SettingError(f'{shown} is outside the valid range for parameter "{spec.name}" ({lo} .. {hi})')
+    # As PostgreSQL words it: the value in the parameter's base unit ("-1 ms"), the bounds bare.
+    unit = f" {spec.unit}" if spec.unit else ""
+    return SettingError(f'{shown}{unit} is outside the valid range for parameter "{spec.name}" '
+                        f'({_bound(spec, spec.min_val)} .. {_bound(spec, spec.max_val)})')
 
 
 def parse_guc_value(spec: GucSpec, raw: str) -> str:

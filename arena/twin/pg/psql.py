@@ -168,7 +168,7 @@ def format_result(r: Result, *, unaligned: bool = False, tuples_only: bool = Fal
                   field_sep: str = "|") -> str:
     """Print one result the way psql does."""
     if not r.columns:
-        return "" if (tuples_only and unaligned) or not r.tag else r.tag + "\n"
+        return r.tag + "\n" if r.tag else ""  # psql prints a command's tag with -A and -t too (only -q hides it)
     cells = [[_pg_text(v) for v in row] for row in r.rows]
     if unaligned:
         lines = [] if tuples_only else [field_sep.join(r.columns)]

@@ -579,6 +579,12 @@ class SqlSession:
     def _alter(self, p: Parser) -> Result:
         p.expect("ALTER")
         kind = p.expect("ROLE", "USER", "DATABASE", "SYSTEM").up
+        if kind == "SYSTEM" and not self.server.roles[self.backend.role].superuser:
+            # PostgreSQL names the parameter it refuses: parse as far as it, then refuse.
+            p.accept("SET", "RESET")
+            shown = f' "{self._guc(p.name()).name}"' if p.tok.kind in ("word", "ident") and p.tok.up != "ALL" \
+                else ""
+            raise SQLError(f"permission denied to set parameter{shown}", sqlstate="42501")
         self._require_superuser(kind)
         if kind == "SYSTEM":
             if self.in_tx or self.implicit_tx:
@@ -1003,7 +1009,8 @@ class SqlSession:
                 if source == "configuration file":
                     sourcefile = ("/var/lib/postgresql/data/postgresql.auto.conf" if n in s.auto_conf
                                   else "/etc/postgresql/postgresql.conf")
-                bound = (lambda x: None if x is None or spec.vartype not in ("integer", "real") else f"{x:g}")
+                bound = (lambda x: None if x is None or spec.vartype not in ("integer", "real")
+                         else (str(int(x)) if spec.vartype == "integer" else f"{x:g}"))
                 rows.append([n, value, spec.unit, spec.category, spec.context, spec.vartype, source,
                              bound(spec.min_val), bound(spec.max_val), list(spec.enumvals) or None, spec.boot,
                              reset_val, sourcefile, n in s.pending_restart])
