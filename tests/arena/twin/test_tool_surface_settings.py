@@ -200,3 +200,21 @@ def test_system_variables_report_origin_and_compiled_default():
     assert rows["THREAD_CACHE_SIZE"][2:] == ["COMPILE-TIME", "151"]
     env.run("mysql -e \"SET GLOBAL thread_cache_size = 64\"")
     assert env.run(q.format("THREAD_CACHE_SIZE")).stdout.split() == ["THREAD_CACHE_SIZE", "64", "SQL", "151"]
+
+
+def test_single_transaction_wraps_a_script_and_rolls_it_back_on_an_error(slack):
+    script = "ALTER ROLE app SET work_mem = '8MB';\nSELECT nosuchcol;\nSELECT 1;\n"
+    r = slack.run(f'{ADMIN} -1 -f - <<EOF\n{script}EOF')
+    # As psql -1 does: the failure aborts the block, the rest is refused, the ALTER ROLE is rolled back.
+    assert r.exit_code == 0 and "current transaction is aborted" in r.stderr
+    assert sql(slack, "SELECT count(*) FROM pg_db_role_setting")[0] == "0"
+    # Control: the same script without -1 keeps the statement that ran before the error.
+    slack.run(f'{ADMIN} -f - <<EOF\n{script}EOF')
+    assert "work_mem=8MB" in sql(slack, "SELECT setconfig FROM pg_db_role_setting")[0]
+    # A statement that needs a transaction block runs inside the one -1 opens (ia-018 keeps channel_seq as rows).
+    rows = twin("ia-018")
+    lock = "<<EOF\nLOCK TABLE channel_seq IN EXCLUSIVE MODE;\nEOF"
+    r = rows.run(f"{ADMIN} -v ON_ERROR_STOP=1 -f - {lock}")
+    assert r.exit_code == 3 and "LOCK TABLE can only be used in transaction blocks" in r.stderr  # control
+    r = rows.run(f"{ADMIN} --single-transaction -v ON_ERROR_STOP=1 -f - {lock}")
+    assert r.exit_code == 0 and r.stdout == "LOCK TABLE\n"
