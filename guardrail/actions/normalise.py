@@ -14,7 +14,7 @@ from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
-from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
+from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path, reading_text
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.dispatch import Session
 from guardrail.actions.settings import canonical
@@ -168,7 +168,8 @@ def normalise(raw: str) -> list[Action]:
         if len(raw) > MAX_CHARS:
             return [_over_limit("oversized", raw, f"the command is longer than {MAX_CHARS} characters")]
         # One meaning per write: every spelling of a setting's change as its one key, scope and layer.
-        actions = canonical(Normaliser().script(raw, Where()))
+        with reading_text(raw):
+            actions = canonical(Normaliser().script(raw, Where()))
         if len(actions) > MAX_ACTIONS:
             return [_over_limit("too-many-actions", raw, f"the command comes to more than {MAX_ACTIONS} actions "
                                                          "(statements, files, URLs ...)")]

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, literal_text, readings
+from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, literal_text, readings, source_name
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
 from guardrail.actions.classifiers.sql import (SqlEffect, Statement, Tok, common_effect, counts_only, hold_locks,
                                              literal, statements)
@@ -596,14 +596,15 @@ class Mysql:
         for texts in variants:
             for steps in readings([*((i, False) for i in inits), *((src, True) for src in texts)],
                                   delimiter=delimiter, preserve_comments=p.has("-c", "--comments"), source=source):
-                fresh = [(a, a.model_dump_json()) for a in self._judge(inv, steps, target, base)]
+                fresh = [(a, a.model_dump_json()) for a in self._judge(inv, steps, target, base, source.why)]
                 out += [a for a, key in fresh if key not in seen]
                 seen |= {key for _, key in fresh}
         if not out:
             out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
         return out
 
-    def _judge(self, inv: Invocation, steps: list[Any], target: Any, base: dict[str, Any]) -> list[Action]:
+    def _judge(self, inv: Invocation, steps: list[Any], target: Any, base: dict[str, Any],
+               why: dict[str, str] | None = None) -> list[Action]:
         """One reading's statements and client commands as actions."""
         out: list[Action] = []
         judged: list[tuple[Statement, SqlEffect]] = []
@@ -615,10 +616,12 @@ class Mysql:
         out += [to_action(inv, "mysql", eff, st_.text, target, base) for st_, eff in judged if not eff.skip]
         for step in steps:
             if isinstance(step, ClientCommand) and step.name in _CLIENT_EFFECTS:
+                because = (why or {}).get(source_name(step.text)) if step.name == "source" else None
                 out.append(inv.action("mysql", step.name, target=target, mutating=UNKNOWN,
                                       details={**base, "statement": step.text},
                                       opaque_reason=f"mysql client command {step.name} "
-                                                    f"{_CLIENT_EFFECTS[step.name]}"))
+                                                    f"{_CLIENT_EFFECTS[step.name]}"
+                                                    + (f" ({because})" if because else "")))
             elif isinstance(step, Opaque):
                 out.append(inv.action("mysql", "query", target=target, mutating=UNKNOWN, details=base,
                                       opaque_reason=step.reason))
@@ -638,16 +641,17 @@ class _SourcedFiles:
     def __init__(self, inv: Invocation):
         self.inv = inv
         self.texts: dict[str, str | None] = {}
+        self.why: dict[str, str] = {}  # why a file could not be read
         self.total = 0
 
     def __call__(self, path: str) -> str | None:
         if path not in self.texts:
             try:
                 text: str | None = read_at_decision(path, self.inv.where) if path else None
-            except Unreadable:
-                text = None
+            except Unreadable as e:
+                text, self.why[path] = None, str(e)
             if text is not None and self.total + len(text) > MAX_SOURCED_BYTES:
-                text = None
+                text, self.why[path] = None, f"the files sourced come to more than {MAX_SOURCED_BYTES} bytes"
             self.total += len(text or "")
             self.texts[path] = text
         return self.texts[path]

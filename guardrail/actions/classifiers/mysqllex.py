@@ -27,7 +27,8 @@ from typing import Callable, Iterator
 
 from guardrail.actions.classifiers.sql import Statement, Tok
 
-__all__ = ["ClientCommand", "Opaque", "Mode", "readings", "server_statements", "literal_text"]
+__all__ = ["ClientCommand", "Opaque", "Mode", "readings", "server_statements", "literal_text", "source_name",
+           "MAX_SOURCE_DEPTH"]
 
 _SPACE = " \t\n\r\v\f"  # my_isspace in the ASCII range
 
@@ -75,7 +76,7 @@ def _is_delimiter_command(text: str) -> bool:
 MAX_SOURCE_DEPTH = 8
 
 
-def _source_name(text: str) -> str:
+def source_name(text: str) -> str:
     """The file `source FILE` / `\\. FILE` reads: get_arg's word, without trailing white space or control
     characters (com_source); a `;` right after the name is part of it, as for the client."""
     return _get_arg(text).rstrip("".join(chr(c) for c in range(33)))
@@ -151,7 +152,7 @@ class _Client:
                 yield self.buffer
             self.buffer = ""
         elif name == "source" and self.source is not None and self.sourcing < MAX_SOURCE_DEPTH and \
-                (body := self.source(_source_name(text))) is not None:
+                (body := self.source(source_name(text))) is not None:
             # The client reads the file's lines as its own input, there and then (com_source: same session,
             # same delimiter); the statement it was in the middle of is kept for after.
             saved = (self.buffer, self.in_string, self.ml)
