@@ -187,8 +187,20 @@ class Invocation:
                details: dict[str, Any] | None = None) -> Action:
         return Action(tool=tool, verb=verb, target=target or Target(namespace=self.where.namespace),
                       keys=keys or [], layer=layer, mutating=mutating, raw=self.raw,
-                      words=[str(w) for w in self.argv], via=list(self.where.via),
+                      words=self.plain_words(), via=list(self.where.via),
                       opaque_reason=opaque_reason, details=self._with_pod(details or {}))
+
+    def plain_words(self) -> list[str]:
+        """The argv as plain strings, each word converted once per invocation and shared by every action made of
+        it: `str(word)` copies, and N statements of one 100 KB `psql -c` holding N copies of it took gigabytes."""
+        cache: dict[int, tuple[Word, str]] = self.__dict__.setdefault("_plain", {})
+        out = []
+        for w in self.argv:
+            hit = cache.get(id(w))
+            if hit is None or hit[0] is not w:
+                hit = cache[id(w)] = (w, str(w))  # the word is kept with its id, so the id is not reused
+            out.append(hit[1])
+        return out
 
     def _with_pod(self, details: dict[str, Any]) -> dict[str, Any]:
         if self.where.in_exec:
@@ -262,7 +274,7 @@ class Invocation:
     def part_words(self, part: str, others: set[str] = frozenset()) -> list[str]:
         """The words of part_raw, unquoted: the invocation's words less the other parts, the part in place of a
         word that holds more, or after them when no word holds it."""
-        kept = [w for w in (str(x) for x in self.argv) if w == part or w not in others]
+        kept = [w for w in self.plain_words() if w == part or w not in others]
         if part in kept:
             return kept
         if any(part in w for w in kept):
