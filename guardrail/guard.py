@@ -18,6 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from guardrail.actions.invocation import commands_run_in
 from guardrail.actions.model import Action
 from guardrail.context import IncidentContext
 from guardrail.journal import Journal
@@ -369,7 +370,9 @@ class Guard:
         if self.env is None:
             raise RuntimeError("Guard.execute needs an environment")
         # The decision and the before-run snapshots share one fsync, durable before the command runs.
-        with self.journal.batch():
+        # A relative path the command reads is read where the environment will run it (LocalEnvironment's cwd).
+        runs_in = getattr(self._agent_env or self.env, "cwd", None)
+        with self.journal.batch(), commands_run_in(runs_in if isinstance(runs_in, str) else None):
             # An Environment runs a command with no stdin (the twin's shell, a subprocess on /dev/null): a tool
             # that reads its body there reads nothing unless the text gives one (a heredoc, a pipe).
             adm = self.before(command, stdin="")

@@ -8,17 +8,20 @@ path into a `Target` the same way for every tool.
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import re
 import shlex
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
 from guardrail.actions.words import Word
 
 __all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS", "STDIN_PATHS", "SYSTEM_BIN_DIRS",
-           "clean_path", "host_part", "NULL_DEVICE", "body_on_stdin"]
+           "clean_path", "host_part", "NULL_DEVICE", "body_on_stdin", "commands_run_in", "reading_text"]
 
 LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"})
 # File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
@@ -32,6 +35,49 @@ MAX_READ_AT_DECISION = 1024 * 1024
 
 class Unreadable(Exception):
     """A file a command names that the guard cannot read at decision time; its message says why."""
+
+
+# The directory the command being decided will run in, as its adapter knows it (the shell shim's working directory,
+# the local environment's): a relative path read at decision time is read there, not in the guard's own directory.
+# None: the guard's own (the command runs where the guard does).
+_RUNS_IN: ContextVar[str | None] = ContextVar("guardrail_runs_in", default=None)
+# True while normalise reads a text that may change directory before a command runs (`cd d && mysql < f.sql`):
+# a relative path then names a file the guard cannot place, and is not read.
+_MOVES: ContextVar[bool] = ContextVar("guardrail_text_changes_directory", default=False)
+_CHANGES_DIRECTORY = re.compile(r"(?<![\w.-])(cd|pushd|popd|chdir|chroot)(?![\w.-])|(?<![\w-])-C(?![\w-])|--chdir"
+                                r"|--directory")
+
+
+@contextmanager
+def commands_run_in(cwd: str | None) -> Iterator[None]:
+    """Decide commands that will run in `cwd` (an absolute path; anything else: the guard's own directory)."""
+    token = _RUNS_IN.set(cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)
+    try:
+        yield
+    finally:
+        _RUNS_IN.reset(token)
+
+
+@contextmanager
+def reading_text(raw: str) -> Iterator[None]:
+    """Held by normalise while it reads `raw`: whether the text may change directory (cd, pushd, popd, env -C,
+    --chdir ...; a word that only looks like one counts too, which costs a relative read at most)."""
+    token = _MOVES.set(bool(_CHANGES_DIRECTORY.search(raw)))
+    try:
+        yield
+    finally:
+        _MOVES.reset(token)
+
+
+def _placed(path: str) -> str:
+    """The path a command will open for `path`: relative ones in the directory the command runs in."""
+    if os.path.isabs(path):
+        return path
+    if _MOVES.get():
+        raise Unreadable(f"{path} is a relative path and the command changes directory before it runs, so which "
+                         "file it names is not known now; give the absolute path")
+    base = _RUNS_IN.get()
+    return os.path.join(base, path) if base else path
 
 
 def stdin_at_decision(stdin: "Stdin | None", where: "Where") -> str:
@@ -72,7 +118,7 @@ def read_at_decision(path: str, where: "Where") -> str:
     if where.in_exec:
         raise Unreadable(f"{path} is in the container")
     try:
-        raw = read_input_bytes(path, limit=MAX_READ_AT_DECISION)
+        raw = read_input_bytes(_placed(path), limit=MAX_READ_AT_DECISION)
     except DataFileError as e:
         raise Unreadable(f"{path}: {e.message}") from e
     try:
@@ -160,8 +206,20 @@ class Invocation:
                details: dict[str, Any] | None = None) -> Action:
         return Action(tool=tool, verb=verb, target=target or Target(namespace=self.where.namespace),
                       keys=keys or [], layer=layer, mutating=mutating, raw=self.raw,
-                      words=[str(w) for w in self.argv], via=list(self.where.via),
+                      words=self.plain_words(), via=list(self.where.via),
                       opaque_reason=opaque_reason, details=self._with_pod(details or {}))
+
+    def plain_words(self) -> list[str]:
+        """The argv as plain strings, each word converted once per invocation and shared by every action made of
+        it: `str(word)` copies, and N statements of one 100 KB `psql -c` holding N copies of it took gigabytes."""
+        cache: dict[int, tuple[Word, str]] = self.__dict__.setdefault("_plain", {})
+        out = []
+        for w in self.argv:
+            hit = cache.get(id(w))
+            if hit is None or hit[0] is not w:
+                hit = cache[id(w)] = (w, str(w))  # the word is kept with its id, so the id is not reused
+            out.append(hit[1])
+        return out
 
     def _with_pod(self, details: dict[str, Any]) -> dict[str, Any]:
         if self.where.in_exec:
@@ -235,7 +293,7 @@ class Invocation:
     def part_words(self, part: str, others: set[str] = frozenset()) -> list[str]:
         """The words of part_raw, unquoted: the invocation's words less the other parts, the part in place of a
         word that holds more, or after them when no word holds it."""
-        kept = [w for w in (str(x) for x in self.argv) if w == part or w not in others]
+        kept = [w for w in self.plain_words() if w == part or w not in others]
         if part in kept:
             return kept
         if any(part in w for w in kept):

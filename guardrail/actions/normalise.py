@@ -14,7 +14,8 @@ from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
-from guardrail.actions.invocation import NULL_DEVICE, SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
+from guardrail.actions.invocation import NULL_DEVICE, SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path, \
+    reading_text
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.dispatch import Session
 from guardrail.actions.settings import canonical
@@ -174,7 +175,8 @@ def normalise(raw: str, stdin: str | None = None) -> list[Action]:
         # One meaning per write: every spelling of a setting's change as its one key, scope and layer.
         given = None if stdin is None else Stdin("file", text=stdin, producer=NULL_DEVICE) if stdin == "" \
             else Stdin("pipe", text=stdin, producer="the caller")
-        actions = canonical(Normaliser().script(raw, Where(), given))
+        with reading_text(raw):
+            actions = canonical(Normaliser().script(raw, Where(), given))
         if len(actions) > MAX_ACTIONS:
             return [_over_limit("too-many-actions", raw, f"the command comes to more than {MAX_ACTIONS} actions "
                                                          "(statements, files, URLs ...)")]

@@ -256,3 +256,13 @@ deny contains {
 	lib.mutating
 	lib.details.wildcard_role == true
 }
+
+# A set-user-ID or set-group-ID bit turned on (`chmod u+s`, `chmod 4755`, `install -m 4755`): a copy of a shell or
+# an interpreter so marked runs as its owner, root, for anyone who can start it. No repair of a service needs one.
+deny contains {
+	"id": "SRE-PRIV-011",
+	"msg": sprintf("%s turns on the set-user-ID or set-group-ID bit of %s: the program then runs as its owner for anyone who starts it. No repair needs this; set the mode without s (e.g. 755).", [lib.verb, object.get(lib.details, "path", lib.target_name)]),
+	"details": {"path": object.get(lib.details, "path", "")},
+} if {
+	object.get(lib.details, "sets_id_bit", false) == true
+}

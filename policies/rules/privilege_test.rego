@@ -167,3 +167,15 @@ test_with_grant_option_read_from_the_parsed_statement if {
 		"details": {"sql_kind": "grant", "privileges": ["ALL"], "on": "t", "to": "bob", "grantees": ["bob"], "all": true, "with_grant_option": true},
 	}, "context": ctx}
 }
+
+file_action(verb, d) := {"action": {"tool": "file", "verb": verb, "mutating": true, "layer": "runtime",
+	"keys": [], "details": d}, "context": {}}
+
+test_a_setuid_bit_is_denied if {
+	"SRE-PRIV-011" in ids(privilege.deny) with input as file_action("chmod", {"path": "/tmp/sh", "mode": "u+s", "sets_id_bit": true})
+	"SRE-PRIV-011" in ids(privilege.deny) with input as file_action("write", {"path": "/tmp/sh", "mode": "4755", "sets_id_bit": true})
+}
+
+test_a_plain_mode_is_not_denied if {
+	not "SRE-PRIV-011" in ids(privilege.deny) with input as file_action("chmod", {"path": "/tmp/sh", "mode": "755"})
+}

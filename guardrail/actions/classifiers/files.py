@@ -178,7 +178,9 @@ class CopyMove:
         else:
             return [inv.action("file", inv.name, mutating=UNKNOWN,
                                opaque_reason=f"{inv.name} without a source and a destination")]
-        out = [file_write(inv, d, by=inv.name, sources=sources) for d in dests]
+        mode = p.get("-m") if inv.name == "install" else None
+        special = {"mode": str(mode), "sets_id_bit": True} if mode is not None and sets_id_bit(str(mode)) else {}
+        out = [file_write(inv, d, by=inv.name, sources=sources, **special) for d in dests]
         if inv.name == "mv":
             out += [file_write(inv, s, verb="delete", by="mv") for s in sources]
         return out
@@ -251,6 +253,29 @@ class Remove:
         return [file_write(inv, f, verb="delete", by=inv.name, recursive=recursive) for f in files]
 
 
+_SYMBOLIC_CLAUSE = re.compile(r"^([ugoa]*)((?:[-+=][rwxXstugo]*)+)$")
+
+
+def sets_id_bit(mode: str) -> bool:
+    """Whether chmod / install -m MODE turns on the set-user-ID or set-group-ID bit (a copy of bash made setuid
+    runs as its owner for anyone): an octal mode with 4000 or 2000 (`4755`, `02755`), or a symbolic clause that
+    adds or sets `s` (`u+s`, `+s`, `g=rwxs`, `a+rs`)."""
+    mode = mode.strip()
+    if re.fullmatch(r"[0-7]{1,5}", mode):
+        return bool(int(mode, 8) & 0o6000)
+    for clause in mode.split(","):
+        m = _SYMBOLIC_CLAUSE.match(clause)
+        if m is None:
+            continue
+        who, ops = m.group(1), m.group(2)
+        if who and not set(who) & set("uga"):
+            continue  # o+s does nothing
+        for op in re.findall(r"[-+=][rwxXstugo]*", ops):
+            if op[0] in "+=" and "s" in op:
+                return True
+    return False
+
+
 @register
 class Attributes:
     """chmod, chown, chgrp, truncate, setfacl: change a file without naming content."""
@@ -268,7 +293,8 @@ class Attributes:
             # chmod's symbolic modes start with a dash sometimes (chmod -x f): the parser took it as a flag.
             if inv.name == "chmod" and not files and pos:
                 mode, files = next((str(a) for a in inv.args if str(a).startswith("-")), ""), pos
-            return [file_write(inv, f, verb=inv.name, by=inv.name, mode=mode) for f in files] or \
+            special = {"sets_id_bit": True} if inv.name == "chmod" and sets_id_bit(mode) else {}
+            return [file_write(inv, f, verb=inv.name, by=inv.name, mode=mode, **special) for f in files] or \
                 [inv.action("file", inv.name, mutating=UNKNOWN, opaque_reason=f"{inv.name} with no file named")]
         size = p.get("-s")
         return [file_write(inv, f, verb=inv.name, by=inv.name, **({"size": str(size)} if size else {}))

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, literal_text, readings
+from guardrail.actions.classifiers.mysqllex import ClientCommand, Opaque, literal_text, readings, source_name
 from guardrail.actions.classifiers.postgres import grant_effect, to_action
 from guardrail.actions.classifiers.sql import (SqlEffect, Statement, Tok, common_effect, counts_only, hold_locks,
                                              literal, statements)
-from guardrail.actions.invocation import Invocation, Unreadable, stdin_at_decision
+from guardrail.actions.invocation import Invocation, Unreadable, read_at_decision, stdin_at_decision
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer
 
 __all__ = ["Mysql", "MysqlAdmin", "mysql_effect"]
@@ -168,6 +171,12 @@ def mysql_effect(st: Statement, prepared: set[str] | None = None, depth: int = 0
         return [_load(st)]
     if k in ("CALL", "HANDLER", "SOURCE"):
         return [_opaque(k.lower(), f"{k} runs code or data whose effect is not visible")]
+    if k == "BEGIN" and [t.up for t in st.toks[1:]] not in ([], ["WORK"]):
+        # `BEGIN DELETE FROM t; END`: an error in the default sql_mode, but under sql_mode ORACLE (which a server
+        # may have by default, out of the guard's sight) a block that runs its statements.
+        return [_opaque("begin", "BEGIN followed by a statement is a PL/SQL block under sql_mode ORACLE (a "
+                                 "server's default the guard cannot see); run the statements themselves, or "
+                                 "BEGIN NOT ATOMIC ... END")]
     if k == "CHECK" or k == "CHECKSUM":
         return [SqlEffect(verb=k.lower(), mutating=False, details={"sql_kind": "read"})]
     if k == "DO":
@@ -245,10 +254,41 @@ _STATE_FUNCS = {"get_lock": "get lock", "release_lock": "release lock", "release
                 "nextval": "nextval", "setval": "setval", "sys_exec": "sys_exec", "sys_eval": "sys_eval"}
 
 
+_LISTS = yaml.safe_load((Path(__file__).with_name("mysql_functions.yaml")).read_text(encoding="utf-8"))
+# What the server reads as its own before a `(` (native functions, syntax words), and which of them, written with a
+# space before the `(`, it looks up as a stored function instead.
+BUILTIN_NAMES = frozenset(_LISTS["native"].split())
+_STORED_WHEN_SPACED = frozenset(_LISTS["stored_when_spaced"].split())
+
+
+def _stored_call(st: Statement, i: int) -> bool:
+    """Whether the word at i, followed by `(`, calls a stored function (or a UDF) rather than something the server
+    has built in: a name it does not have, a native name written with a space before the `(` that the server then
+    looks up as stored (`now ()`), or one quoted in backticks (`` `now`() ``). A CTE's column list (`WITH c (a) AS`)
+    and the words JSON_TABLE, COLUMNS and AGAINST where the grammar puts them are not calls."""
+    t, paren = st.toks[i], st.toks[i + 1]
+    up = t.value.upper()
+    prev = st.toks[i - 1] if i > 0 else None
+    if up in BUILTIN_NAMES and (t.kind == "word" or up not in _STORED_WHEN_SPACED):
+        return paren.spaced and up in _STORED_WHEN_SPACED
+    if up == "AGAINST" and prev is not None and prev.text == ")" or \
+            up == "JSON_TABLE" and prev is not None and (prev.text == "," or prev.up in ("FROM", "JOIN")) or \
+            up == "COLUMNS" and prev is not None and prev.kind == "str":
+        return False
+    depth, k = 0, i + 1
+    while k < len(st.toks):  # `WITH c (a, b) AS (...)`: the column list of a common table expression
+        depth += {"(": 1, ")": -1}.get(st.toks[k].text, 0)
+        if depth == 0:
+            break
+        k += 1
+    return not (st.kw(k + 1) == "AS" and (prev is not None and (prev.text == "," or prev.up in ("WITH", "RECURSIVE"))))
+
+
 def _functions(st: Statement, eff: SqlEffect) -> SqlEffect:
     """A read that calls a function with an effect is that effect: GET_LOCK and its releases, a sequence's
-    NEXTVAL / SETVAL / NEXT VALUE FOR, a command UDF; a schema-qualified call (`db.f()`) is a stored function,
-    which may write: opaque. LOAD_FILE reads a file of the server's."""
+    NEXTVAL / SETVAL / NEXT VALUE FOR, a command UDF; a call of a function the server does not have built in (a
+    stored function, qualified `db.f()` or not, or a UDF) may write: opaque. LOAD_FILE reads a file of the
+    server's."""
     if eff.mutating is not False:
         return eff
     for i, t in enumerate(st.toks[:-1]):
@@ -270,6 +310,10 @@ def _functions(st: Statement, eff: SqlEffect) -> SqlEffect:
                                       **({"lock": True} if lock else {})})
         if name == "load_file":
             eff.details["reads_server_files"] = True
+        elif _stored_call(st, i):
+            return SqlEffect(verb="call", mutating=UNKNOWN, details={**eff.details, "sql_kind": "procedural"},
+                             opaque_reason=f"{t.value}() is not a function MariaDB has built in (a stored function "
+                                           "or a UDF): its body may write, and the guard does not see it")
     return eff
 
 
@@ -400,7 +444,9 @@ def _kill_user(st: Statement) -> dict[str, Any]:
 
 # The client's own commands that run a shell command, read a file as SQL, write a file, connect elsewhere or change
 # the character set later text is read in; the others (use, go, print, status, warnings, ...) change nothing.
-_CLIENT_EFFECTS = {"system": "runs a shell command", "source": "runs the SQL of a file the guard does not read",
+_CLIENT_EFFECTS = {"system": "runs a shell command",
+                   "source": "runs the SQL of a file the guard cannot read now (missing, not a regular UTF-8 file "
+                             "of at most 1 MiB, in a container, or sourced too deep)",
                    "pager": "pipes output through a shell command", "tee": "writes a file",
                    "edit": "runs an editor", "connect": "reconnects, perhaps to another server",
                    "charset": "changes the character set later text is read in"}
@@ -546,17 +592,22 @@ class Mysql:
         # of the first reading, and those of the others it lacks. Several -e are also judged one by one.
         seen: set[str] = set()
         variants = [sources, *([[e] for e in execs_text] if len(execs_text) > 1 else [])]
+        source = _SourcedFiles(inv)
         for texts in variants:
             for steps in readings([*((i, False) for i in inits), *((src, True) for src in texts)],
-                                  delimiter=delimiter, preserve_comments=p.has("-c", "--comments")):
-                fresh = [(a, a.model_dump_json()) for a in self._judge(inv, steps, target, base)]
+                                  delimiter=delimiter, preserve_comments=p.has("-c", "--comments"), source=source):
+                # Keyed without raw and words, which every action of this invocation shares: N statements of a
+                # 100 KB text were N keys of 100 KB each.
+                fresh = [(a, a.model_dump_json(exclude={"raw", "words"}))
+                         for a in self._judge(inv, steps, target, base, source.why)]
                 out += [a for a, key in fresh if key not in seen]
                 seen |= {key for _, key in fresh}
         if not out:
             out.append(inv.action("mysql", "connect", target=target, mutating=False, details=base))
         return out
 
-    def _judge(self, inv: Invocation, steps: list[Any], target: Any, base: dict[str, Any]) -> list[Action]:
+    def _judge(self, inv: Invocation, steps: list[Any], target: Any, base: dict[str, Any],
+               why: dict[str, str] | None = None) -> list[Action]:
         """One reading's statements and client commands as actions."""
         out: list[Action] = []
         judged: list[tuple[Statement, SqlEffect]] = []
@@ -574,10 +625,12 @@ class Mysql:
         out += [to_action(inv, "mysql", eff, st_.text, target, base) for st_, eff in judged if not eff.skip]
         for step in steps:
             if isinstance(step, ClientCommand) and step.name in _CLIENT_EFFECTS:
+                because = (why or {}).get(source_name(step.text)) if step.name == "source" else None
                 out.append(inv.action("mysql", step.name, target=target, mutating=UNKNOWN,
                                       details={**base, "statement": step.text},
                                       opaque_reason=f"mysql client command {step.name} "
-                                                    f"{_CLIENT_EFFECTS[step.name]}"))
+                                                    f"{_CLIENT_EFFECTS[step.name]}"
+                                                    + (f" ({because})" if because else "")))
             elif isinstance(step, Opaque):
                 out.append(inv.action("mysql", "query", target=target, mutating=UNKNOWN, details=base,
                                       opaque_reason=step.reason))
@@ -601,6 +654,33 @@ def _default_databases(steps: list[Any], initial: str | None) -> tuple[dict[int,
             current = words[-1].strip("`;") if len(words) > 1 else current
             seen.add(current)
     return at, (next(iter(seen)) if len(seen) == 1 else None)
+# The most text all the files one mysql command sources may hold together (each is at most MAX_READ_AT_DECISION).
+MAX_SOURCED_BYTES = 4 * 1024 * 1024
+
+
+class _SourcedFiles:
+    """The files `source FILE` / `\\. FILE` name in one mysql command, read at decision time as `mysql < FILE`
+    and `kubectl apply -f FILE` are (read_at_decision: a regular UTF-8 file of at most 1 MiB, not in a container),
+    each once; None for one that cannot be read or would take the total past MAX_SOURCED_BYTES (the command
+    stays opaque)."""
+
+    def __init__(self, inv: Invocation):
+        self.inv = inv
+        self.texts: dict[str, str | None] = {}
+        self.why: dict[str, str] = {}  # why a file could not be read
+        self.total = 0
+
+    def __call__(self, path: str) -> str | None:
+        if path not in self.texts:
+            try:
+                text: str | None = read_at_decision(path, self.inv.where) if path else None
+            except Unreadable as e:
+                text, self.why[path] = None, str(e)
+            if text is not None and self.total + len(text) > MAX_SOURCED_BYTES:
+                text, self.why[path] = None, f"the files sourced come to more than {MAX_SOURCED_BYTES} bytes"
+            self.total += len(text or "")
+            self.texts[path] = text
+        return self.texts[path]
 
 
 _ADMIN_SPEC = OptionSpec.of(

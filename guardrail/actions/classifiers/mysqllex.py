@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from guardrail.actions.classifiers.sql import Statement, Tok
 
-__all__ = ["ClientCommand", "Opaque", "Mode", "readings", "server_statements", "literal_text"]
+__all__ = ["ClientCommand", "Opaque", "Mode", "readings", "server_statements", "literal_text", "source_name",
+           "MAX_SOURCE_DEPTH"]
 
 _SPACE = " \t\n\r\v\f"  # my_isspace in the ASCII range
 
@@ -71,6 +72,16 @@ def _is_delimiter_command(text: str) -> bool:
     return text[:9].lower() == "delimiter" and len(text) > 9 and text[9] in _SPACE
 
 
+# How many files deep `source` is followed (a file that sources itself would go on until the client fails).
+MAX_SOURCE_DEPTH = 8
+
+
+def source_name(text: str) -> str:
+    """The file `source FILE` / `\\. FILE` reads: get_arg's word, without trailing white space or control
+    characters (com_source); a `;` right after the name is part of it, as for the client."""
+    return _get_arg(text).rstrip("".join(chr(c) for c in range(33)))
+
+
 def _get_arg(text: str) -> str:
     """A client command's argument as `get_arg` reads it: after the command word (or `\\x`), one word or a quoted
     string."""
@@ -91,10 +102,13 @@ class _Client:
     the statements it sends (str) and the commands it runs (ClientCommand). `no_backslash` follows the session's
     NO_BACKSLASH_ESCAPES (the server reports it after each statement); the caller updates it between items."""
 
-    def __init__(self, delimiter: str = ";", preserve_comments: bool = False):
+    def __init__(self, delimiter: str = ";", preserve_comments: bool = False,
+                 source: "Callable[[str], str | None] | None" = None):
         self.delimiter = delimiter or ";"
         self.preserve = preserve_comments
         self.no_backslash = False
+        self.source = source  # the text of a file `source FILE` names, read now; None when it cannot be
+        self.sourcing = 0  # how many `source` files deep the reading is
 
     def _find_command(self, text: str) -> str | None:
         name = text.lstrip(_SPACE)
@@ -137,6 +151,17 @@ class _Client:
             if self.buffer.strip(_SPACE):
                 yield self.buffer
             self.buffer = ""
+        elif name == "source" and self.source is not None and self.sourcing < MAX_SOURCE_DEPTH and \
+                (body := self.source(source_name(text))) is not None:
+            # The client reads the file's lines as its own input, there and then (com_source: same session,
+            # same delimiter); the statement it was in the middle of is kept for after.
+            saved = (self.buffer, self.in_string, self.ml)
+            self.sourcing += 1
+            try:
+                yield from self.read(body)
+            finally:
+                self.sourcing -= 1
+                self.buffer, self.in_string, self.ml = saved
         else:
             yield ClientCommand(name, text.strip(_SPACE))
 
@@ -357,7 +382,8 @@ def server_statements(text: str, mode: Mode, runs: dict[tuple[str, str], bool]) 
             toks.append(Tok("other", c, c))
             pos += 1
             continue
-        toks.append(Tok(kind, m.group(0), m.group(0)))
+        spaced = m.group(0) == "(" and pos > 0 and (text[pos - 1] in _SPACE or text[pos - 1] == "/")
+        toks.append(Tok(kind, m.group(0), m.group(0), spaced))
         pos = m.end()
     if toks:
         out.append(Statement(toks, text[start:].strip()))
@@ -451,11 +477,24 @@ _MAX_READINGS = 32
 _MULTIBYTE_PAIR = re.compile(r"[\u0080-\U0010ffff][\\`]")
 
 
-def readings(sources: list[tuple[str, bool]], *, delimiter: str = ";", preserve_comments: bool = False
-             ) -> list[list[Statement | ClientCommand | Opaque]]:
+def readings(sources: list[tuple[str, bool]], *, delimiter: str = ";", preserve_comments: bool = False,
+             source: "Callable[[str], str | None] | None" = None) -> list[list[Statement | ClientCommand | Opaque]]:
     """Every way the server could run `sources` (in order; each (text, through_client): False for SQL sent as it
-    is, like --init-command): one list of steps per reading, the one where the most runs first."""
+    is, like --init-command): one list of steps per reading, the one where the most runs first. `source` gives
+    the text of a file a `source FILE` names (None: not readable, the command stays opaque); the files' text
+    counts as the input's for the readings."""
     whole = "".join(s for s, _ in sources)
+    if source is not None:
+        read: list[str] = []
+
+        def recording(path: str) -> str | None:
+            text = source(path)
+            if text is not None:
+                read.append(text)
+            return text
+
+        _one_reading(sources, Mode(), {}, delimiter, preserve_comments, recording)
+        whole += "".join(read)
     if _MULTIBYTE_PAIR.search(whole):
         return [[Opaque("a non-ASCII character before a backslash or backtick: in a multi-byte client character "
                         "set (gbk, big5, sjis) the two bytes are one character and the escape or quote is gone")]]
@@ -468,16 +507,17 @@ def readings(sources: list[tuple[str, bool]], *, delimiter: str = ";", preserve_
     out = []
     for runs in versions:
         for mode in modes:
-            steps = _one_reading(sources, mode, runs, delimiter, preserve_comments)
+            steps = _one_reading(sources, mode, runs, delimiter, preserve_comments, source)
             if steps not in out:
                 out.append(steps)
     return out
 
 
 def _one_reading(sources: list[tuple[str, bool]], mode: Mode, runs: dict[tuple[str, str], bool], delimiter: str,
-                 preserve: bool) -> list[Statement | ClientCommand | Opaque]:
+                 preserve: bool, source: "Callable[[str], str | None] | None" = None
+                 ) -> list[Statement | ClientCommand | Opaque]:
     steps: list[Statement | ClientCommand | Opaque] = []
-    client = _Client(delimiter, preserve)
+    client = _Client(delimiter, preserve, source)
     unread: Opaque | None = None  # a mode the guard cannot read: opaque if anything follows
     for text, through_client in sources:
         packets: Iterator[str | ClientCommand] = client.read(text) if through_client else iter([text])

@@ -27,7 +27,7 @@ from guardrail.actions.model import UNKNOWN, Layer
 from guardrail.clients.pgquery import ParsedStatement, SqlSyntaxError, parse, scan
 
 __all__ = ["PgStatement", "PgReading", "read_sql", "LEXING_SETTINGS", "lexing_value_known", "psql_variables",
-           "FUNCTIONS"]
+           "FUNCTIONS", "BUILTIN_FUNCTIONS"]
 
 
 class _FunctionLists(BaseModel):
@@ -41,6 +41,16 @@ class _FunctionLists(BaseModel):
 FUNCTIONS = _FunctionLists.model_validate(
     yaml.safe_load((Path(__file__).with_name("pg_functions.yaml")).read_text(encoding="utf-8")))
 _CHANGES = frozenset(n.lower() for n in FUNCTIONS.changes_state)
+# Every function PostgreSQL has built in (pg_catalog): the immutable and stable ones (which cannot change anything)
+# and the volatile ones sorted above. A call of another name is a function of the database's own or of an
+# extension: its body may write, and the guard does not see it.
+_STABLE = frozenset(line.strip() for line in
+                    (Path(__file__).with_name("pg_catalog_functions.txt")).read_text(encoding="utf-8").splitlines()
+                    if line.strip() and not line.startswith("#"))
+BUILTIN_FUNCTIONS = _STABLE | FUNCTIONS.reads_only | FUNCTIONS.changes_state
+# Statements that run the expressions they hold (a definition's DEFAULT or index expression does not run yet).
+_RUNS_EXPRESSIONS = frozenset({"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "CallStmt",
+                               "ExplainStmt", "DeclareCursorStmt", "CopyStmt", "CreateTableAsStmt", "ExecuteStmt"})
 
 # Parse nodes that cannot change anything by themselves (their expressions' functions are checked apart). A hand
 # reading that calls another node a read (`COMMIT PREPARED` as a COMMIT) is not trusted.
@@ -164,6 +174,8 @@ def _judge(ps: ParsedStatement, hand: HandReading, depth: int) -> PgStatement:
     calls = list(ps.messages("FuncCall"))
     if eff.mutating is False:
         eff = _functions(calls, eff, hand, depth)
+    if eff.mutating is not UNKNOWN and node in _RUNS_EXPRESSIONS:
+        eff = _unknown_functions(calls, eff)
     lexing = _lexing_change(f, node, calls)
     if lexing and node in ("AlterRoleSetStmt", "AlterDatabaseSetStmt", "AlterSystemStmt"):
         eff = _opaque(eff.verb, lexing, node=node)
@@ -236,6 +248,29 @@ def _const(node: Any) -> Any:
 def _func_name(fc: Any) -> str:
     names = [n.string.sval for n in fc.funcname if n.WhichOneof("node") == "string"]
     return names[-1].lower() if names else ""
+
+
+def _qualified_name(fc: Any) -> str:
+    return ".".join(n.string.sval for n in fc.funcname if n.WhichOneof("node") == "string")
+
+
+def _unknown_functions(calls: list[Any], eff: SqlEffect) -> SqlEffect:
+    """A statement that calls a function PostgreSQL does not have built in is opaque: a function of the database's
+    own (PL/pgSQL, SQL, C) or of an extension runs a body the guard does not see, which may write whatever the
+    statement's own reading says (`SELECT f()` reads as a read; f may DELETE). A name qualified with another schema
+    than pg_catalog is such a function even when a built-in one has its name."""
+    for fc in calls:
+        # As the parser gives them: an unquoted name is folded to lower case already, a quoted one (`"NOW"()`) is
+        # another function than the built-in.
+        names = [n.string.sval for n in fc.funcname if n.WhichOneof("node") == "string"]
+        schema = names[0] if len(names) > 1 else "pg_catalog"
+        if schema == "pg_catalog" and names and names[-1] in BUILTIN_FUNCTIONS and len(names) <= 2:
+            continue
+        name = _qualified_name(fc)
+        return _opaque(eff.verb, f"{name}() is not a function PostgreSQL has built in (a function of the database's "
+                                 "own or of an extension): its body may write, and the guard does not see it; run "
+                                 "the statements it runs instead", node=eff.details.get("node"), function=name)
+    return eff
 
 
 def _functions(calls: list[Any], eff: SqlEffect, hand: HandReading, depth: int) -> SqlEffect:

@@ -20,7 +20,7 @@ from guardrail.actions.classifiers.base import OptionSpec, register
 from guardrail.actions.classifiers.pgsql import lexing_value_known, psql_variables, read_sql
 from guardrail.actions.classifiers.sql import (SqlEffect, Statement, common_effect, counts_only, cte_dml_effects,
                                               hold_locks, literal, pg_bool, scan, statements)
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import Invocation, Unreadable, read_at_decision
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 from guardrail.clients.pgquery import SqlSyntaxError
 from guardrail.clients.pgquery import token_spans
@@ -391,10 +391,32 @@ class Psql:
                                details={**base, "output": str(piped)})]
         files = [str(f) for f in p.all("-f")]
         other = next((f for f in files if f not in _STDIN_FILES), None)
-        if other is not None:
+        if other is not None and (sources or any(f in _STDIN_FILES for f in files)
+                                  or any(f.dynamic for f in p.all("-f"))):
+            # Mixed with -c or stdin, the order psql runs them in (which decides how each is lexed) is the
+            # command line's, which the option parser does not keep: not judged.
             return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
-                               opaque_reason=f"psql -f {other}: the file's SQL is not visible",
+                               opaque_reason=f"psql -f {other} beside -c or stdin: run the file on its own",
                                details={**base, "file": other})]
+        if other is not None:
+            # `psql -f fix.sql` (each -f in order): the files are read now, as `kubectl apply -f` reads its
+            # manifest, and judged as psql reads them (line by line, meta-commands and :variables).
+            total = 0
+            for f in files:
+                try:
+                    text = read_at_decision(f, inv.where)
+                except Unreadable as e:
+                    return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
+                                       opaque_reason=f"psql -f {f}: the file's SQL cannot be read now ({e})",
+                                       details={**base, "file": f})]
+                total += len(text)
+                if total > _MAX_FILES_TEXT:
+                    return [inv.action("psql", "run file", target=target, mutating=UNKNOWN,
+                                       opaque_reason=f"psql -f: the files come to more than {_MAX_FILES_TEXT} "
+                                                     "characters",
+                                       details={**base, "file": f})]
+                sources.append(text)
+            files = []
         if sources and (files or (inv.stdin is not None and inv.stdin.text is not None)):
             # psql runs every -c and -f in order, and `-f -` (or /dev/stdin) is its stdin: that SQL runs too
             # (`psql -c 'SELECT 1' -f -` ran what the guard never saw). A heredoc beside -c is judged as well.
@@ -649,6 +671,8 @@ def _counts_only(sql: str) -> bool:
 
 # What `psql -f` reads as its stdin.
 _STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# The most text the -f files of one psql command may hold together (each is at most MAX_READ_AT_DECISION).
+_MAX_FILES_TEXT = 4 * 1024 * 1024
 
 
 def _conn_db(conn: str) -> str | None:

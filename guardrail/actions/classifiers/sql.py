@@ -39,6 +39,8 @@ class Tok:
     kind: str
     text: str
     value: str
+    # A `(` with white space or a comment right before it (MariaDB then looks `now (` up as a stored function).
+    spaced: bool = False
 
     @property
     def up(self) -> str:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from guardrail.actions.invocation import commands_run_in
 from guardrail.adapters.session import GuardSession
 from guardrail.adapters.shell.protocol import (HEARTBEAT_S, MAX_CONNECTIONS, MAX_LINE_BYTES, MAX_STDIN_BYTES, encode,
                                                proof)
@@ -190,9 +191,11 @@ class GuardDaemon:
             if isinstance(stdin, str) and len(stdin) > MAX_STDIN_BYTES:
                 raise ValueError(f"a stdin payload over {MAX_STDIN_BYTES} bytes is refused, never cut and judged")
             # An empty payload is a known empty stdin; no payload at all (a terminal, a tool the shim does not
-            # read stdin for) is not known, and a tool that reads its body there stays opaque.
-            adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None),
-                                      stdin="" if stdin == "" else None)
+            # read stdin for) is not known, and a tool that reads its body there stays opaque. A relative path the
+            # command reads (`mysql d < f.sql`) is the one in the shim's working directory.
+            with commands_run_in(msg.get("cwd") if isinstance(msg.get("cwd"), str) else None):
+                adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None),
+                                          stdin="" if stdin == "" else None)
             reply = {"id": adm.seq, "runs": adm.runs, "outcome": adm.outcome.value,
                      "rules": [f.id for f in adm.denies + adm.warns],
                      "message": "\n".join(f.render() for f in adm.feedback)}

@@ -4,6 +4,7 @@ test_mysql_server_oracle.py."""
 
 from __future__ import annotations
 
+import os
 import shlex
 
 import pytest
@@ -238,3 +239,38 @@ def test_a_count_prints_a_number_only_when_every_reading_is_one_count(sql, numbe
 
     inv = Invocation(argv=[Word.of(w) for w in ("mysql", "-N", "-e", sql)])
     assert Mysql().prints_number(inv) is number
+
+
+# -- source FILE: read at decision time ----------------------------------------------------------------------------
+@pytest.mark.parametrize("form", ["source {f}", "\\. {f}", "SELECT 1; \\. {f}", "SOURCE {f}", "SELECT 1;\nsource {f}"])
+def test_a_sourced_file_is_read_now_and_judged_as_the_client_reads_it(tmp_path, form):
+    writes = tmp_path / "w.sql"
+    writes.write_text("SELECT 1;\nDELETE FROM t;\n")
+    reads = tmp_path / "r.sql"
+    reads.write_text("SELECT v FROM t;\nSHOW PROCESSLIST;\n")
+    assert ("delete", True) in verbs(form.format(f=writes))
+    assert read_only(form.format(f=reads)), verbs(form.format(f=reads))  # the negative control
+
+
+def test_a_sourced_file_is_read_in_every_reading_and_through_nested_sources(tmp_path):
+    # A backslash in the file: under NO_BACKSLASH_ESCAPES (the server's, unseen) the string ends early.
+    (tmp_path / "bs.sql").write_text("SELECT 'a\\';\nDELETE FROM t; -- '\n")
+    assert ("delete", True) in verbs(f"source {tmp_path / 'bs.sql'}")
+    (tmp_path / "inner.sql").write_text("DROP TABLE t;\n")
+    (tmp_path / "outer.sql").write_text(f"SELECT 1;\nsource {tmp_path / 'inner.sql'}\n")
+    assert ("drop", True) in verbs(f"source {tmp_path / 'outer.sql'}")
+    # The delimiter a file sets holds after it, as the client's does.
+    (tmp_path / "delim.sql").write_text("DELIMITER //\n")
+    assert ("delete", True) in verbs(f"source {tmp_path / 'delim.sql'}\nSELECT 1// DELETE FROM t//")
+
+
+def test_a_file_that_cannot_be_read_now_leaves_source_opaque(tmp_path):
+    (tmp_path / "loop.sql").write_text(f"source {tmp_path / 'loop.sql'}\n")
+    big = tmp_path / "big.sql"
+    big.write_text("SELECT 1;\n" * 120_000)  # over 1 MiB
+    fifo = tmp_path / "fifo.sql"
+    os.mkfifo(fifo)
+    latin = tmp_path / "latin.sql"
+    latin.write_bytes(b"SELECT '\xe9';\n")
+    for path in (tmp_path / "missing.sql", tmp_path / "loop.sql", big, fifo, "/dev/zero", tmp_path, latin):
+        assert ("source", UNKNOWN) in verbs(f"source {path}"), path

@@ -16,6 +16,7 @@ changes something there; `R`: nothing) and whether the guard should call it read
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(shutil.which("mariadb") is None or not Path("/us
                                 reason="MariaDB 10.11 not installed (.ci/install-servers)")
 
 # (sql, what the server does in its default mode: "W" changes something / "R" nothing, guard says read-only)
-# {dir} is a directory the server and the client may write; {src} a file holding `DELETE FROM t`.
+# {dir} is a directory the server and the client may write; {src} a file holding `DELETE FROM t`, {rsrc} one of reads.
 CASES: list[tuple[str, str, bool]] = [
     # -- is a comment only before whitespace or a control character; 1--1 is arithmetic.
     ("select 1--1", "R", True),
@@ -108,6 +109,10 @@ CASES: list[tuple[str, str, bool]] = [
     ("source {src}", "W", False),
     ("\\. {src}", "W", False),
     ("select 1; \\. {src}", "W", False),
+    # ... and the file a source names is read now: a file of reads is a read ({rsrc} holds `SELECT * FROM t`).
+    ("source {rsrc}", "R", True),
+    ("select 1; \\. {rsrc}", "R", True),
+    ("source {dir}/missing.sql", "R", False),
     # Functions with an effect: sequences, stored functions, lock functions (checked in the session: see PROBE).
     ("SELECT NEXTVAL(s)", "W", False),
     ("SELECT NEXT VALUE FOR s", "W", False),
@@ -116,6 +121,27 @@ CASES: list[tuple[str, str, bool]] = [
     ("SELECT d.f()", "W", False),
     ("DO d.f()", "W", False),
     ("DO 1", "R", True),
+    # A stored function called unqualified (g, and one named like a native function, now), or a UDF: the server
+    # runs its body; a native name written right before its `(` is the native function.
+    ("SELECT g()", "W", False),
+    ("DO g()", "W", False),
+    ("SELECT `g`()", "W", False),
+    ("SELECT id FROM t WHERE g() > 0", "W", False),
+    ("SELECT v, COUNT(*) FROM t GROUP BY v HAVING g() = 1", "W", False),
+    ("SELECT now ()", "W", False),
+    ("SELECT `now`()", "W", False),
+    ("SELECT now(), COUNT(*), IFNULL(v, 'x'), CONCAT(v, 'y'), DATE_FORMAT(NOW(), '%Y'), LEFT(v, 1) FROM t "
+     "GROUP BY v", "R", True),
+    ("SELECT lower ('A'), IF(id > 1, 'x', 'y'), CAST(id AS DECIMAL(5,2)) FROM t WHERE id IN (1, 2)", "R", True),
+    ("WITH c (a) AS (SELECT 1) SELECT a FROM c", "R", True),
+    # sql_mode ORACLE (set by the server's configuration, unseen): `BEGIN stmt; END` is a block that runs stmt
+    # (an error in the default mode), and a DECLARE section opens one; a plain transaction stays a read.
+    ("DELIMITER //\nBEGIN DELETE FROM t; END//", "R", False),
+    ("DELIMITER //\nDECLARE x INT; BEGIN DELETE FROM t; END//", "R", False),
+    ("DELIMITER //\nBEGIN\n  UPDATE t SET v = 'z';\nEND//", "R", False),
+    ("DELIMITER //\nWHILE 1 = 0 LOOP DELETE FROM t; END LOOP//", "R", False),
+    ("BEGIN; SELECT v FROM t; COMMIT", "R", True),
+    ("BEGIN WORK; SELECT 'a' || 'b' FROM t; ROLLBACK", "R", True),
     ("DO GET_LOCK('x', 0)", "W", False),
     ("SELECT GET_LOCK('x', 0)", "W", False),
     ("SELECT 1 FROM dual WHERE GET_LOCK('y', 0)", "W", False),
@@ -155,6 +181,8 @@ CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20)); INSERT INTO t VALUES (1, 'a'
 CREATE TABLE u (id INT); CREATE SEQUENCE s;
 DELIMITER //
 CREATE FUNCTION f() RETURNS INT MODIFIES SQL DATA BEGIN INSERT INTO u VALUES (1); RETURN 1; END//
+CREATE FUNCTION g() RETURNS INT MODIFIES SQL DATA BEGIN INSERT INTO u VALUES (2); RETURN 1; END//
+CREATE FUNCTION `now`() RETURNS INT MODIFIES SQL DATA BEGIN INSERT INTO u VALUES (3); RETURN 1; END//
 DELIMITER ;
 CREATE PROCEDURE p() DELETE FROM t;
 CREATE USER IF NOT EXISTS 'app'@'%'; REVOKE ALL PRIVILEGES, GRANT OPTION FROM 'app'@'%';
@@ -189,6 +217,7 @@ def server():
     (outdir / "rows.csv").write_text("5\tx\n6\ty\n")
     src = base / "delete.sql"
     src.write_text("DELETE FROM t;\n")
+    src.with_name("read.sql").write_text("SELECT * FROM t;\nSHOW TABLES;\n")
     try:
         yield srv, outdir, src
     finally:
@@ -226,7 +255,7 @@ def _run(srv, outdir: Path, src: Path, sql: str, sql_mode: str | None) -> tuple[
 
 
 def _text(sql: str, outdir: Path, src: Path) -> str:
-    return sql.replace("{dir}", str(outdir)).replace("{src}", str(src))
+    return sql.replace("{dir}", str(outdir)).replace("{src}", str(src)).replace("{rsrc}", str(src.with_name("read.sql")))
 
 
 def _read_only(cmd: str) -> bool:
@@ -240,7 +269,8 @@ def test_a_statement_the_guard_calls_read_only_changes_nothing_on_the_server(ser
     guard_ro = {form: _read_only(cmd) for form, cmd in (
         ("-e", f"mysql -h mariadb d -e {shlex.quote(text)}"),
         ("stdin", f"mysql -h mariadb d <<'EOF'\n{text}\nEOF"))}
-    modes = [None] + (["NO_BACKSLASH_ESCAPES", "ANSI_QUOTES"] if "\\" in text or '"' in text else [])
+    modes = [None] + (["NO_BACKSLASH_ESCAPES", "ANSI_QUOTES"] if "\\" in text or '"' in text else []) + (
+        ["ORACLE"] if re.search(r"BEGIN|DECLARE|LOOP|\|\|", text, re.I) else [])
     for mode in modes:
         before, after, locked = _run(srv, outdir, src, text, mode)
         changed = before != after or locked
@@ -250,6 +280,28 @@ def test_a_statement_the_guard_calls_read_only_changes_nothing_on_the_server(ser
             assert not (ro and changed), f"allowed as read-only ({form}) but it changed the server " \
                                          f"(sql_mode {mode or 'default'}): {sql!r}"
     assert guard_ro == {"-e": read_only, "stdin": read_only}, sql
+
+
+def test_the_built_in_names_are_the_servers(server):
+    """mysql_functions.yaml against the server: a sample of its native names resolve natively when called right
+    before the `(` (no stored-function lookup, errors 1305/1630), the spaced ones are looked up as stored, and a
+    name not listed is looked up as stored."""
+    from guardrail.actions.classifiers import mysql as m
+
+    srv, _, _ = server
+    _client(srv, "-e", "CREATE DATABASE IF NOT EXISTS nofn")  # a database without stored functions
+
+    def lookup(call: str) -> bool:
+        r = subprocess.run(["mariadb", f"--socket={srv.socket_path}", "-uroot", "--batch", "nofn", "-e",
+                            f"SELECT {call}"], capture_output=True, text=True, timeout=60, errors="replace")
+        return "ERROR 1305" in r.stderr or "ERROR 1630" in r.stderr
+
+    for name in ("LOWER", "IFNULL", "CONCAT", "MD5", "UUID", "DATABASE", "COALESCE", "VERSION", "SUBSTRING_INDEX"):
+        assert name in m.BUILTIN_NAMES and not lookup(f"{name}()") and not lookup(f"{name}(1, 2)"), name
+    for name in ("NOW", "CURDATE", "SYSTEM_USER"):
+        assert name in m.BUILTIN_NAMES and not lookup(f"{name}()") and lookup(f"{name} ()"), name
+    for name in ("NO_SUCH_FN", "TOUCH"):
+        assert name not in m.BUILTIN_NAMES and lookup(f"{name}()"), name
 
 
 def test_the_cases_are_many_and_cover_both_verdicts():

@@ -42,6 +42,8 @@ CREATE TABLE guard.audit (id int);
 INSERT INTO guard.audit VALUES (1), (2);
 CREATE SEQUENCE guard.s;
 SELECT nextval('guard.s');
+CREATE FUNCTION guard.bump() RETURNS int LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO guard.audit VALUES (99); RETURN 1; END $f$;
+CREATE FUNCTION public.touch() RETURNS int LANGUAGE sql AS $f$ DELETE FROM guard.audit WHERE id = 99; SELECT 1 $f$;
 """
 
 FINGERPRINT = """
@@ -147,6 +149,39 @@ def test_what_the_guard_reads_as_read_only_changes_nothing_on_the_server(server,
     done = _bash(cmd, server)
     assert _fingerprint(server) == before, (cmd, done.stdout[-300:], done.stderr[-300:])
     assert not MARK.exists(), f"{cmd} ran a shell command"
+
+
+def test_a_select_of_the_databases_own_functions_writes_and_the_guard_does_not_call_it_a_read(server):
+    """The server's side of the rule that a function not built in is opaque: `SELECT guard.bump()` (PL/pgSQL) and
+    `SELECT touch()` (SQL, unqualified) change the rows, and a plain read beside them does not."""
+    _wait_for_victim(server)
+    for cmd in ("psql -X -c 'SELECT guard.bump()'", "psql -X -c 'SELECT touch()'"):
+        assert not _read_only(cmd)
+        before = _fingerprint(server)
+        done = _bash(cmd, server)
+        assert done.returncode == 0, done.stderr
+        assert _fingerprint(server) != before, cmd
+    control = "psql -X -c 'SELECT lower(name), now(), count(*) OVER () FROM guard.accounts'"
+    assert _read_only(control)
+    before = _fingerprint(server)
+    assert _bash(control, server).returncode == 0
+    assert _fingerprint(server) == before
+
+
+def test_the_built_in_list_is_the_servers(server):
+    """pg_catalog_functions.txt is exactly this server's immutable and stable pg_catalog functions, and with the
+    volatile ones of pg_functions.yaml they are every function of pg_catalog."""
+    from guardrail.actions.classifiers import pgsql
+
+    listed = {ln for ln in Path(pgsql.__file__).with_name("pg_catalog_functions.txt")
+              .read_text(encoding="utf-8").splitlines() if ln and not ln.startswith("#")}
+    stable = set(_psql(server, "SELECT DISTINCT proname FROM pg_proc WHERE provolatile <> 'v' "
+                               "AND pronamespace = 'pg_catalog'::regnamespace").split())
+    assert len(stable) > 2000 and listed == stable
+    every = set(_psql(server, "SELECT DISTINCT proname FROM pg_proc "
+                              "WHERE pronamespace = 'pg_catalog'::regnamespace").split())
+    assert every <= pgsql.BUILTIN_FUNCTIONS
+    assert not {"bump", "touch"} & pgsql.BUILTIN_FUNCTIONS
 
 
 def test_every_volatile_function_of_the_server_is_listed(server):

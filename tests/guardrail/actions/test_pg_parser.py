@@ -146,3 +146,29 @@ def test_the_client_reports_the_parsers_errors_and_the_written_text():
     got = parse("SELECT 1 -- a\r; /* x */ SELECT  'a  b'")
     assert [p.text for p in got] == ["SELECT 1", "SELECT 'a  b'"]
     assert [p.node_type for p in got] == ["SelectStmt", "SelectStmt"]
+
+
+def test_psql_f_reads_its_files_now_and_judges_them_as_psql_reads_them(tmp_path):
+    """`psql -f FILE` is judged on FILE's text, read at decision time (each -f in order), as psql reads it: SQL,
+    meta-commands and :variables; a file that cannot be read now, or -f beside -c or stdin, stays opaque."""
+    from guardrail.actions import normalise
+
+    def verdicts(cmd: str) -> list[tuple[str, object]]:
+        return [(a.verb, a.mutating) for a in normalise(cmd)]
+
+    reads = tmp_path / "reads.sql"
+    reads.write_text("SELECT 1;\n\\dt\nSELECT now(), count(*) FROM pg_stat_activity;\n")
+    writes = tmp_path / "writes.sql"
+    writes.write_text("SELECT 1;\nDELETE FROM guard.audit;\n")
+    shell = tmp_path / "shell.sql"
+    shell.write_text("SELECT 1 \\! touch /tmp/x\n")
+    var = tmp_path / "var.sql"
+    var.write_text("SELECT 1; :q\n")
+    assert all(m is False for _, m in verdicts(f"psql -X -f {reads}"))  # the negative control
+    assert ("delete", True) in verdicts(f"psql -f {writes}")
+    assert ("delete", True) in verdicts(f"psql -f {reads} --file={writes}")
+    assert ("\\!", UNKNOWN) in verdicts(f"psql -f {shell}")
+    assert ("delete", True) in verdicts(f"psql -X -v q='DELETE FROM guard.audit' -f {var}")
+    for opaque in (f"psql -f {tmp_path / 'missing.sql'}", "psql -f /dev/zero", f"psql -f {tmp_path}",
+                   f"psql -c 'SELECT 1' -f {reads}", f"psql -f {reads} -f - <<< 'SELECT 1'"):
+        assert ("run file", UNKNOWN) in verdicts(opaque), opaque
