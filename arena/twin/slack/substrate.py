@@ -18,8 +18,8 @@ the real task does not name as a victim:
   history  channel history page: a read on the message pool
   thread   thread view: a read on the thread pool
   update   reaction, edit or delete of the session's own post: a DB op on the message pool that allocates no
-           sequence (no channel_seq row), after the auth session check
-  upload / download   a file on the file role's pool (upload after the auth session check)
+           sequence (no channel_seq row), after the auth session check every message-role write makes
+  upload / download   a file on the file role's pool
   presence the presence heartbeat: one Redis op on the platform role
   search   a search query on the search pool
 A role that is reloading or restarting refuses connections: its hop fails with 503.
@@ -59,7 +59,7 @@ ROUTES: dict[str, list[tuple[str, str]]] = {
     "history": [("message", "read")],
     "thread": [("thread", "read")],
     "update": [("auth", "session"), ("message", "update")],
-    "upload": [("auth", "session"), ("file", "update")],
+    "upload": [("file", "update")],
     "download": [("file", "read")],
     "presence": [("platform", "presence")],
     "search": [("search", "read")],
@@ -109,6 +109,9 @@ class SlackSpine(Substrate):
         for d, r in self.s.routes.items():
             if r not in ROUTES:
                 raise ScenarioError(f"twin.spec.routes.{d}: unknown route {r!r} (one of {', '.join(ROUTES)})")
+        for drv in self.world.profile.drivers:
+            if drv.name not in self.s.routes:
+                raise ScenarioError(f"twin.spec.routes: no route for the load's driver {drv.name!r}")
         w = self.world
         app = healthy_app_yaml(self.s.pool_timeout_s)
         for role, sect in self.s.roles.items():
