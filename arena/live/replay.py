@@ -60,7 +60,13 @@ class LiveIncident(BaseModel):
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in INCIDENTS_DIR.glob("*.yaml")))
             raise ScenarioError(f"no live wiring for {incident_id}; known: {known}", path=str(path))
-        return load_model(cls, path, error=ScenarioError)
+        incident = load_model(cls, path, error=ScenarioError)
+        seed = _twin_profile(incident_id).get("seed")
+        if "seed" not in incident.shape.model_fields_set and isinstance(seed, int):
+            # No seed of its own: the task's, as the twin's profile carries it, so both load generators start
+            # from the same data.
+            incident.shape = incident.shape.model_copy(update={"seed": seed})
+        return incident
 
     def stack(self, *, shape: LoadShape | None = None) -> LiveStack:
         return LiveStack(self.substrates, shape=shape or self.shape, image_env=self.image_env,
@@ -99,13 +105,18 @@ def _queue_backlog(stack: LiveStack, app_config: str) -> int:
         r.close()
 
 
-def _twin_cycle_s(incident_id: str) -> float | None:
-    """The scenario's mean cycle length, from its `twin.profile` (the load shape, not the answer key)."""
+def _twin_profile(incident_id: str) -> dict[str, Any]:
+    """The scenario's `twin.profile` (the load shape, not the answer key); {} when there is none."""
     path = scenario_dir() / "incident-arena" / incident_id / "scenario.yaml"
     try:
-        cycles = (yaml.safe_load(path.read_text()) or {}).get("twin", {}).get("profile", {}).get("cycles")
+        return (yaml.safe_load(path.read_text()) or {}).get("twin", {}).get("profile", {}) or {}
     except OSError:
-        return None
+        return {}
+
+
+def _twin_cycle_s(incident_id: str) -> float | None:
+    """The scenario's mean cycle length, from its `twin.profile`."""
+    cycles = _twin_profile(incident_id).get("cycles")
     if not cycles:
         return None
     return sum(c[0] + c[2] for c in cycles) / len(cycles)

@@ -4,16 +4,21 @@ Read from a scenario's `twin.profile` (validated here) and used by `arena.twin.w
 `LoadSchedule` for the phase at any time and the next boundary, so that it can simulate whole steady segments at
 once. Field names follow Incident-Arena's `loadgen/profiles.yaml`: warmup_s, warmup_rps, cycles as
 [peak_s, peak_rps, trough_s, trough_rps], loop, soak_cycles, declare_deadline_s, drivers, events,
-align_soak_to_cycle. Episode time 0 is `POST /grader/episode-start`; the pre-incident history runs before it.
+align_soak_to_cycle, and the session layer's and the noise's knobs the twin models: action_weights (each
+arrival's request kind drawn by weight, so a driver's share of the rate is its weight over the sum),
+behavior_seed (the action draws), rate_jitter with noise_seed (one seeded rate factor per phase) and
+baseline_rps (a floor under every phase's rate). Episode time 0 is `POST /grader/episode-start`; the
+pre-incident history runs before it.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["DriverSpec", "EventSpec", "LoadProfile", "Phase", "LoadSchedule"]
 
@@ -24,7 +29,7 @@ class DriverSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    rate_scale: float = 1.0  # this driver's rps = profile rps x rate_scale
+    rate_scale: float = 1.0  # this driver's rps = profile rps x rate_scale (derived from action_weights when given)
     timeout_s: float = 5.0
     jitter: float = 0.05  # relative seeded noise on each segment's arrival count
 
@@ -65,6 +70,35 @@ class LoadProfile(BaseModel):
     prehistory_cycles: int = 3
     drivers: list[DriverSpec] = Field(default_factory=lambda: [DriverSpec(name="write_readback")])
     events: list[EventSpec] = Field(default_factory=list)
+    # The session layer's action mix: each arrival is one request kind, drawn by these weights (the real
+    # planner's marginal); a listed driver only adds its timeout or jitter. None: `drivers` with their rate_scale.
+    action_weights: dict[str, float] | None = None
+    behavior_seed: int | None = None  # seeds the action draws (None: `seed`)
+    rate_jitter: float = Field(0.0, ge=0.0, lt=1.0)  # each phase's rate x (1 + U(-j, +j)), one draw per phase
+    noise_seed: int | None = None  # seeds those draws (None: `seed`)
+    baseline_rps: float = Field(0.0, ge=0.0)  # no phase runs below this rate
+
+    @model_validator(mode="after")
+    def _mix_to_shares(self) -> "LoadProfile":
+        if self.action_weights is None:
+            return self
+        if not self.action_weights or any(w <= 0 for w in self.action_weights.values()):
+            raise ValueError("action_weights: at least one action, every weight > 0")
+        given = {d.name: d for d in self.drivers} if "drivers" in self.model_fields_set else {}
+        for name, d in given.items():
+            if name not in self.action_weights:
+                raise ValueError(f"drivers: {name!r} is not an action of action_weights")
+            if "rate_scale" in d.model_fields_set:
+                raise ValueError(f"drivers: {name!r} sets rate_scale; with action_weights its share is its weight")
+        total = sum(self.action_weights.values())
+        self.drivers = [DriverSpec(**{**(given[a].model_dump(exclude={"rate_scale"}) if a in given else {"name": a}),
+                                      "rate_scale": w / total})
+                        for a, w in self.action_weights.items()]
+        return self
+
+    @property
+    def action_seed(self) -> int:
+        return self.seed if self.behavior_seed is None else self.behavior_seed
 
     @field_validator("cycles")
     @classmethod
@@ -129,10 +163,23 @@ class LoadSchedule:
     def phase_at(self, t: float) -> Phase:
         if t < 0:
             ph = self._cycles_from(self.start, t, -self.p.prehistory_cycles * len(self.p.cycles))
-            return Phase(ph.name, ph.cycle, ph.rps, ph.start, min(ph.end, 0.0))
-        if t < self.p.warmup_s - 1e-12:
-            return Phase("warmup", 0, self.p.warmup_rps, 0.0, self.p.warmup_s)
-        return self._cycles_from(self.p.warmup_s, t, 1)
+            ph = Phase(ph.name, ph.cycle, ph.rps, ph.start, min(ph.end, 0.0))
+        elif t < self.p.warmup_s - 1e-12:
+            ph = Phase("warmup", 0, self.p.warmup_rps, 0.0, self.p.warmup_s)
+        else:
+            ph = self._cycles_from(self.p.warmup_s, t, 1)
+        return self._noisy(ph)
+
+    def _noisy(self, ph: Phase) -> Phase:
+        """The phase's effective rate: its seeded jitter factor, then the baseline floor. The draw is keyed by the
+        phase itself, so a phase has one rate however often (and in whatever order) it is asked for."""
+        rps = ph.rps
+        if self.p.rate_jitter > 0:
+            seed = self.p.seed if self.p.noise_seed is None else self.p.noise_seed
+            rng = random.Random(f"{seed}:noise:{ph.name}:{ph.cycle}:{ph.start:.6f}")
+            rps *= 1.0 + rng.uniform(-self.p.rate_jitter, self.p.rate_jitter)
+        rps = max(rps, self.p.baseline_rps)
+        return ph if rps == ph.rps else Phase(ph.name, ph.cycle, rps, ph.start, ph.end)
 
     def cycle_start_at_or_after(self, t: float) -> float:
         """The next cycle boundary (a peak start) at or after t, for a soak aligned to cycles."""

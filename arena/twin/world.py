@@ -211,7 +211,7 @@ class World:
         self.substrate: Substrate | None = None
         self.restart_log: list[RestartRecord] = []
         self.restart_hooks: list[Callable[[str, str, str], None]] = []
-        self._rng = {d.name: random.Random(f"{seed}/{profile.seed}/{d.name}") for d in profile.drivers}
+        self._rng = {d.name: random.Random(f"{seed}/{profile.action_seed}/{d.name}") for d in profile.drivers}
         self._events: list[_Timed] = []
         self._seq = 0
         self.declared_at: float | None = None

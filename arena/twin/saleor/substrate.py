@@ -460,10 +460,12 @@ class SaleorSubstrate(Substrate):
             t = setting_ms("statement_timeout", self.server.fresh_effective(pool.role, pool.database,
                                                                            "statement_timeout")[0])
             groups[t] = groups.get(t, 0.0) + fresh
-        # Requests in flight on sessions killed since the last segment fail once; spread over this segment.
+        # Requests in flight on sessions killed since the last segment fail once; spread over this segment, and
+        # what a short segment's arrivals cannot carry over the next ones (a kill's losses never vanish with it).
         lost = self.api.pool.take_inflight_lost()
         arrivals = total_rps * (t1 - t0)
         lost_share = min(1.0, lost / arrivals) if arrivals > 0 else 0.0
+        self.api.pool.inflight_lost += max(0.0, lost - lost_share * arrivals)
         out: dict[str, list[Mode]] = {}
         cancelled_rps = 0.0
         for d, rate in rates.items():

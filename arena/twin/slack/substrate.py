@@ -11,7 +11,17 @@ Request paths (each hop costs a little network time; DB hops queue on the role's
          auth and notification run store_consistency_strict (task 009).
   login  auth DB lookup (auth pool) + 1 Redis op (+ STORE_HOLD_MS while store_consistency_strict on auth)
   unread notification: 1 Redis op (+ its STORE_HOLD_MS)
-  post   send without the search legs (session_post)
+  post   send without the search legs (session_post; a thread reply is one too)
+The rest of the session layer's action mix (profile `action_weights`, as in the real `bc1_distractor_eval`),
+[INF] the real services are source-free, so each takes the hops its endpoint's role implies and no store hold
+the real task does not name as a victim:
+  history  channel history page: a read on the message pool
+  thread   thread view: a read on the thread pool
+  update   reaction, edit or delete of the session's own post: a DB op on the message pool that allocates no
+           sequence (no channel_seq row), after the auth session check every message-role write makes
+  upload / download   a file on the file role's pool
+  presence the presence heartbeat: one Redis op on the platform role
+  search   a search query on the search pool
 A role that is reloading or restarting refuses connections: its hop fails with 503.
 """
 
@@ -46,9 +56,16 @@ ROUTES: dict[str, list[tuple[str, str]]] = {
     "post": [("auth", "session"), ("channel", "authz"), ("message", "write"), ("notification", "fanout")],
     "login": [("auth", "login")],
     "unread": [("notification", "unread")],
+    "history": [("message", "read")],
+    "thread": [("thread", "read")],
+    "update": [("auth", "session"), ("message", "update")],
+    "upload": [("file", "update")],
+    "download": [("file", "read")],
+    "presence": [("platform", "presence")],
+    "search": [("search", "read")],
 }
-_DB_OPS = {"login", "authz", "write", "index", "read"}
-_REDIS_OPS = {"session", "login", "unread", "fanout"}
+_DB_OPS = {"login", "authz", "write", "index", "read", "update"}
+_REDIS_OPS = {"session", "login", "unread", "fanout", "presence"}
 _WRITE_ROUTES = {"send", "post"}
 
 
@@ -92,6 +109,9 @@ class SlackSpine(Substrate):
         for d, r in self.s.routes.items():
             if r not in ROUTES:
                 raise ScenarioError(f"twin.spec.routes.{d}: unknown route {r!r} (one of {', '.join(ROUTES)})")
+        for drv in self.world.profile.drivers:
+            if drv.name not in self.s.routes:
+                raise ScenarioError(f"twin.spec.routes: no route for the load's driver {drv.name!r}")
         w = self.world
         app = healthy_app_yaml(self.s.pool_timeout_s)
         for role, sect in self.s.roles.items():

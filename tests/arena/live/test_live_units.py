@@ -169,6 +169,14 @@ def test_every_live_incident_file_validates_and_names_known_substrates():
             assert set(inc.image_env) <= apps
 
 
+def test_a_live_incident_without_a_seed_of_its_own_runs_the_tasks_seed():
+    from arena.live.replay import LiveIncident
+    from arena.scenario import load_scenario
+
+    assert LiveIncident.load("ia-006").shape.seed == load_scenario("ia-006").twin.profile.seed == 42
+    assert LiveIncident.load("ia-018").shape.seed == 18  # its own, kept
+
+
 def test_an_unknown_history_step_is_an_input_error_naming_the_file(tmp_path, monkeypatch):
     from arena.live import replay
     from guardrail.errors import InputError

@@ -31,6 +31,44 @@ def test_schedule_with_several_cycle_shapes():
     assert s.cycle_start_at_or_after(20) == 48
 
 
+def test_an_action_mix_gives_each_driver_its_weight_over_the_sum():
+    p = LoadProfile(action_weights={"session_history": 6.0, "session_post": 3.0, "session_login": 1.0},
+                    drivers=[{"name": "session_post", "timeout_s": 9}])
+    shares = {d.name: d.rate_scale for d in p.drivers}
+    assert shares == pytest.approx({"session_history": 0.6, "session_post": 0.3, "session_login": 0.1})
+    assert next(d for d in p.drivers if d.name == "session_post").timeout_s == 9
+    assert p.action_seed == p.seed and LoadProfile(behavior_seed=5801).action_seed == 5801
+
+
+@pytest.mark.parametrize("bad", [
+    {"action_weights": {"session_post": 1.0}, "drivers": [{"name": "session_post", "rate_scale": 0.5}]},
+    {"action_weights": {"session_post": 1.0}, "drivers": [{"name": "write_readback"}]},
+    {"action_weights": {"session_post": 0.0}},
+    {"action_weights": {}},
+    {"rate_jitter": 1.5},
+])
+def test_a_mix_that_contradicts_itself_is_refused(bad):
+    with pytest.raises(ValueError):
+        LoadProfile(**bad)
+
+
+def test_rate_jitter_draws_one_seeded_factor_per_phase_and_the_baseline_floors_it():
+    p = LoadProfile(warmup_s=30, warmup_rps=35, cycles=[[30, 90, 30, 25]], rate_jitter=0.2, noise_seed=5802,
+                    baseline_rps=20, prehistory_cycles=0)
+    s = LoadSchedule(p)
+    peaks = [s.phase_at(30 + 60 * k + 1).rps for k in range(20)]
+    troughs = [s.phase_at(60 + 60 * k + 1).rps for k in range(20)]
+    assert all(72 <= r <= 108 for r in peaks) and len(set(peaks)) == 20  # no two cycles alike
+    assert all(20 <= r <= 30 for r in troughs)
+    floored = LoadSchedule(p.model_copy(update={"baseline_rps": 24}))
+    low = [floored.phase_at(60 + 60 * k + 1).rps for k in range(20)]
+    assert min(low) == 24 and [max(r, 24) for r in troughs] == low  # the floor lifts only the phases below it
+    # One phase, one rate: asked at its start, its end or out of order, and by a fresh schedule.
+    assert s.phase_at(59.9).rps == s.phase_at(30).rps == LoadSchedule(p).phase_at(45).rps
+    assert LoadSchedule(p.model_copy(update={"noise_seed": 1})).phase_at(31).rps != peaks[0]
+    assert LoadSchedule(p.model_copy(update={"rate_jitter": 0.0})).phase_at(31).rps == 90
+
+
 def test_pool_queues_below_saturation_and_times_out_above():
     pool = ConnectionPool(3, 2, 2.0)
     light = pool.offer(rps=5, hold_ms=10)

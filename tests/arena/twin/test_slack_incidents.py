@@ -1,4 +1,4 @@
-"""The slack-spine incidents 008-010 and 012-017 on the twin: the mechanisms their verdicts come from.
+"""The slack-spine incidents 008-010, 012-017 and 019 on the twin: the mechanisms their verdicts come from.
 
 The qualification matrix itself is tests/arena/test_qualification.py. Here: what each fault does to the lanes,
 the maintenance controller's checkpoint counter (the database_checkpoint challenge), re-fires after the
@@ -67,6 +67,36 @@ def test_a_store_hold_costs_sign_in_once_and_a_post_twice():
         env.run(f"curl -s -X PUT svc-{role}:8000/admin/event -d '{body}'")
     env.clock.sleep(120)
     assert _p90(env, "session_login", "trough") < 30 and _p90(env, "session_post", "trough") < 300
+
+
+def test_in_the_session_mix_the_store_event_slows_only_the_three_lanes_that_use_the_store():
+    # ia-009 runs bc1_distractor_eval's 13 actions; sign-in, unread and posts (and the replies, edits and
+    # reactions that take the auth session check) wait on the held store, channel history and threads do not.
+    env = build_twin(load_scenario("ia-009").twin, seed=0)
+    before = {d: env.sli("latency_p90_ms", 60, labels={"driver": d})[-1].value
+              for d in ("session_login", "session_unread", "session_post", "session_history", "session_thread")}
+    env.clock.sleep(150)
+    after = {d: _p90(env, d, "trough") for d in before}
+    for lane in ("session_login", "session_unread"):
+        assert after[lane] - before[lane] >= 240, lane  # one 250 ms hold
+    assert after["session_post"] - before["session_post"] >= 480  # two
+    for lane in ("session_history", "session_thread"):
+        assert after[lane] <= 1.25 * before[lane], lane
+
+
+def test_the_cohort_lock_times_out_the_posts_and_replies_to_its_channel_and_nothing_else():
+    # ia-019: 1 of 8 channels is locked; its writes wait out the client timeout holding message-pool connections.
+    sc = load_scenario("ia-019")
+    env = build_twin(sc.twin, seed=0)
+    env.clock.sleep(300)
+    failed = {}
+    for d in sc.twin.profile.drivers:
+        tally, _ = env.world.ledger.select(150, 300, driver=d.name)
+        assert tally.offered > 0, d.name
+        failed[d.name] = (tally.error + tally.timeout) / tally.offered
+    assert failed["session_post"] == pytest.approx(1 / 8, abs=0.03)
+    assert failed["session_reply"] == pytest.approx(1 / 8, abs=0.05)
+    assert all(v == 0 for d, v in failed.items() if d not in ("session_post", "session_reply")), failed
 
 
 def test_the_checkpoint_counter_stops_when_maintenance_is_disabled():

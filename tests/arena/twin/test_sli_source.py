@@ -40,7 +40,7 @@ def _plain_gauge(gauges, a, b):
 
 @pytest.fixture(scope="module")
 def twin():
-    env = build_twin(load_scenario("ia-011").twin, 5)
+    env = build_twin(load_scenario("ia-009").twin, 5)
     env.clock.sleep(900)
     return env
 
