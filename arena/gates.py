@@ -167,7 +167,9 @@ class Grading:
         return not all(holds(c, truth, self.baseline.truth)[0] for c in leg.healthy)
 
     def _on_restart(self, component: str, by: str, before: Mapping[str, Any]) -> None:
-        self.replaced[component] = self.replaced.get(component, 0) + 1
+        if by != "container":
+            # A container restart inside the pod (a server's own SHUTDOWN, a crash) is not a pod replacement.
+            self.replaced[component] = self.replaced.get(component, 0) + 1
         if by == "verifier":
             return
         after = self.world.truth()

@@ -101,6 +101,7 @@ class SeededBacklog:
         # document name -> {doctype, status, job_id, runs, ...}
         self.docs: dict[str, dict[str, Any]] = {}
         self.by_job: dict[str, str] = {}
+        self.deleted: list[str] = []  # documents an operator deleted (accepted work gone)
 
     def seed(self) -> None:
         """Enqueue every document's job (ids first in the list), then strand the configured ones."""
@@ -131,6 +132,10 @@ class SeededBacklog:
             jid = self.jobs.popped.pop(0)
             name = self.by_job.get(jid)
             if name is None:
+                continue
+            if name not in self.docs:
+                # The document was deleted under its job: Frappe raises DoesNotExistError, the job fails.
+                self.jobs.status[jid] = "failed"
                 continue
             doc = self.docs[name]
             need = ("INSERT", "UPDATE") if doc["doctype"] == "Prepared Report" else ("UPDATE",)
@@ -164,11 +169,28 @@ class SeededBacklog:
                           for n, d in sorted(self.docs.items()) if d["doctype"] == "Email Queue"]
         return None
 
+    def write(self, table: str, verb: str, names: list[str], sets: dict[str, str]) -> int:
+        """An operator's UPDATE or DELETE on the document rows: a deleted Email Queue row is never sent (its job
+        finds no document, as Frappe's `DoesNotExistError`); an UPDATE changes the status column only."""
+        n = 0
+        for name in names:
+            doc = self.docs.get(name)
+            if doc is None:
+                continue
+            if verb in ("DELETE", "TRUNCATE"):
+                del self.docs[name]
+                self.deleted.append(name)
+            elif "status" in sets:
+                doc["status"] = sets["status"]
+            n += 1
+        return n
+
     # --- ground truth -----------------------------------------------------------------------------------------
     def truth(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         reports = [d for d in self.docs.values() if d["doctype"] == "Prepared Report"]
         emails = [d for d in self.docs.values() if d["doctype"] == "Email Queue"]
+        out["docs_deleted"] = len(self.deleted)
         for n, d in sorted(self.docs.items()):
             out[f"doc.{n}.status"] = d["status"]
             out[f"doc.{n}.runs"] = d["runs"]

@@ -161,6 +161,8 @@ class MariaDB(Component):
         self._cat_cache: dict[str, Any] = {}
         # Document tables whose rows another model owns (arena.twin.frappe.backlog): name -> (columns, rows).
         self.doc_tables: Any = None
+        # Their write path: (table, verb, document names, column -> value) -> rows changed.
+        self.doc_write: Any = None
         self._expand_all()
 
     def _expand_all(self) -> None:
@@ -170,7 +172,7 @@ class MariaDB(Component):
             g = acc.get("grants") or {}
             for obj, privs in list(g.items()):
                 if "ALL PRIVILEGES" in privs:
-                    extra = ("SUPER", "RELOAD", "PROCESS") if obj == "*.*" else ()
+                    extra = ("SUPER", "RELOAD", "PROCESS", "SHUTDOWN") if obj == "*.*" else ()
                     g[obj] = sorted((set(privs) - {"ALL PRIVILEGES"}) | set(PRIVILEGES) | set(extra))
         self.catalog.data["accounts"] = accs
 
@@ -337,6 +339,22 @@ class MariaDB(Component):
             if priv in g.get(obj, []) or "ALL PRIVILEGES" in g.get(obj, []):
                 return True
         return False
+
+    def has_global(self, user: str, priv: str) -> bool:
+        """A global-only privilege (SHUTDOWN, SUPER): granted on *.* only."""
+        key = self.account_key(user)
+        return key is not None and priv in (self._catalog()[key].get("grants") or {}).get("*.*", [])
+
+    def shutdown(self, now: float) -> None:
+        """SHUTDOWN by an account holding the privilege: mysqld exits, and the kubelet restarts the container
+        (restartPolicy Always), as Kubernetes would: a container restart (the pod and its PVC stay, its restart
+        count rises), runtime globals gone, the service refusing connections until the server is ready again."""
+        self.say(now, "[Note] /opt/bitnami/mariadb/sbin/mysqld (initiated by: root[root] @ localhost []): "
+                      "Normal shutdown")
+        if self.world is None:
+            self.ready_at = math.inf
+            return
+        self.world.restart(self.name, by="container")
 
     def is_super(self, user: str) -> bool:
         key = self.account_key(user)

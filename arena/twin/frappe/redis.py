@@ -175,7 +175,11 @@ class JobStore:
         self.placed: dict[int, str] = {}
         self.status: dict[str, str] = {}
         self.popped: list[str] = []
-        self.lost = 0.0
+        # Lost work, over the queue's data as the real redis_state provider sees it: job hashes that are gone
+        # (flushed, evicted) plus jobs whose id an operator's list command took out of the list while the hash
+        # still says queued (DEL, LTRIM): no worker will run them until their id is pushed back.
+        self.gone = 0.0
+        self.dropped: set[int] = set()
         self.completed_total = 0.0
         self.enqueued_total = 0.0
         self.flushed = 0.0
@@ -183,6 +187,10 @@ class JobStore:
     @property
     def stranded(self) -> float:
         return float(len(self.stranded_ids))
+
+    @property
+    def lost(self) -> float:
+        return self.gone + float(sum(1 for s in self.stranded_ids if s in self.dropped))
 
     def id_at(self, pos: int) -> str:
         return self.placed.get(pos, job_id(pos))
@@ -209,9 +217,23 @@ class JobStore:
 
     def strand_all(self) -> None:
         """The list itself is gone (DEL): every queued job's hash stays behind, stranded."""
-        self.stranded_ids += list(range(int(self.head_seq), int(self.head_seq) + int(round(self.queued))))
-        self.queued = self.orphan_ids = 0.0
+        self.drop_tail(0)
+        self.orphan_ids = 0.0
         self.head_seq = self.tail_seq
+
+    def drop_tail(self, keep: int) -> int:
+        """An operator's list command keeps only the first `keep` queued ids (LTRIM 0 keep-1; DEL keeps none):
+        the others leave the list while their hashes stay queued, stranded and lost until pushed back.
+        Returns how many ids left the list."""
+        n = int(round(self.queued))
+        keep = max(0, min(keep, n))
+        seqs = list(range(int(self.head_seq) + keep, int(self.head_seq) + n))
+        self.stranded_ids += seqs
+        self.dropped.update(seqs)
+        self.queued = float(keep)
+        self.orphan_ids = min(self.orphan_ids, float(max(0, keep - n)))
+        self.tail_seq = self.head_seq + keep + self.orphan_ids
+        return len(seqs)
 
     def redeliver(self, job: str) -> bool:
         """RPUSH of a stranded job's id back onto the queue. False when the id is not a stranded job."""
@@ -312,12 +334,13 @@ class JobStore:
                 if attr == "queued" and take > 0:
                     # The id stays in the list but its hash is gone: the worker will skip a lost job.
                     self.orphan_ids += take
-                    self.lost += take
+                    self.gone += take
         return freed
 
     def flush(self) -> None:
         self.flushed += self.queued + self.stranded
-        self.lost += self.queued + self.stranded
+        self.gone += self.queued + self.stranded
+        self.dropped = set()
         self.queued = self.failed = self.orphan_ids = 0.0
         self.stranded_ids = []
         self.finished.clear()
@@ -328,7 +351,8 @@ class JobStore:
     def snapshot(self) -> dict[str, Any]:
         return {"queued": self.queued, "head_seq": self.head_seq, "tail_seq": self.tail_seq,
                 "finished": [list(x) for x in self.finished], "failed": self.failed, "stranded": list(self.stranded_ids),
-                "orphan_ids": self.orphan_ids, "placed": dict(self.placed), "status": dict(self.status)}
+                "orphan_ids": self.orphan_ids, "placed": dict(self.placed), "status": dict(self.status),
+                "dropped": sorted(self.dropped)}
 
     def restore(self, snap: dict[str, Any], now: float) -> None:
         self.queued, self.head_seq, self.tail_seq = snap["queued"], snap["head_seq"], snap["tail_seq"]
@@ -336,6 +360,7 @@ class JobStore:
         self.failed, self.orphan_ids = snap["failed"], snap["orphan_ids"]
         self.stranded_ids = list(snap["stranded"])
         self.placed, self.status = dict(snap.get("placed", {})), dict(snap.get("status", {}))
+        self.dropped = set(snap.get("dropped", ()))
         self.expire(now)
 
 
@@ -829,6 +854,35 @@ class RedisServer(Component):
                 self.jobs.strand_all()
                 n += 1
         return n
+
+    def _cmd_ltrim(self, args: list[str], now: float, user: str) -> Any:
+        self._arity(args, 3, "ltrim")
+        try:
+            a, b = int(args[1]), int(args[2])
+        except ValueError:
+            raise RedisError("ERR value is not an integer or out of range") from None
+        if args[0] == "rq:queue:long" and self.jobs is not None:
+            n = self._queue_len()
+            a, b = (a + n if a < 0 else a), (b + n if b < 0 else b)
+            a, b = max(a, 0), min(b, n - 1)
+            keep = b - a + 1 if a <= b else 0
+            # The ids before `a` leave the head, the ones after `b` the tail: either way their hashes stay queued.
+            # The twin's list keeps its order by sequence, so a head trim is modelled as the same count dropped.
+            self.jobs.drop_tail(keep)
+            return "OK"
+        lst = self.misc.get(args[0])
+        if lst is None:
+            return "OK"
+        if not isinstance(lst, list):
+            raise RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
+        n = len(lst)
+        a, b = (a + n if a < 0 else a), (b + n if b < 0 else b)
+        kept = lst[max(a, 0): b + 1] if a <= b else []
+        if kept:
+            self.misc[args[0]] = kept
+        else:
+            del self.misc[args[0]]
+        return "OK"
 
     def _cmd_memory(self, args: list[str], now: float, user: str) -> Any:
         if args and args[0].lower() == "usage":

@@ -102,11 +102,14 @@ class SqlSession:
             (re.compile(r"flush\s+(privileges|status|tables|hosts)", re.I), lambda m: "Query OK, 0 rows affected"),
             (re.compile(r"(insert|update|delete|truncate)\b(.*)", re.I | re.S), self._dml),
             (re.compile(r"(create|drop|alter)\s+(table|database|index|schema)\b.*", re.I | re.S), self._ddl),
-            (re.compile(r"(shutdown|restart)", re.I), self._shutdown),
+            (re.compile(r"shutdown(?:\s+wait\s+for\s+all\s+(?:replicas|slaves))?", re.I), self._shutdown),
         ]
 
     # --- dispatch -------------------------------------------------------------------------------------------
     def execute(self, stmt: str) -> Result:
+        if not self.db.ready(self.now):
+            # The server went away under this connection (a SHUTDOWN earlier in the same script).
+            raise SqlError(2006, "HY000", "Server has gone away")
         s = stmt.strip().rstrip(";").strip()
         if s.endswith("\\G"):
             s = s[:-2]
@@ -450,8 +453,12 @@ class SqlSession:
     def _dml(self, m: re.Match[str]) -> Result:
         verb = m.group(1).upper()
         rest = m.group(2)
-        tm = re.match(r"\s*(?:into\s+|from\s+|table\s+)?`?([\w.]+)`?", rest, re.I)
-        name = (tm.group(1) if tm else "").split(".")[-1]
+        # A table name as the server reads it: bare or backquoted (a Frappe doctype table has a space in its name,
+        # `tabEmail Queue`), optionally schema-qualified.
+        tm = re.match(r"\s*(?:into\s+|from\s+|table\s+)?((?:`[^`]+`|\w+)(?:\s*\.\s*(?:`[^`]+`|\w+))?)", rest, re.I)
+        name = _unq(re.split(r"\s*\.\s*(?=`|\w)", tm.group(1))[-1]) if tm else ""
+        if name not in self.db.tables and self.db.doc_tables is not None and self.db.doc_tables(name) is not None:
+            return self._doc_dml(verb, name, rest[tm.end():] if tm else "")
         if name not in self.db.tables:
             raise SqlError(1146, "42S02", f"Table '{self.database or self.db.site_db}.{name}' doesn't exist")
         priv = {"TRUNCATE": "DROP"}.get(verb, verb)
@@ -475,13 +482,53 @@ class SqlSession:
             tab["checksum"] = int(hashlib.sha256(f"{tab['checksum']}/{verb}/{rest}".encode()).hexdigest()[:9], 16)
         return f"Query OK, {n} row{'s' if n != 1 else ''} affected"
 
+    def _doc_dml(self, verb: str, table: str, tail: str) -> Result:
+        """UPDATE/DELETE on a document table another model owns (the seeded backlog): the WHERE clause is
+        evaluated on its rows (`col = v`, `col IN (...)`, joined by AND), and the owner applies the change."""
+        priv = {"TRUNCATE": "DROP"}.get(verb, verb)
+        err = self.db.privilege_error(self.user, priv, table)
+        if err:
+            raise err
+        if verb == "INSERT":
+            raise SqlError(1142, "42000", f"INSERT command denied to user '{self.user}'@'%' for table "
+                                          f"`{self.db.site_db}`.`{table}` (new documents are not modelled by this twin)")
+        cols, rows = self.db.doc_tables(table)
+        sets: dict[str, str] = {}
+        wm = re.search(r"\bwhere\b(.*)$", tail, re.I | re.S)
+        where = wm.group(1) if wm else ""
+        if verb == "UPDATE":
+            sm = re.match(r"\s*set\s+(.*?)(?:\bwhere\b|$)", tail, re.I | re.S)
+            if not sm:
+                raise SqlError(1064, "42000", _syntax(tail))
+            for part in _split_commas(sm.group(1)):
+                c, _, v = part.partition("=")
+                sets[_unq(c.strip())] = _unq(v.strip())
+        hit = [r for r in rows if all(self._row_matches(cols, r, cond)
+                                      for cond in re.split(r"\s+and\s+", where.strip(), flags=re.I) if cond)]
+        n = self.db.doc_write(table, verb, [r[0] for r in hit], sets) if hit else 0
+        return f"Query OK, {n} row{'s' if n != 1 else ''} affected"
+
+    @staticmethod
+    def _row_matches(cols: list[str], row: list[str], cond: str) -> bool:
+        m = re.fullmatch(r"\s*`?(\w+)`?\s*(=|!=|<>|in)\s*(.+?)\s*", cond, re.I | re.S)
+        if not m or m.group(1) not in cols:
+            raise SqlError(1054, "42S22", f"Unknown column '{(m.group(1) if m else cond).strip()}' in 'where clause'")
+        v = row[cols.index(m.group(1))]
+        op = m.group(2).lower()
+        if op == "in":
+            return v in {_unq(x) for x in _split_commas(m.group(3).strip().strip("()"))}
+        return (v == _unq(m.group(3))) == (op == "=")
+
     def _ddl(self, m: re.Match[str]) -> Result:
         raise SqlError(1142, "42000", f"{m.group(1).upper()} command denied to user '{self.user}'@'%' for table "
                                       f"`{self.db.site_db}`.`*` (DDL is not modelled by this twin)")
 
     def _shutdown(self, m: re.Match[str]) -> Result:
-        raise SqlError(1227, "42000", "Access denied; you need (at least one of) the SHUTDOWN privilege(s) for "
-                                      "this operation")
+        if not self.db.has_global(self.user, "SHUTDOWN"):
+            raise SqlError(1227, "42000", "Access denied; you need (at least one of) the SHUTDOWN privilege(s) for "
+                                          "this operation")
+        self.db.shutdown(self.now)
+        return None
 
 
 _SYSVAR_COLS = ["VARIABLE_NAME", "SESSION_VALUE", "GLOBAL_VALUE", "GLOBAL_VALUE_ORIGIN", "DEFAULT_VALUE",

@@ -211,6 +211,7 @@ class FrappeSubstrate(Substrate):
             self.seeded.seed()
             self.web.backlog = self.seeded
             self.db.doc_tables = self.seeded.table
+            self.db.doc_write = self.seeded.write
 
     # --- faults at episode start ---------------------------------------------------------------------------
     def inject(self, now: float) -> None:
