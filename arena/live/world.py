@@ -165,7 +165,6 @@ class LiveWorld:
         self.agent_window_s = profile.agent_window_s * self.scale
         self.declare_deadline_s = profile.declare_deadline_s * self.scale
         self.soak_cycles = profile.soak_cycles
-        self.align_soak_to_cycle = profile.align_soak_to_cycle
         self.restart_hooks: list[RestartHook] = []
         self._before: dict[str, dict[str, Any]] = {}
         self.lg_config = LoadgenConfig.model_validate(yaml.safe_load((stack.config_dir / "loadgen.yaml").read_text()))
@@ -219,9 +218,9 @@ class LiveWorld:
 
     # -- timing --------------------------------------------------------------------------------------------------
     def soak_window(self, declared_at: float) -> tuple[float, float]:
-        start = max(declared_at, 0.0)
-        if self.align_soak_to_cycle:
-            start = self._next_peak_start(start)
+        """From the first live cycle boundary at or after the freeze, as the twin's (and Incident-Arena's runner,
+        which aligns every soak: arena/twin/load.py)."""
+        start = self._next_peak_start(max(declared_at, 0.0))
         return start, start + self.soak_cycles * self.cycle_s
 
     def _next_peak_start(self, t: float) -> float:

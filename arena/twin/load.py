@@ -9,6 +9,13 @@ arrival's request kind drawn by weight, so a driver's share of the rate is its w
 behavior_seed (the action draws), rate_jitter with noise_seed (one seeded rate factor per phase) and
 baseline_rps (a floor under every phase's rate). Episode time 0 is `POST /grader/episode-start`; the
 pre-incident history runs before it.
+
+The soak always starts on the profile's cycle grid, at the first cycle boundary (a peak start, counted from the
+end of the warmup) at or after the agent's freeze, whatever `align_soak_to_cycle` says: Incident-Arena's runner
+rounds every soak up to that grid (SW yuekai/sre-world loadgen-common/loadgen/runner.py `_resolve_soak_start`,
+"this used to be the opt-in align_soak_to_cycle behaviour"; its tests assert soak_start_s ==
+next_cycle_boundary_s(profile, freeze_ts_s) for declared and window-elapsed endings alike). The field stays in
+the schema, as it does in the real profiles.yaml, and has no effect here.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ class LoadProfile(BaseModel):
     soak_cycles: int = 2
     declare_deadline_s: float = 3690.0
     agent_window_s: float = 3600.0
-    align_soak_to_cycle: bool = False
+    align_soak_to_cycle: bool = False  # the real schema's legacy marker: every soak is aligned (module docstring)
     # Healthy traffic simulated before episode start, so that a pre-incident baseline can be queried.
     prehistory_cycles: int = 3
     drivers: list[DriverSpec] = Field(default_factory=lambda: [DriverSpec(name="write_readback")])
@@ -197,7 +204,6 @@ class LoadSchedule:
         return min(x for x in cands if x >= t - 1e-9)
 
     def soak_window(self, declared_at: float) -> tuple[float, float]:
-        start = max(declared_at, self.p.warmup_s)
-        if self.p.align_soak_to_cycle:
-            start = self.cycle_start_at_or_after(start)
+        """The graded soak: from the first cycle boundary at or after the freeze, for `soak_cycles` cycles."""
+        start = self.cycle_start_at_or_after(max(declared_at, self.p.warmup_s))
         return start, start + self.p.soak_cycles * self._period / len(self.p.cycles)

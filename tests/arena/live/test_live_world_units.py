@@ -125,3 +125,28 @@ def test_a_live_episode_starts_where_the_twins_does_in_the_load_cycle():
         assert 0 <= wait < shape.cycle_s
         assert (start + 5.0 - 4.0) % 10.0 == pytest.approx(0.0, abs=1e-6) or (
             (start + 5.0 - 4.0) % 10.0 == pytest.approx(10.0, abs=1e-6)), (now, wait)
+
+
+def test_a_live_soak_starts_at_the_next_live_cycle_boundary():
+    """As the twin's (and Incident-Arena's runner): the soak starts at the first peak start at or after the freeze,
+    on the load generator's own grid, whatever the profile's legacy align_soak_to_cycle marker says."""
+    from types import SimpleNamespace
+
+    from arena.live.loadgen import LoadShape
+    from arena.live.world import LiveWorld
+
+    class Rows:
+        def __init__(self, rows):
+            self._rows = rows
+
+        def rows(self):
+            return self._rows
+
+    w = LiveWorld.__new__(LiveWorld)  # the soak window needs only the generator's grid, not a running stack
+    w.lg_config = SimpleNamespace(shape=LoadShape(warmup_s=4, cycles=[[4, 8, 6, 2]]))  # peaks at 4, 14, 24, ...
+    w.soak_cycles, w.cycle_s, w.origin = 4, 10.0, 1000.0
+    w.ledger = Rows([{"t": 1001.0, "sent_s": 6.0}])  # the generator started 5 s before the episode
+    # Episode 15 s is generator 20 s (a trough): the soak waits for the peak at 24, episode 19.
+    assert w.soak_window(15.0) == pytest.approx((19.0, 59.0))
+    assert w.soak_window(9.0) == pytest.approx((9.0, 49.0))  # a freeze on a peak start soaks from there
+    assert w.soak_window(-3.0) == pytest.approx((9.0, 49.0))  # never before the episode's start

@@ -17,9 +17,13 @@ def test_schedule_phases_prehistory_warmup_and_alignment():
     assert s.phase_at(10).name == "warmup"
     ph = s.phase_at(95)
     assert (ph.name, ph.cycle, ph.rps, ph.start, ph.end) == ("peak", 2, 50, 90, 110)
-    assert s.soak_window(100) == (100, 220)
-    aligned = LoadSchedule(LoadProfile(align_soak_to_cycle=True, soak_cycles=3))
-    assert aligned.soak_window(100) == (150, 330)
+    # Every soak starts at the first cycle boundary (a peak start) at or after the freeze, as Incident-Arena's
+    # runner does; the legacy align_soak_to_cycle marker changes nothing.
+    assert s.soak_window(100) == (150, 270)
+    assert s.soak_window(90) == (90, 210)  # a freeze on a boundary starts the soak there
+    assert s.soak_window(10) == (30, 150)  # never before the warmup ends
+    marked = LoadSchedule(LoadProfile(align_soak_to_cycle=True, soak_cycles=3))
+    assert marked.soak_window(100) == (150, 330)
 
 
 def test_schedule_with_several_cycle_shapes():
