@@ -235,6 +235,12 @@ class LiveWorld:
     def declare(self, t: float) -> None:
         """Nothing to re-fire: the live incidents carry no post-declaration load events."""
 
+    def hold_load(self, t: float) -> None:
+        """Not modelled live: the live load generator keeps sending through the pre-soak phase."""
+
+    def begin_soak(self, t: float) -> None:
+        """Nothing to switch: the live load generator keeps no ledger of accepted work between its arrivals."""
+
     # -- the challenge's fixed traffic ---------------------------------------------------------------------------
     def fixed_traffic(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """A fixed batch of real requests through the load generator's drivers: one write and readback per named

@@ -4,7 +4,8 @@ Read from a scenario's `twin.profile` (validated here) and used by `arena.twin.w
 `LoadSchedule` for the phase at any time and the next boundary, so that it can simulate whole steady segments at
 once. Field names follow Incident-Arena's `loadgen/profiles.yaml`: warmup_s, warmup_rps, cycles as
 [peak_s, peak_rps, trough_s, trough_rps], loop, soak_cycles, declare_deadline_s, drivers, events,
-align_soak_to_cycle. Episode time 0 is `POST /grader/episode-start`; the pre-incident history runs before it.
+align_soak_to_cycle, and `rotation`: the real runner's driver list, which picks one driver per arrival by
+`seq % len(rotation)` (a name listed twice gets twice the share). Episode time 0 is `POST /grader/episode-start`; the pre-incident history runs before it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["DriverSpec", "EventSpec", "LoadProfile", "Phase", "LoadSchedule"]
 
@@ -64,7 +65,33 @@ class LoadProfile(BaseModel):
     # Healthy traffic simulated before episode start, so that a pre-incident baseline can be queried.
     prehistory_cycles: int = 3
     drivers: list[DriverSpec] = Field(default_factory=lambda: [DriverSpec(name="write_readback")])
+    # The real profile's `drivers:` list (e.g. frappe_jobs: [desk_work, desk_work, rq_enqueue, rq_complete]): one
+    # arrival stream at the profile's rate, arrival `seq` served by rotation[seq % len]. Over any segment each
+    # driver gets its count / len of the arrivals, so it sets every driver's rate_scale (which then must not be
+    # given as well).
+    rotation: list[str] | None = None
     events: list[EventSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rotation_shares(self) -> "LoadProfile":
+        if self.rotation is None:
+            return self
+        names = [d.name for d in self.drivers]
+        if not self.rotation:
+            raise ValueError("rotation: at least one driver")
+        unknown = sorted(set(self.rotation) - set(names))
+        if unknown:
+            raise ValueError(f"rotation names drivers the profile does not define: {unknown}")
+        for d in self.drivers:
+            if d.name not in self.rotation:
+                raise ValueError(f"driver {d.name!r} is not in the rotation: it would get no arrivals")
+            share = self.rotation.count(d.name) / len(self.rotation)
+            # A dumped and re-read profile carries the derived share; any other value contradicts the rotation.
+            if "rate_scale" in d.model_fields_set and abs(d.rate_scale - share) > 1e-9:
+                raise ValueError(f"driver {d.name!r}: rate_scale {d.rate_scale} contradicts the rotation's share "
+                                 f"{share:g}; give one or the other")
+            d.rate_scale = share
+        return self
 
     @field_validator("cycles")
     @classmethod
