@@ -85,21 +85,26 @@ def test_mysql_client_formats_and_errors_like_the_real_one(env):
     assert code == 1 and err.startswith("ERROR 1045 (28000): Access denied for user 'root'")
 
 
-def test_a_revoked_privilege_fails_only_that_kind_of_desk_request(env):
+def test_a_revoked_privilege_fails_only_the_driver_whose_statement_needs_it(env):
+    """frappe_jobs: desk_work only reads and rq_enqueue INSERTs a Prepared Report, so a revoked DELETE fails no
+    request at all (the real task grades it from the catalog only) and a revoked INSERT fails every enqueue."""
     run(env, f"mysql -e \"SET GLOBAL max_user_connections = 0; REVOKE DELETE ON {SITE}.* FROM '{SITE}'@'%'\"")
-    c = window(env, "desk", 120)
-    # Deletes are 6% of Desk traffic: exactly those fail with ERROR 1142.
-    assert 0.04 < c.error_rate() < 0.08
+    env.clock.sleep(60)
+    assert window(env, "desk", 120).error_rate() == 0
     out, _, _ = run(env, f"mysql -N -e \"SHOW GRANTS FOR '{SITE}'@'%'\"")
     assert "DELETE" not in out.split("ON `" + SITE)[1].split("\n")[0] and "SELECT" in out
-    run(env, f"mysql -e \"GRANT DELETE ON {SITE}.* TO '{SITE}'@'%'\"")
+    run(env, f"mysql -e \"GRANT DELETE ON {SITE}.* TO '{SITE}'@'%'; REVOKE INSERT ON {SITE}.* FROM '{SITE}'@'%'\"")
+    env.clock.sleep(60)
     assert window(env, "desk", 120).error_rate() == 0
+    assert window(env, "rq_enqueue", 120).error_rate() == 1.0
+    assert "1142" in run(env, "kubectl logs frappe-web --tail 5")[0]
 
 
 def test_read_only_refuses_writes_with_1290(env):
     run(env, "mysql -e 'SET GLOBAL max_user_connections = 0; SET GLOBAL read_only = ON'")
-    c = window(env, "desk", 120)
-    assert 0.25 < c.error_rate() < 0.35  # creates, edits and deletes: 30%
+    env.clock.sleep(60)
+    assert window(env, "desk", 120).error_rate() == 0  # desk_work only reads
+    assert window(env, "rq_enqueue", 120).error_rate() == 1.0  # the Prepared Report INSERT
     assert "1290" in run(env, "kubectl logs frappe-web --tail 5")[0]
 
 
