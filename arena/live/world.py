@@ -236,10 +236,26 @@ class LiveWorld:
         """Nothing to re-fire: the live incidents carry no post-declaration load events."""
 
     def hold_load(self, t: float) -> None:
-        """Not modelled live: the live load generator keeps sending through the pre-soak phase."""
+        """The harness's pre-soak phase: the load generator sends nothing until the soak opens."""
+        self._loadgen("/hold")
 
     def begin_soak(self, t: float) -> None:
-        """Nothing to switch: the live load generator keeps no ledger of accepted work between its arrivals."""
+        """Arrivals resume and the generator's report ledger starts afresh for the soak (the real `begin_soak`)."""
+        self._loadgen("/begin_soak")
+
+    def _loadgen(self, path: str) -> None:
+        from arena.clients.http import AsyncHttp
+
+        async def call() -> int:
+            http = AsyncHttp(max_connections=2)
+            try:
+                return (await http.post(f"{self.stack.plan['loadgen'].url}{path}", {})).status
+            finally:
+                await http.aclose()
+
+        status = asyncio.run(call())
+        if status != 200:
+            raise EnvironmentError_(f"load generator {path}: HTTP {status}")
 
     # -- the challenge's fixed traffic ---------------------------------------------------------------------------
     def fixed_traffic(self, spec: Mapping[str, Any]) -> dict[str, Any]:
