@@ -86,13 +86,18 @@ class LoadShape(BaseModel):
         n = full * len(self.cycles)
         for peak_s, peak_rps, trough_s, trough_rps in self.cycles:
             n += 1
-            if t < peak_s:
+            # A time within a nanosecond of a boundary belongs to the next segment, so that the span returned always
+            # ends after `t` (a segment's computed end fed back in must not return the same segment: the arrival
+            # loops advance by span ends, and durations like 3.333 + 6.667 leave float residue).
+            if t < peak_s - 1e-9:
                 return PhaseSpan("peak", n, start, start + peak_s, peak_rps)
-            if t < peak_s + trough_s:
+            if t < peak_s + trough_s - 1e-9:
                 return PhaseSpan("trough", n, start + peak_s, start + peak_s + trough_s, trough_rps)
             t -= peak_s + trough_s
             start += peak_s + trough_s
-        raise AssertionError("unreachable: t fell outside its period")
+        # Float residue at the period's end: the next period's first peak.
+        peak_s, peak_rps = self.cycles[0][0], self.cycles[0][1]
+        return PhaseSpan("peak", n + 1, start, start + peak_s, peak_rps)
 
     def next_peak_start(self, t: float) -> float:
         """The next cycle boundary (a peak's start) at or after `t` seconds after the generator's start."""
