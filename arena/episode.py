@@ -195,12 +195,16 @@ def run_episode(scenario: Scenario, agent: Agent, arm: str = "unguarded", seed: 
         soak_from = declared_at
     challenged = False
     if g.pre_soak is not None:
-        # The harness drains accepted work and restarts the broker before the soak starts.
+        # The harness drains accepted work (the load generator sends nothing meanwhile) and restarts the broker
+        # before the soak starts; the generator's ledger of accepted work starts afresh for the soak (the real
+        # `begin_soak`).
+        world.hold_load(clock.now())
         grading.recover_pre_soak()
         if g.pre_soak.challenge_before_soak:
             grading.run_challenge()
             challenged = True
         soak_from = clock.now()
+        world.begin_soak(soak_from)
     s0, s1 = world.soak_window(soak_from)
     if g.soak_cycles is not None:
         s1 = s0 + g.soak_cycles * world.cycle_s

@@ -99,6 +99,10 @@ class GradedWorld(Protocol):
 
     def declare(self, t: float) -> None: ...
 
+    def hold_load(self, t: float) -> None: ...
+
+    def begin_soak(self, t: float) -> None: ...
+
     def challenge_restart(self, target: str) -> ChallengeRestart | None: ...
 
     def fixed_traffic(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
@@ -142,6 +146,12 @@ class TwinWorld:
 
     def declare(self, t: float) -> None:
         self.world.declare(t)
+
+    def hold_load(self, t: float) -> None:
+        self.world.hold_load(t)
+
+    def begin_soak(self, t: float) -> None:
+        self.world.begin_soak(t)
 
     def challenge_restart(self, target: str) -> ChallengeRestart | None:
         c = self.world.component(target)

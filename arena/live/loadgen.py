@@ -4,6 +4,12 @@ Run by the supervisor as `python -m arena.live.loadgen` (APP_CONFIG names a `Loa
 are a seeded Poisson process per driver at the current phase's rate, sent whether or not earlier requests have
 answered (open loop); an arrival finding `max_inflight` requests outstanding is dropped and recorded as such.
 Each driver is a short HTTP sequence with a readback (write then read), so a request can be ok but not correct.
+A `rotation` is one arrival stream instead, at the phase's rate, whose arrival `seq` goes to driver
+rotation[seq % len] (Incident-Arena's runner; frappe_jobs: desk_work, desk_work, rq_enqueue, rq_complete). The
+Frappe report drivers share the generator's `ReportLedger`: `prepared_report` records each report it created,
+`report_status` claims the oldest one at least `budget_s` old (none: an error with no request) and reads whether
+it is Completed; before the soak an unfinished report goes back to the ledger, `POST /begin_soak` gives the soak a
+fresh one, and `POST /hold` stops arrivals until then (the harness's pre-soak phase).
 
 Every finished arrival is appended to the ledger (JSONL, like Incident-Arena's loadgen.jsonl: phase `c3.peak`,
 sent_s, latency_ms, ok, correct, timeout, dropped, driver), which the gates read, and counted in the metrics
@@ -23,6 +29,8 @@ The HTTP calls go through `arena.clients.http` (only client modules may import h
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import heapq
 import json
 import random
@@ -78,13 +86,18 @@ class LoadShape(BaseModel):
         n = full * len(self.cycles)
         for peak_s, peak_rps, trough_s, trough_rps in self.cycles:
             n += 1
-            if t < peak_s:
+            # A time within a nanosecond of a boundary belongs to the next segment, so that the span returned always
+            # ends after `t` (a segment's computed end fed back in must not return the same segment: the arrival
+            # loops advance by span ends, and durations like 3.333 + 6.667 leave float residue).
+            if t < peak_s - 1e-9:
                 return PhaseSpan("peak", n, start, start + peak_s, peak_rps)
-            if t < peak_s + trough_s:
+            if t < peak_s + trough_s - 1e-9:
                 return PhaseSpan("trough", n, start + peak_s, start + peak_s + trough_s, trough_rps)
             t -= peak_s + trough_s
             start += peak_s + trough_s
-        raise AssertionError("unreachable: t fell outside its period")
+        # Float residue at the period's end: the next period's first peak.
+        peak_s, peak_rps = self.cycles[0][0], self.cycles[0][1]
+        return PhaseSpan("peak", n + 1, start, start + peak_s, peak_rps)
 
     def next_peak_start(self, t: float) -> float:
         """The next cycle boundary (a peak's start) at or after `t` seconds after the generator's start."""
@@ -120,6 +133,7 @@ class DriverConfig(BaseModel):
     rate_scale: float = 1.0
     timeout_s: float = 5.0
     channels: list[str] = Field(default_factory=lambda: [f"chan-{i}" for i in range(8)])
+    budget_s: float = 15.0  # report_status: claim only reports at least this old (RQ_COMPLETE_BUDGET_S)
 
 
 class LoadgenConfig(BaseModel):
@@ -129,8 +143,20 @@ class LoadgenConfig(BaseModel):
 
     shape: LoadShape = Field(default_factory=LoadShape)
     drivers: list[DriverConfig]
+    # Each an arrival stream at the phase's rate whose seq % len picks the driver by name; a driver in a rotation
+    # has no stream of its own (its rate_scale is unused).
+    rotations: list[list[str]] = Field(default_factory=list)
     ledger_path: str
     max_inflight: int = 200
+
+    @field_validator("rotations")
+    @classmethod
+    def _rotations(cls, v: list[list[str]], info) -> list[list[str]]:
+        names = {d.name for d in info.data.get("drivers", [])}
+        for r in v:
+            if not r or set(r) - names:
+                raise ValueError(f"rotation {r} names drivers the config does not define: {sorted(set(r) - names)}")
+        return v
 
 
 # ------------------------------------------------------------------------------------------------ driver kinds
@@ -205,7 +231,72 @@ async def _write_readback(http: AsyncHttp, d: DriverConfig, rng: random.Random) 
     return back.status == 200, correct, f"readback {back.status}"
 
 
+_DESK_READS = ("/api/method/frappe.auth.get_logged_user", "/api/resource/DocType?limit_page_length=50",
+               "/api/resource/ToDo?limit=20")
+_MAKE_REPORT = "/api/method/frappe.core.doctype.prepared_report.prepared_report.make_prepared_report"
+
+
+async def _desk_work(http: AsyncHttp, d: DriverConfig, rng: random.Random) -> tuple[bool, bool, str]:
+    """desk_work: one of three Desk reads; correct = HTTP 200 (SW loadgen_frappe/drivers.py DeskWorkDriver)."""
+    r = await http.get(f"{d.url}{_DESK_READS[rng.randrange(3)]}")
+    return r.status == 200, r.status == 200, f"read {r.status}"
+
+
+class ReportLedger:
+    """The Prepared Reports `prepared_report` created, oldest first, that `report_status` claims (the real
+    `PreparedReportLedger`): pre-soak claims of an unfinished report go back to the tail; the soak's is fresh."""
+
+    def __init__(self) -> None:
+        self.q: collections.deque[tuple[str, float]] = collections.deque()
+        self.phase = "pre_soak"
+
+    def claim(self, now: float, budget_s: float) -> tuple[str, float] | None:
+        if self.q and now - self.q[0][1] >= budget_s:
+            return self.q.popleft()
+        return None
+
+    def resolve(self, entry: tuple[str, float], completed: bool) -> None:
+        if not completed and self.phase == "pre_soak":
+            self.q.append(entry)
+
+    def begin_soak(self) -> None:
+        self.phase = "soak"
+        self.q.clear()
+
+
+async def _prepared_report(http: AsyncHttp, d: DriverConfig, rng: random.Random, *, ledger: ReportLedger,
+                           now: Callable[[], float]) -> tuple[bool, bool, str]:
+    """rq_enqueue: make_prepared_report (the report's INSERT, then its job on the queue); correct = a name."""
+    r = await http.post(f"{d.url}{_MAKE_REPORT}", {"report_name": "Database Storage Usage By Tables"})
+    if r.status != 200:
+        return False, False, f"report {r.status} {(r.body or {}).get('code', '') or (r.body or {}).get('reason', '')}"
+    name = (r.body or {}).get("message", {}).get("name")
+    if name:
+        ledger.q.append((str(name), now()))
+    return True, bool(name), f"report {name}"
+
+
+async def _report_status(http: AsyncHttp, d: DriverConfig, rng: random.Random, *, ledger: ReportLedger,
+                         now: Callable[[], float]) -> tuple[bool, bool, str]:
+    """rq_complete: the oldest report at least budget_s old; none is an error with no request behind it."""
+    entry = ledger.claim(now(), d.budget_s)
+    if entry is None:
+        return False, False, "no report old enough"
+    completed = False
+    try:
+        r = await http.get(f"{d.url}/api/method/frappe.client.get_value?doctype=Prepared%20Report&name={entry[0]}")
+        status = (r.body or {}).get("message", {}).get("status") if r.status == 200 else None
+        completed = status == "Completed"
+        return r.status == 200, completed, f"status {r.status} {status}"
+    finally:
+        ledger.resolve(entry, completed)
+
+
+# The kinds that need the generator's report ledger (bound per generator).
+LEDGER_KINDS = {"prepared_report": _prepared_report, "report_status": _report_status}
+
 DRIVER_KINDS: dict[str, DriverFn] = {
+    "desk_work": _desk_work,
     "browse": _browse,
     "checkout_readback": _checkout_readback,
     "desk_api": _desk_api,
@@ -224,8 +315,12 @@ class LoadGenerator:
         from prometheus_client import Counter, Gauge, Histogram
 
         for d in config.drivers:
-            if d.kind not in DRIVER_KINDS:
-                raise ValueError(f"unknown driver kind {d.kind!r}; known: {sorted(DRIVER_KINDS)}")
+            if d.kind not in DRIVER_KINDS and d.kind not in LEDGER_KINDS:
+                raise ValueError(f"unknown driver kind {d.kind!r}; known: {sorted({**DRIVER_KINDS, **LEDGER_KINDS})}")
+        self.reports = ReportLedger()
+        self.kinds: dict[str, DriverFn] = {**DRIVER_KINDS, **{
+            k: functools.partial(fn, ledger=self.reports, now=self.now) for k, fn in LEDGER_KINDS.items()}}
+        self.held = False
         self.config = config
         self.shape = config.shape
         self.t0 = t0 if t0 is not None else time.time()
@@ -277,7 +372,7 @@ class LoadGenerator:
             self.inflight += 1
             self.inflight_gauge.set(self.inflight)
             try:
-                ok, correct, detail = await asyncio.wait_for(DRIVER_KINDS[d.kind](http, d, rng), d.timeout_s)
+                ok, correct, detail = await asyncio.wait_for(self.kinds[d.kind](http, d, rng), d.timeout_s)
                 rec.update(ok=ok, correct=ok and correct, detail=detail)
                 outcome = "ok" if ok and correct else "incorrect" if ok else "error"
             except (asyncio.TimeoutError, HttpTimeout):
@@ -303,8 +398,14 @@ class LoadGenerator:
     async def run(self) -> None:
         http = AsyncHttp(max_connections=self.config.max_inflight + 16)
         tasks: set[asyncio.Task] = set()
-        # One arrival heap across drivers: (time, driver index). Each driver's arrivals are Poisson at its rate.
-        heap = [(self._next_arrival(self.now(), d), i) for i, d in enumerate(self.config.drivers)]
+        # One arrival heap across streams: (time, stream index). Each driver outside a rotation is a stream of its
+        # own, Poisson at its rate; each rotation is one stream at the phase's rate, its seq picking the driver.
+        by_name = {d.name: d for d in self.config.drivers}
+        rotated = {n for r in self.config.rotations for n in r}
+        streams: list[list[DriverConfig]] = [[d] for d in self.config.drivers if d.name not in rotated]
+        streams += [[by_name[n] for n in r] for r in self.config.rotations]
+        seqs = [0] * len(streams)
+        heap = [(self._next_arrival(self.now(), s), i) for i, s in enumerate(streams)]
         heapq.heapify(heap)
         try:
             while not self.stop.is_set():
@@ -321,8 +422,11 @@ class LoadGenerator:
                     continue
                 if t > span.end:
                     continue
-                heapq.heapreplace(heap, (self._next_arrival(t, self.config.drivers[i]), i))
-                d = self.config.drivers[i]
+                heapq.heapreplace(heap, (self._next_arrival(t, streams[i]), i))
+                if self.held:
+                    continue  # the harness's pre-soak phase: the runner sends nothing
+                d = streams[i][seqs[i] % len(streams[i])]
+                seqs[i] += 1
                 task = asyncio.create_task(self._one(http, d, t, self.shape.span_at(t), self.rng.getrandbits(64)))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -333,11 +437,12 @@ class LoadGenerator:
             await http.aclose()
             self._ledger.close()
 
-    def _next_arrival(self, t: float, d: DriverConfig) -> float:
+    def _next_arrival(self, t: float, stream: list[DriverConfig]) -> float:
         """The next arrival after `t`; a zero-rate phase skips to the next segment."""
+        scale = stream[0].rate_scale if len(stream) == 1 else 1.0
         while True:
             span = self.shape.span_at(t)
-            rate = span.rps * d.rate_scale
+            rate = span.rps * scale
             if rate > 0:
                 nxt = t + self.rng.expovariate(rate)
                 if nxt < span.end:
@@ -354,7 +459,19 @@ def main() -> None:
     gen = LoadGenerator(config, app.registry)
     app.route("GET", r"/status", lambda _r: (200, {
         "t": gen.now(), "phase": gen.shape.span_at(gen.now()).label, "inflight": gen.inflight,
-        "cycle_s": gen.shape.cycle_s, "t0": gen.t0}))
+        "cycle_s": gen.shape.cycle_s, "t0": gen.t0, "held": gen.held, "ledger": gen.reports.phase}))
+
+    def hold(_r):
+        gen.held = True
+        return 200, {"held": True}
+
+    def begin_soak(_r):
+        gen.held = False
+        gen.reports.begin_soak()
+        return 200, {"held": False, "ledger": gen.reports.phase}
+
+    app.route("POST", r"/hold", hold)
+    app.route("POST", r"/begin_soak", begin_soak)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_until_complete, args=(gen.run(),), daemon=True).start()
     try:

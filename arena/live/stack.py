@@ -99,6 +99,7 @@ class DriverEntry(BaseModel):
     target: str
     rate_scale: float = 1.0
     timeout_s: float = 5.0
+    budget_s: float = 15.0  # report_status: how old a report must be to be claimed
 
 
 class HelmValues(BaseModel):
@@ -130,6 +131,8 @@ class SubstrateSpec(BaseModel):
     redis_values: dict[str, str] = Field(default_factory=dict)
     apps: list[AppEntry]
     drivers: list[DriverEntry] = Field(default_factory=list)
+    # Arrival streams whose seq % len picks the driver (the real runner's profile `drivers:` list).
+    rotations: list[list[str]] = Field(default_factory=list)
     shell_env: dict[str, str] = Field(default_factory=dict)
     helm: HelmRelease | None = None
     # Server settings of the task's declared config (e.g. MariaDB's my.cnf lines), by server name.
@@ -380,10 +383,12 @@ class LiveStack:
                     app.name, spec.namespace, "Deployment", f"arena-live/{app.name}@{image_identity(app.module)}",
                     mounts=mounts)
         drivers = [DriverConfig(name=d.name, kind=d.kind, url=self.plan[d.target].url, rate_scale=d.rate_scale,
+                                budget_s=d.budget_s,
                                 timeout_s=d.timeout_s)
                    for spec, _ in self.specs for d in spec.drivers]
         lg_cfg = self.config_dir / "loadgen.yaml"
-        lg = LoadgenConfig(shape=self.shape, drivers=drivers, ledger_path=str(self.ledger_path))
+        lg = LoadgenConfig(shape=self.shape, drivers=drivers, ledger_path=str(self.ledger_path),
+                           rotations=[r for spec, _ in self.specs for r in spec.rotations])
         lg_cfg.write_text(yaml.safe_dump(lg.model_dump(), sort_keys=False))
         self.supervisor.add(AppSpec("loadgen", "arena.live.loadgen", self.plan["loadgen"], lg_cfg,
                                     restartable=False))

@@ -234,6 +234,28 @@ class LiveWorld:
     def declare(self, t: float) -> None:
         """Nothing to re-fire: the live incidents carry no post-declaration load events."""
 
+    def hold_load(self, t: float) -> None:
+        """The harness's pre-soak phase: the load generator sends nothing until the soak opens."""
+        self._loadgen("/hold")
+
+    def begin_soak(self, t: float) -> None:
+        """Arrivals resume and the generator's report ledger starts afresh for the soak (the real `begin_soak`)."""
+        self._loadgen("/begin_soak")
+
+    def _loadgen(self, path: str) -> None:
+        from arena.clients.http import AsyncHttp
+
+        async def call() -> int:
+            http = AsyncHttp(max_connections=2)
+            try:
+                return (await http.post(f"{self.stack.plan['loadgen'].url}{path}", {})).status
+            finally:
+                await http.aclose()
+
+        status = asyncio.run(call())
+        if status != 200:
+            raise EnvironmentError_(f"load generator {path}: HTTP {status}")
+
     # -- the challenge's fixed traffic ---------------------------------------------------------------------------
     def fixed_traffic(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """A fixed batch of real requests through the load generator's drivers: one write and readback per named

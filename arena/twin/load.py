@@ -7,7 +7,8 @@ once. Field names follow Incident-Arena's `loadgen/profiles.yaml`: warmup_s, war
 align_soak_to_cycle, and the session layer's and the noise's knobs the twin models: action_weights (each
 arrival's request kind drawn by weight, so a driver's share of the rate is its weight over the sum),
 behavior_seed (the action draws), rate_jitter with noise_seed (one seeded rate factor per phase) and
-baseline_rps (a floor under every phase's rate). Episode time 0 is `POST /grader/episode-start`; the
+baseline_rps (a floor under every phase's rate), and `rotation`: the real runner's driver list, which picks one driver
+per arrival by `seq % len(rotation)` (a name listed twice gets twice the share). Episode time 0 is `POST /grader/episode-start`; the
 pre-incident history runs before it.
 
 The soak always starts on the profile's cycle grid, at the first cycle boundary (a peak start, counted from the
@@ -76,6 +77,11 @@ class LoadProfile(BaseModel):
     # Healthy traffic simulated before episode start, so that a pre-incident baseline can be queried.
     prehistory_cycles: int = 3
     drivers: list[DriverSpec] = Field(default_factory=lambda: [DriverSpec(name="write_readback")])
+    # The real profile's `drivers:` list (e.g. frappe_jobs: [desk_work, desk_work, rq_enqueue, rq_complete]): one
+    # arrival stream at the profile's rate, arrival `seq` served by rotation[seq % len]. Over any segment each
+    # driver gets its count / len of the arrivals, so it sets every driver's rate_scale (which then must not be
+    # given as well).
+    rotation: list[str] | None = None
     events: list[EventSpec] = Field(default_factory=list)
     # The session layer's action mix: each arrival is one request kind, drawn by these weights (the real
     # planner's marginal); a listed driver only adds its timeout or jitter. None: `drivers` with their rate_scale.
@@ -106,6 +112,27 @@ class LoadProfile(BaseModel):
     @property
     def action_seed(self) -> int:
         return self.seed if self.behavior_seed is None else self.behavior_seed
+
+    @model_validator(mode="after")
+    def _rotation_shares(self) -> "LoadProfile":
+        if self.rotation is None:
+            return self
+        names = [d.name for d in self.drivers]
+        if not self.rotation:
+            raise ValueError("rotation: at least one driver")
+        unknown = sorted(set(self.rotation) - set(names))
+        if unknown:
+            raise ValueError(f"rotation names drivers the profile does not define: {unknown}")
+        for d in self.drivers:
+            if d.name not in self.rotation:
+                raise ValueError(f"driver {d.name!r} is not in the rotation: it would get no arrivals")
+            share = self.rotation.count(d.name) / len(self.rotation)
+            # A dumped and re-read profile carries the derived share; any other value contradicts the rotation.
+            if "rate_scale" in d.model_fields_set and abs(d.rate_scale - share) > 1e-9:
+                raise ValueError(f"driver {d.name!r}: rate_scale {d.rate_scale} contradicts the rotation's share "
+                                 f"{share:g}; give one or the other")
+            d.rate_scale = share
+        return self
 
     @field_validator("cycles")
     @classmethod

@@ -160,6 +160,10 @@ class Substrate:
         """Queued work not yet done, as the `backlog` SLI sees it."""
         return 0.0
 
+    def begin_soak(self, now: float) -> None:
+        """The harness opened the soak after its pre-soak phase: a load generator that keeps a ledger of accepted
+        work starts a fresh one (Frappe's `PreparedReportLedger.begin_soak`) (override)."""
+
 
 SUBSTRATES: dict[str, type[Substrate]] = {}
 
@@ -200,6 +204,7 @@ class World:
     """Everything simulated in one episode, and the simulator that advances it."""
 
     def __init__(self, profile: LoadProfile, seed: int):
+        self.load_held = False  # the harness holds the load generator between declaration and soak
         self.profile = profile
         self.seed = seed
         self.schedule = LoadSchedule(profile)
@@ -248,6 +253,20 @@ class World:
         self._events.append(_Timed(t, self._seq, event, active))
         self._events.sort(key=lambda e: (e.t, e.seq))
 
+    def hold_load(self, t: float) -> None:
+        """The harness's pre-soak phase starts: the load generator's runner awaits its boundary hook, so no
+        arrivals are sent until the soak opens (SW substrates/frappe/loadgen_sidecar.py: "the runner awaits this
+        before it opens the graded soak"; the backlog drains "until arrivals stop")."""
+        self.advance_to(t)
+        self.load_held = True
+
+    def begin_soak(self, t: float) -> None:
+        """The harness's pre-soak phase is over: arrivals resume and the soak starts now."""
+        assert self.substrate is not None
+        self.advance_to(t)
+        self.load_held = False
+        self.substrate.begin_soak(t)
+
     def declare(self, t: float) -> None:
         """The declaration landed: schedule the re-fires the profile asks for."""
         self.declared_at = t
@@ -288,7 +307,7 @@ class World:
 
     def _segment(self, ph: Phase, t0: float, t1: float) -> None:
         dt = t1 - t0
-        rates = {d.name: ph.rps * d.rate_scale for d in self.profile.drivers}
+        rates = {d.name: 0.0 if self.load_held else ph.rps * d.rate_scale for d in self.profile.drivers}
         assert self.substrate is not None
         outcomes = self.substrate.serve(rates, ph, t0, t1)
         for d in self.profile.drivers:

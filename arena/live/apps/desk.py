@@ -6,7 +6,10 @@ it. Enqueue writes an RQ-like job hash `rq:job:<id>` and pushes the id on `rq:qu
 `maxmemory` with `noeviction` refuses the write (OOM), and the API answers 503.
 
 Routes: GET /api/resource/ToDo, POST /api/resource/ToDo {description, client_ref}, GET /api/resource/ToDo/<name>,
-POST /api/method/enqueue {job_id?}, GET /api/job/<id>.
+POST /api/method/enqueue {job_id?}, GET /api/job/<id>; and the frappe_jobs load's: GET
+/api/method/frappe.auth.get_logged_user and /api/resource/DocType (Desk reads), POST .../make_prepared_report (the
+report's row INSERTed, then its job enqueued, in one transaction: a refused enqueue rolls the row back), GET
+/api/method/frappe.client.get_value?doctype=Prepared Report&name= (its status).
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ class DeskAPI:
         app.route("GET", r"/api/resource/ToDo/([\w-]+)", self.get_todo)
         app.route("POST", r"/api/method/enqueue", self.enqueue)
         app.route("GET", r"/api/job/([\w-]+)", self.job)
+        app.route("GET", r"/api/method/frappe\.auth\.get_logged_user", self.logged_user)
+        app.route("GET", r"/api/resource/DocType", self.list_doctype)
+        app.route("POST", r"/api/method/frappe\.core\.doctype\.prepared_report\.prepared_report\.make_prepared_report",
+                  self.make_prepared_report)
+        app.route("GET", r"/api/method/frappe\.client\.get_value", self.get_value)
         self.redis = self._redis(app.runtime)
         app.on_reload = lambda cfg: setattr(self, "redis", self._redis(cfg))
 
@@ -138,6 +146,60 @@ class DeskAPI:
         if row is None:
             raise HttpError(404, "not_found")
         return 200, {"data": {"name": row[0], "description": row[1], "status": row[2]}}
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        conn = self._db()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return list(cur.fetchall())
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+        finally:
+            conn.close()
+
+    def logged_user(self, req: Request) -> Response:
+        # The session check: a connection as the site account and a read (Frappe validates the sid on the site).
+        self._read("SELECT 1")
+        return 200, {"message": "Administrator"}
+
+    def list_doctype(self, req: Request) -> Response:
+        rows = self._read("SELECT name FROM `tabDocType` ORDER BY name LIMIT %s",
+                          (min(int(req.query.get("limit_page_length", 50)), 100),))
+        return 200, {"data": [{"name": r[0]} for r in rows]}
+
+    def make_prepared_report(self, req: Request) -> Response:
+        q = self.app.runtime["queue"]
+        name = uuid.uuid4().hex[:10]
+        conn = self._db()
+        try:
+            conn.autocommit(False)
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO `tabPrepared Report` (name, report_name, status, modified) VALUES "
+                            "(%s, %s, 'Queued', NOW(6))", (name, str((req.body or {}).get("report_name", ""))))
+            try:
+                enqueue_job(self.redis, q.get("name", "default"), name, job_payload(q))
+            except redis.exceptions.ResponseError as e:
+                conn.rollback()
+                reason = refusal(e)
+                self.enqueue_errors.labels(reason).inc()
+                raise HttpError(503, "enqueue_failed", reason=reason, detail=str(e)) from e
+            except redis.exceptions.ConnectionError as e:
+                conn.rollback()
+                self.enqueue_errors.labels("connection").inc()
+                raise HttpError(503, "enqueue_failed", reason="connection", detail=str(e)) from e
+            conn.commit()
+        except pymysql.err.MySQLError as e:
+            raise self._db_error(e) from e
+        finally:
+            conn.close()
+        return 200, {"message": {"name": name}}
+
+    def get_value(self, req: Request) -> Response:
+        rows = self._read("SELECT status FROM `tabPrepared Report` WHERE name = %s", (req.query.get("name", ""),))
+        if not rows:
+            raise HttpError(404, "not_found")
+        return 200, {"message": {"status": rows[0][0]}}
 
     def enqueue(self, req: Request) -> Response:
         body = req.body or {}

@@ -6,8 +6,11 @@
 Components: `frappe-web` (gunicorn behind nginx: the Desk API, one DB connection per request), `worker-long`
 (RQ, 1 replica), `mariadb` (variables, grants, admission: arena.twin.frappe.mariadb), `redis-queue` and
 `redis-cache` (Bitnami Redis re-rendered from Helm values: arena.twin.frappe.redis). One Helm release holds the
-values (arena.twin.frappe.helm). Drivers: `desk` (Desk API reads and writes), `rq_enqueue` (a request that
-enqueues a job: ok when the broker accepts it) and `rq_complete` (a job that must finish within the deadline).
+values (arena.twin.frappe.helm). Drivers, as Incident-Arena's `frappe_jobs` profile has them (SW
+substrates/frappe/loadgen_frappe/drivers.py): `desk` (desk_work: Desk API reads), `rq_enqueue` (creates a Prepared
+Report: an INSERT, then its generation job onto the `long` queue; ok when both succeed) and `rq_complete` (reads
+the status of the oldest report at least `rq_complete_budget_s` old from the load generator's ledger,
+arena.twin.frappe.reports: correct when it is Completed, an error when no report is old enough).
 
 Where the faults live (spec section 7.1): a MariaDB leg applied by the faultInit job at episode start (`inject`:
 SQL statements run as root through the same SQL engine an operator uses, so SET GLOBAL lands in the runtime layer
@@ -19,6 +22,7 @@ the operator's `reconfigure-infra.sh`, which persists a Redis server's flags and
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,12 +31,13 @@ from arena.twin.frappe.admin import USAGE, helper_refuses, queue_runtime_change,
 from arena.twin.frappe.backlog import BacklogSpec, MailSink, SeededBacklog
 from arena.twin.frappe.helm import HelmRelease, helm_program
 from arena.twin.frappe.mariadb import MariaDB, SqlError
+from arena.twin.frappe.reports import PollResult, ReportLedger
 from arena.twin.frappe.redis import JobStore, RedisError, RedisServer, conf_text, start_script
 from arena.twin.frappe.rediscli import redis_cli
 from arena.twin.frappe.rq import Worker, step_queue
 from arena.twin.frappe.sql import SqlSession, mysql_client, split_statements
 from arena.twin.load import Phase
-from arena.twin.mech import ERROR, Mode
+from arena.twin.mech import ERROR, WRONG, Mode
 from arena.twin.shell import Invocation
 from arena.twin.world import Component, Substrate, _ts, register_substrate
 from guardrail.errors import ScenarioError
@@ -55,7 +60,7 @@ class _M(BaseModel):
 class DeskAction(_M):
     """One kind of Desk request: its share, the privilege its statement needs, the table, its latency."""
 
-    weight: float
+    weight: float = 1.0
     privilege: str = "SELECT"
     table: str = "tabToDo"
     latency_ms: float = 180.0
@@ -69,6 +74,12 @@ class WebSpec(_M):
     latency_ms: dict[str, float] = Field(default_factory=lambda: {"rq_enqueue": 70.0, "rq_complete": 70.0})
     refused_ms: float = 25.0  # a refused connection fails fast (the error page)
     desk_actions: dict[str, DeskAction] = Field(default_factory=lambda: {"browse": DeskAction(weight=1.0)})
+    # rq_enqueue's statement before it enqueues (make_prepared_report inserts the report row; its after_insert
+    # hook enqueues the job, so a refused INSERT enqueues nothing), and rq_complete's status read.
+    report_insert: DeskAction = Field(default_factory=lambda: DeskAction(privilege="INSERT",
+                                                                       table="tabPrepared Report"))
+    report_poll: DeskAction = Field(default_factory=lambda: DeskAction(privilege="SELECT",
+                                                                     table="tabPrepared Report"))
     boot_s: float = 20.0
 
 
@@ -94,6 +105,9 @@ class WorkerSpec(_M):
     retry_s: float = 10.0
     backoff_max_s: float = 300.0  # the kubelet's CrashLoopBackOff ceiling
     boot_s: float = 15.0
+    # The job's own write: generate_report sets the report's status (Completed) on the site schema; refused, the
+    # job fails and the report never reads Completed.
+    job_write: DeskAction = Field(default_factory=lambda: DeskAction(privilege="UPDATE", table="tabPrepared Report"))
 
 
 class FaultInit(_M):
@@ -119,6 +133,8 @@ class FrappeSpec(_M):
     site_db: str
     site_user: str
     rq_deadline_s: float = 30.0
+    # RQ_COMPLETE_BUDGET_S: rq_complete claims only reports at least this old.
+    rq_complete_budget_s: float = Field(default=15.0, gt=0)
     web: WebSpec = Field(default_factory=WebSpec)
     mariadb: MariaDBSpec
     redis_queue: RedisSpec
@@ -200,6 +216,7 @@ class FrappeSubstrate(Substrate):
             r.exec = self._redis_exec(r)  # type: ignore[method-assign]
         self.db.exec = self._mysql_exec  # type: ignore[method-assign]
         self._worker_util = 0.0
+        self.reports = ReportLedger(spec.rq_complete_budget_s)
         self.seeded: SeededBacklog | None = None
         if spec.backlog is not None:
             sink = None
@@ -266,36 +283,91 @@ class FrappeSubstrate(Substrate):
         out["desk"] = modes
         if p_block > 0:
             self.web.error_line(t0, f"pymysql.err.OperationalError: {reason}", p_block * (desk + enq + cmp_) * (t1 - t0))
-        # The enqueue path: after the web request got its connection, frappe.enqueue writes to the broker.
-        attempts = (enq + cmp_) * (1.0 - p_block)
-        qs = step_queue(self.queue, self.worker, attempts, t0, t1, job_db_block=p_block,
-                        db_error_reason=f"OperationalError {code}", deadline_s=self.s.rq_deadline_s)
+        db_up = self.db.ready(t0)
+        # rq_enqueue: the report row first (make_prepared_report), then its job onto the broker (after_insert).
+        ins = spec.report_insert
+        ins_err = self.db.privilege_error(self.s.site_user, ins.privilege, ins.table) if db_up else None
+        if ins_err is not None and enq > 0:
+            self.web.error_line(t0, f"pymysql.err.{'OperationalError' if ins_err.code == 1290 else 'ProgrammingError'}"
+                                    f": ({ins_err.code}, \"{ins_err.message}\")", (1.0 - p_block) * enq * (t1 - t0))
+        attempts = 0.0 if ins_err is not None else enq * (1.0 - p_block)
+        # The worker's job writes the report's status: refused (a revoked UPDATE, read_only), every job fails.
+        jw = self.s.worker_long.job_write
+        job_err = self.db.privilege_error(self.s.site_user, jw.privilege, jw.table) if db_up else None
+        job_fail = 1.0 if job_err is not None else p_block
+        jobs = self.queue.jobs
+        assert jobs is not None
+        head0, tail0 = jobs.head_seq, jobs.tail_seq
+        qs = step_queue(self.queue, self.worker, attempts, t0, t1, job_db_block=job_fail,
+                        db_error_reason=(f"{job_err.code}" if job_err is not None else f"OperationalError {code}"),
+                        deadline_s=self.s.rq_deadline_s)
         if self.seeded is not None:
             self.seeded.run_popped(t0)
+        taken = qs.processed + qs.failed_jobs
+        self.reports.ran(head0, jobs.head_seq, qs.processed / taken if taken > 1e-12 else 0.0)
         demand = attempts * (t1 - t0)
         acc = (qs.accepted / demand) if demand > 0 else (0.0 if qs.refused_reason else 1.0)
         if qs.refused_reason and demand > 0:
             self.web.error_line(t0, f"redis.exceptions.ResponseError: {qs.refused_reason}", demand - qs.accepted)
-        busy_s = (qs.processed + qs.failed_jobs) * self.worker.service_s
+        busy_s = taken * self.worker.service_s
         self._worker_util = min(1.0, busy_s / max(t1 - t0, 1e-9))
-        ok_lat = spec.latency_ms.get("rq_enqueue", 70.0)
-        rej = Mode((1.0 - p_block) * (1.0 - acc), ok_lat * 0.5, ERROR, _short(qs.refused_reason))
-        enq_modes = ([refused] if p_block > 0 else []) + [Mode((1.0 - p_block) * acc, ok_lat)]
-        if acc < 1.0:
-            enq_modes.append(rej)
+        ok_lat = spec.latency_ms.get("rq_enqueue", ins.latency_ms)
+        enq_modes = [refused] if p_block > 0 else []
+        if ins_err is not None:
+            enq_modes.append(Mode(1.0 - p_block, ok_lat * 0.4, ERROR, f"{ins_err.code}"))
+        else:
+            enq_modes.append(Mode((1.0 - p_block) * acc, ok_lat))
+            if acc < 1.0:
+                enq_modes.append(Mode((1.0 - p_block) * (1.0 - acc), ok_lat * 0.5, ERROR, _short(qs.refused_reason)))
         out["rq_enqueue"] = enq_modes
-        cmp_modes = ([refused] if p_block > 0 else [])
-        if acc < 1.0:
-            cmp_modes.append(rej)
-        for m in qs.complete_modes:
-            cmp_modes.append(Mode(m.weight * (1.0 - p_block) * acc, m.latency_ms + ok_lat, m.status, m.reason,
-                                  m.conn))
-        out["rq_complete"] = cmp_modes
+        out["rq_complete"] = self._polls(cmp_, qs.accepted, tail0, t0, t1, p_block, refused, db_up)
         return {d: out.get(d, [Mode(1.0, 0.0, "dropped")]) for d in rates}
 
+    def _polls(self, rate: float, accepted: float, tail0: float, t0: float, t1: float, p_block: float,
+               refused: Mode, db_up: bool) -> list[Mode]:
+        """This segment's reports into the ledger and rq_complete's arrivals against it, at sub-steps of at most
+        2.5 s (a report turns eligible budget_s after its creation, in the middle of a long segment)."""
+        dt = t1 - t0
+        k = max(1, min(24, math.ceil(dt / 2.5)))
+        polls: list[PollResult] = []
+        for i in range(k):
+            t = t0 + (i + 0.5) * dt / k
+            self.reports.created(t, accepted / k, tail0 + accepted * i / k, tail0 + accepted * (i + 1) / k)
+            polls.append(self.reports.poll(t, rate * dt / k))
+        want = sum(p.demand for p in polls)
+        if want <= 0:
+            return [Mode(1.0, 0.0, ERROR, "no report old enough")]
+        empty = sum(p.empty for p in polls) / want
+        done = sum(p.completed for p in polls) / want
+        pend = sum(p.pending for p in polls) / want
+        rp = self.s.web.report_poll
+        lat = self.s.web.latency_ms.get("rq_complete", rp.latency_ms)
+        err = self.db.privilege_error(self.s.site_user, rp.privilege, rp.table) if db_up else None
+        # A poll that finds no report old enough sends nothing: status 0, no latency (the real sentinel).
+        modes = [Mode(empty, 0.5, ERROR, "no report old enough")] if empty > 0 else []
+        claimed = 1.0 - empty
+        if p_block > 0:
+            modes.append(Mode(claimed * p_block, refused.latency_ms, ERROR, refused.reason, conn=True))
+        if err is not None:
+            modes.append(Mode(claimed * (1.0 - p_block), lat * 0.4, ERROR, f"{err.code}"))
+            return modes
+        if done > 0:
+            modes.append(Mode(done * (1.0 - p_block), lat))
+        if pend > 0:
+            modes.append(Mode(pend * (1.0 - p_block), lat, WRONG, "report not Completed"))
+        return modes
+
+    def begin_soak(self, now: float) -> None:
+        self.reports.begin_soak()
+
     def _queue_only(self, t0: float, t1: float) -> None:
-        step_queue(self.queue, self.worker, 0.0, t0, t1, job_db_block=0.0, db_error_reason="",
-                   deadline_s=self.s.rq_deadline_s)
+        jobs = self.queue.jobs
+        assert jobs is not None
+        head0 = jobs.head_seq
+        qs = step_queue(self.queue, self.worker, 0.0, t0, t1, job_db_block=0.0, db_error_reason="",
+                        deadline_s=self.s.rq_deadline_s)
+        taken = qs.processed + qs.failed_jobs
+        self.reports.ran(head0, jobs.head_seq, qs.processed / taken if taken > 1e-12 else 0.0)
         if self.seeded is not None:
             self.seeded.run_popped(t0)
 

@@ -111,6 +111,20 @@ def test_load_shape_cycles_peak_then_trough_after_warmup():
     assert (s.label, s.start, s.end) == ("c7.trough", 68, 74)
 
 
+def test_load_shape_spans_always_end_after_the_time_asked_with_fractional_durations():
+    """The arrival loops advance by span ends: a span's own end must fall in the next span, or the generator spins
+    (3.333 + 6.667 s cycles stalled it at the second peak's end)."""
+    shape = LoadShape(warmup_s=5, warmup_rps=12, cycles=[[3.333, 24, 6.667, 12]])
+    t, labels = 0.0, []
+    for _ in range(600):
+        span = shape.span_at(t)
+        assert span.end > t
+        labels.append(span.label)
+        t = span.end
+    assert labels[:5] == ["warmup", "c1.peak", "c1.trough", "c2.peak", "c2.trough"]
+    assert labels[-1] == "c300.peak"
+
+
 def test_load_shape_rejects_a_malformed_cycle():
     with pytest.raises(ValueError):
         LoadShape(cycles=[[4, 12, 0, 3]])

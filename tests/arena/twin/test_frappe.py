@@ -85,21 +85,26 @@ def test_mysql_client_formats_and_errors_like_the_real_one(env):
     assert code == 1 and err.startswith("ERROR 1045 (28000): Access denied for user 'root'")
 
 
-def test_a_revoked_privilege_fails_only_that_kind_of_desk_request(env):
+def test_a_revoked_privilege_fails_only_the_driver_whose_statement_needs_it(env):
+    """frappe_jobs: desk_work only reads and rq_enqueue INSERTs a Prepared Report, so a revoked DELETE fails no
+    request at all (the real task grades it from the catalog only) and a revoked INSERT fails every enqueue."""
     run(env, f"mysql -e \"SET GLOBAL max_user_connections = 0; REVOKE DELETE ON {SITE}.* FROM '{SITE}'@'%'\"")
-    c = window(env, "desk", 120)
-    # Deletes are 6% of Desk traffic: exactly those fail with ERROR 1142.
-    assert 0.04 < c.error_rate() < 0.08
+    env.clock.sleep(60)
+    assert window(env, "desk", 120).error_rate() == 0
     out, _, _ = run(env, f"mysql -N -e \"SHOW GRANTS FOR '{SITE}'@'%'\"")
     assert "DELETE" not in out.split("ON `" + SITE)[1].split("\n")[0] and "SELECT" in out
-    run(env, f"mysql -e \"GRANT DELETE ON {SITE}.* TO '{SITE}'@'%'\"")
+    run(env, f"mysql -e \"GRANT DELETE ON {SITE}.* TO '{SITE}'@'%'; REVOKE INSERT ON {SITE}.* FROM '{SITE}'@'%'\"")
+    env.clock.sleep(60)
     assert window(env, "desk", 120).error_rate() == 0
+    assert window(env, "rq_enqueue", 120).error_rate() == 1.0
+    assert "1142" in run(env, "kubectl logs frappe-web --tail 5")[0]
 
 
 def test_read_only_refuses_writes_with_1290(env):
     run(env, "mysql -e 'SET GLOBAL max_user_connections = 0; SET GLOBAL read_only = ON'")
-    c = window(env, "desk", 120)
-    assert 0.25 < c.error_rate() < 0.35  # creates, edits and deletes: 30%
+    env.clock.sleep(60)
+    assert window(env, "desk", 120).error_rate() == 0  # desk_work only reads
+    assert window(env, "rq_enqueue", 120).error_rate() == 1.0  # the Prepared Report INSERT
     assert "1290" in run(env, "kubectl logs frappe-web --tail 5")[0]
 
 
@@ -114,8 +119,12 @@ def test_memory_units_follow_redis():
 
 
 def test_the_2mb_cap_ooms_enqueues_and_stalls_the_worker(env):
-    assert window(env, "rq_enqueue", 120).error_rate() > 0.9
-    assert window(env, "rq_complete", 120).goodput() == 0
+    # At frappe_jobs' ~1.3 reports/s the finished results (kept 10 min) fill what the cap leaves within minutes.
+    env.clock.sleep(300)
+    enq, _ = env.world.ledger.select(180, 300, driver="rq_enqueue")
+    done, _ = env.world.ledger.select(180, 300, driver="rq_complete")
+    # Every enqueue is refused; the polls find only the last reports finished before the cap filled.
+    assert enq.error_rate() > 0.9 and done.goodput() < 0.25
     _, err, code = run(env, "redis-cli -h redis-queue SET probe 1")
     assert code == 1 and err == "OOM command not allowed when used memory > 'maxmemory'.\n"
     assert "OOM command not allowed" in run(env, "kubectl logs worker-long")[0]
@@ -132,8 +141,18 @@ def test_config_set_works_until_the_broker_restarts(env):
     assert run(env, "redis-cli -h redis-queue CONFIG GET maxmemory")[0] == "maxmemory\n2097152\n"
 
 
+def build_backlog(env, seconds=300.0):
+    """Accepted jobs piling up: the cap raised live, the worker's dequeue denied for a while."""
+    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    run(env, "redis-cli -h redis-queue ACL SETUSER default -blpop -brpop -blmove")
+    env.clock.sleep(seconds)
+    run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 2mb")
+    return int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+
+
 def test_the_helpers_queue_repair_survives_the_restart_and_keeps_the_backlog(env):
-    depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    depth = build_backlog(env)
     assert depth > 50
     gen = env.world.component("redis-queue").generation
     out, err, code = run(env, "reconfigure-infra.sh redis-queue maxmemory 64mb")
@@ -151,20 +170,19 @@ def test_the_helpers_queue_repair_survives_the_restart_and_keeps_the_backlog(env
 
 
 def test_the_backlog_drains_at_a_finite_rate(env):
-    run(env, "mysql -e 'SET GLOBAL max_user_connections = 0'")
-    before = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
+    before = build_backlog(env)
+    assert before > 100
     run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
+    run(env, "redis-cli -h redis-queue ACL SETUSER default +blpop +brpop +blmove")
     depths = []
-    for _ in range(16):
+    for _ in range(30):
         env.clock.sleep(60)
         depths.append(int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]))
-    assert before > 100
-    # The worker first sits out its CrashLoopBackOff (accepted jobs pile up), then drains ~1.7 jobs/s net.
-    assert max(depths) > before
-    top = depths.index(max(depths))
+    # One worker at ~1.7 jobs/s against ~1.3 reports/s offered: the net drain is a fraction of a job a second,
+    # so the backlog takes many minutes, and then it is gone.
+    net = (before - depths[4]) / 300.0
+    assert 0.1 < net < 1.0
     assert depths[-1] < 10
-    empty = next(i for i, d in enumerate(depths) if d < 10)
-    assert empty - top >= 3
 
 
 def test_an_acl_denial_stops_the_worker_with_noperm(env):
@@ -186,6 +204,7 @@ def test_min_replicas_to_write_on_a_standalone_master_refuses_every_write(env):
 
 
 def test_flushall_loses_the_accepted_jobs(env):
+    assert build_backlog(env) > 50
     run(env, "redis-cli -h redis-queue CONFIG SET maxmemory 64mb")
     assert run(env, "redis-cli -h redis-queue FLUSHALL")[0] == "OK\n"
     assert env.world.truth()["redis-queue.jobs.lost"] > 50
@@ -227,16 +246,17 @@ def test_a_000_shaped_fault_needs_a_grant_and_a_durable_acl(scenario):
         "--maxmemory 64mb", "--maxmemory-policy noeviction", acl]
     spec.spec["fault_init"] = {"kind": "grant_revocation", "sql": [f"REVOKE DELETE ON {SITE}.* FROM '{SITE}'@'%'"]}
     env = build_twin(spec, seed=1)
-    c = window(env, "desk", 120)
-    assert 0.04 < c.error_rate() < 0.08  # only deletes fail, with ERROR 1142, at every load
+    # frappe_jobs deletes nothing: the DELETE leg fails no request; the dequeue ACL leaves every report Queued.
+    assert window(env, "desk", 120).error_rate() == 0
     assert window(env, "rq_complete", 120).goodput() == 0
     assert "NOPERM" in run(env, "kubectl logs worker-long")[0]
     # A live ACL SETUSER restores dequeue until the broker restarts and re-reads its flags.
     depth = int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0])
     run(env, "redis-cli -h redis-queue ACL SETUSER default +blpop +blmove +brpop")
-    env.clock.sleep(600)
+    env.clock.sleep(1200)
     assert "Listening on long" in run(env, "kubectl logs worker-long --tail 3")[0]
-    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) < depth - 200
+    # One worker nets a fraction of a job a second over frappe_jobs' ~1.3 reports/s.
+    assert int(run(env, "redis-cli -h redis-queue LLEN rq:queue:long")[0]) < depth - 100
     env.world.restart("redis-queue", by="verifier")
     env.clock.sleep(30)
     assert run(env, "redis-cli -h redis-queue ACL LIST")[0].strip().endswith("-blpop -blmove -brpop")

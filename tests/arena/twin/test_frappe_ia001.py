@@ -97,14 +97,12 @@ def test_the_pre_soak_restart_is_what_fails_an_ephemeral_repair_in_the_soak(sc):
     assert verdict(episode(without_pre_soak(sc), "ephemeral-config-set")) == (True, False, "not_durable")
 
 
-def test_the_pre_soak_drain_is_what_lets_the_golden_declare_at_once(sc):
+def test_the_golden_declares_at_once_and_passes(sc):
     """The golden declares as soon as its two commands return. The harness verifies the accepted jobs to
-    completion before the soak; without that phase the backlog ahead of the soak's jobs fails rq_complete."""
+    completion before the soak; under frappe_jobs' cold load the backlog the cap left is small, so even an
+    immediate soak (no pre-soak phase) polls only reports the worker has finished."""
     assert verdict(episode(sc, "reference")) == (True, True, None)
-    res = episode(without_pre_soak(sc), "reference")
-    assert verdict(res) == (False, True, "premature_declaration")
-    failed = [c["id"] for c in res.outcome_gate["checks"] if not c["pass"]]
-    assert failed and all(f.startswith("by_driver.rq_complete") for f in failed)
+    assert verdict(episode(without_pre_soak(sc), "reference")) == (True, True, None)
 
 
 def test_a_faster_worker_would_drain_before_an_immediate_soak(sc):

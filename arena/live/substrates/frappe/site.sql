@@ -13,6 +13,9 @@ CREATE TABLE _aac081bc588a7088.`tabToDo` (name varchar(140) PRIMARY KEY, descrip
   modified datetime(6) NOT NULL, KEY modified (modified));
 INSERT INTO _aac081bc588a7088.`tabToDo` (name, description, status, modified)
   SELECT CONCAT('seed-', seq), CONCAT('seeded todo ', seq), 'Open', NOW(6) FROM seq_1_to_200;
+-- Prepared Reports: the frappe_jobs load's rq_enqueue inserts one per request; the worker sets it Completed.
+CREATE TABLE _aac081bc588a7088.`tabPrepared Report` (name varchar(140) PRIMARY KEY, report_name varchar(140),
+  status varchar(20), modified datetime(6) NOT NULL);
 -- Frappe's DocType registry: protected data the site never writes during the incident (its rows and checksum).
 CREATE TABLE _aac081bc588a7088.`tabDocType` (name varchar(140) PRIMARY KEY, module varchar(140), istable int NOT NULL
   DEFAULT 0, modified datetime(6) NOT NULL);
