@@ -213,6 +213,13 @@ class SqlSession:
                 rows = self._filter(rows, "where", where, "variable_name")
             return self._project(cols_txt, ["VARIABLE_NAME", "VARIABLE_VALUE"],
                                  [[k.upper(), v] for k, v in rows])
+        if table == "information_schema.system_variables":
+            # What an operator reads to tell a configured value from the compiled default (MariaDB 10.1+).
+            specs = catalogue().variables
+            rows = [[k.upper(), MariaDB.show(k, self.db.var(k)), MariaDB.show(k, specs[k].default),
+                     "COMPILE-TIME" if self.db.var(k) == specs[k].default else "SQL"] for k in sorted(specs)]
+            return self._project(cols_txt, ["VARIABLE_NAME", "GLOBAL_VALUE", "DEFAULT_VALUE", "GLOBAL_VALUE_ORIGIN"],
+                                 rows, where)
         if table in ("information_schema.global_status",):
             rows = self._status_rows()
             if where:
