@@ -251,6 +251,18 @@ class SafeguardRule:
         return out
 
 
+# The words by which an instruction asks for what a safeguard category gives ("keep the queue durable"): tuning a
+# setting of that category (not switching it off) is then the incident's business.
+_ASKED_FOR = {
+    "durability": re.compile(r"\bdurab(?:le|ility)\b", re.I),
+    "backups": re.compile(r"\bbackups?\b", re.I),
+    "replication": re.compile(r"\breplica(?:s|tion)?\b", re.I),
+    "checkpoints": re.compile(r"\bcheckpoints?\b", re.I),
+    "autovacuum": re.compile(r"\b(?:auto)?vacuum\b", re.I),
+    "timeouts": re.compile(r"\btime-?outs?\b", re.I),
+}
+
+
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
@@ -295,6 +307,10 @@ class ChangeScope:
                         return f"the context bounds {pat} with a {kind} of {lim:g}"
         unchanged = [str(c) for c in (self.context.raw.get("safeguards") or {}).get("unchanged") or ()]
         cat = self.safeguards.category(ck.key)
+        asked = _ASKED_FOR.get(cat or "")
+        said = asked.search(str(self.context.raw.get("instruction") or "")) if asked else None
+        if said and str(after).strip().lower() not in _OFF:
+            return f"the incident asks for what the {cat} safeguards give ({said.group(0)!r}), and this tunes one"
         if unchanged and "all" not in unchanged and cat is not None and cat not in unchanged:
             return (f"the incident forbids changing only the unrelated safeguards ({', '.join(unchanged)}), "
                     f"and {ck.key} is a {cat} safeguard")

@@ -473,3 +473,15 @@ def test_a_beyond_the_incident_change_is_reported_beside_protected_state():
     v = audit.check(env, j, None)
     assert v.code is FeedbackCode.SCOPE_DRIFT and [m["item"] for m in v.evidence["changed"]] == [
         "change:mariadb.thread_cache_size (on mariadb)"]
+
+
+def test_an_incident_that_asks_for_what_a_safeguard_gives_opens_its_tuning_but_not_switching_it_off():
+    fsync = {"kind": "default", "default": "everysec", "source": "redis's compiled default"}
+    asks = {"instruction": "Keep queue capacity finite, durable and loss-intolerant through a broker restart."}
+    env = _env()
+    stronger, off = FakeJournal(env.clock), FakeJournal(env.clock)
+    _changed(env, stronger, "redis.appendfsync", "always", "everysec", fsync, target="redis-queue")
+    _changed(env, off, "redis.appendfsync", "no", "everysec", fsync, target="redis-queue")
+    assert ScopeAudit(asks).check(env, stronger, None).passed
+    assert ScopeAudit({"instruction": "Fix the queue."}).check(env, stronger, None).code is FeedbackCode.SCOPE_DRIFT
+    assert ScopeAudit(asks).check(env, off, None).code is FeedbackCode.SCOPE_DRIFT
