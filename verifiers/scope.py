@@ -339,9 +339,10 @@ class ChangeScope:
                 continue  # a RESET restores the baseline; an unchanged value moved nothing
             kind = base.get("kind")
             if kind == "default":
-                if before != base.get("default") or after == base.get("default"):
+                default, unset = base.get("default"), bool(base.get("unset"))
+                if (before != default and not (unset and before is None)) or after == default:
                     continue  # it was already off its default, or is put back on it
-                was = "the product's default" if not base.get("unset") else "not set"
+                was = "not set" if before is None else f"the product's default ({default!r})"
             elif kind == "fleet":
                 values = list((base.get("values") or {}).values())
                 nums = [_number(v) for v in values]
