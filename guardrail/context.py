@@ -111,7 +111,7 @@ class ProtectedData(BaseModel):
 
 
 class Safeguards(BaseModel):
-    """Safeguard categories the incident keeps (policies/safeguards/data.yaml; `all` is every category)."""
+    """Safeguard categories the incident keeps (verifiers/safeguards.yaml; `all` is every category)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -13,6 +13,7 @@ environment shows an operator.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -193,6 +194,8 @@ class Guard:
         self.journal = journal if journal is not None else Journal(None, clock=env.clock if env else None)
         self.mode = Mode(mode)
         self._normalise = normaliser
+        # A normaliser that takes no `stdin` (a test's table of words) is told nothing of it.
+        self._takes_stdin = "stdin" in inspect.signature(normaliser).parameters
         self._refusal_ids = DecisionIds("guard")
         self.own_files = (own_files or OwnFiles()).for_guard(engine, self.journal.path)
         self._context_input = self.context.policy_input()
@@ -234,9 +237,12 @@ class Guard:
 
     # -- one command -------------------------------------------------------------------------------------------
 
-    def before(self, command: str) -> Admission:
-        """Normalise, decide each action, and journal the decision before anything runs."""
-        actions = self._normalise(command)
+    def before(self, command: str, stdin: str | None = None) -> Admission:
+        """Normalise, decide each action, and journal the decision before anything runs. `stdin`: what the
+        command reads on stdin where its text does not say, when the caller knows it ("" for none; see
+        `normalise`); None leaves a tool that reads a body on stdin opaque."""
+        actions = (self._normalise(command, stdin=stdin) if stdin is not None and self._takes_stdin
+                   else self._normalise(command))
         # Each action's JSON once: the policy input and the journal record share it (model_dump is not free).
         action_inputs = [a.to_input() for a in actions]
         inputs = [{"action": a, "context": self._context_input, "command": command} for a in action_inputs]
@@ -364,7 +370,9 @@ class Guard:
             raise RuntimeError("Guard.execute needs an environment")
         # The decision and the before-run snapshots share one fsync, durable before the command runs.
         with self.journal.batch():
-            adm = self.before(command)
+            # An Environment runs a command with no stdin (the twin's shell, a subprocess on /dev/null): a tool
+            # that reads its body there reads nothing unless the text gives one (a heredoc, a pipe).
+            adm = self.before(command, stdin="")
             if adm.runs:
                 self.prepare(adm)
         if not adm.runs:

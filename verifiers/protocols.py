@@ -164,6 +164,8 @@ class Environment(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    # Runs shell text with no stdin (a heredoc or pipe in the text is its only input): Guard.execute tells the
+    # normaliser so, and a tool that reads its body on stdin is then judged on an empty one.
     def run(self, command: str) -> CommandResult: ...
 
     def sli(

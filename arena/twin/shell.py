@@ -190,7 +190,7 @@ class Shell:
         if _substitutes(piece):
             return "", "bash: command substitution is not available in this shell\n", 2, 0.0
         try:
-            argv = shlex.split(self._expand(piece, env))
+            argv = shlex.split(_shield_quoted_redirects(self._expand(piece, env)))
         except ValueError as e:
             return "", f"bash: syntax error: {e}\n", 2, 0.0
         while argv and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[0]):
@@ -227,7 +227,8 @@ class Shell:
                 return "", f"bash: redirection is not available in this shell: {a}\n", 1, 0.0
             else:
                 rest.append(a)
-        argv = rest
+        argv = [_unshield(a) for a in rest]
+        env = {k: _unshield(v) for k, v in env.items()}
         if not argv:
             return "", "", 0, 0.0
         h = self.handlers.get(argv[0]) or self.handlers.get(argv[0].rsplit("/", 1)[-1])
@@ -241,6 +242,36 @@ class Shell:
         if err_to_out and not drop_out:
             o, e = o + e, ""
         return ("" if drop_out else o), ("" if drop_err or (err_to_out and drop_out) else e), code, dur
+
+
+# A quoted or escaped `>`/`<` is a literal character in bash (redis-cli ACL SETUSER u '>password'), never a
+# redirection. shlex drops the quotes before the redirection scan, so such characters are swapped for
+# private-use code points first and swapped back in the arguments afterwards.
+_SHIELD = {">": "\ue000", "<": "\ue001"}
+_UNSHIELD = str.maketrans({v: k for k, v in _SHIELD.items()})
+
+
+def _shield_quoted_redirects(piece: str) -> str:
+    out: list[str] = []
+    q: str | None = None
+    i = 0
+    while i < len(piece):
+        ch = piece[i]
+        if q is None and ch == "\\" and i + 1 < len(piece) and piece[i + 1] in _SHIELD:
+            out.append(_SHIELD[piece[i + 1]])  # \> outside quotes: the backslash quotes one character
+            i += 2
+            continue
+        if ch == "'" and q != '"':
+            q = None if q == "'" else "'"
+        elif ch == '"' and q != "'" and not (q == '"' and i and piece[i - 1] == "\\"):
+            q = None if q == '"' else '"'
+        out.append(_SHIELD[ch] if q is not None and ch in _SHIELD else ch)
+        i += 1
+    return "".join(out)
+
+
+def _unshield(word: str) -> str:
+    return word.translate(_UNSHIELD)
 
 
 class _Exit(Exception):

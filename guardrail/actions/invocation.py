@@ -18,12 +18,14 @@ from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating,
 from guardrail.actions.words import Word
 
 __all__ = ["Stdin", "Where", "Invocation", "component_of_host", "LOCAL_HOSTS", "STDIN_PATHS", "SYSTEM_BIN_DIRS",
-           "clean_path", "host_part"]
+           "clean_path", "host_part", "NULL_DEVICE", "body_on_stdin"]
 
 LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"})
 # File names under which a tool reads its stdin (`kubectl apply -f /dev/stdin` is `-f -`). The shell shim keeps
 # the same set (guardrail/adapters/shell/shim.py, standard library only); a test holds them equal.
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# Read as a file, it is empty: `tool < /dev/null`, a session whose commands run with no stdin (Guard.execute).
+NULL_DEVICE = "/dev/null"
 # The largest file a classifier reads at decision time (a manifest, a values file): larger is not judged.
 MAX_READ_AT_DECISION = 1024 * 1024
 
@@ -39,9 +41,23 @@ def stdin_at_decision(stdin: "Stdin | None", where: "Where") -> str:
         raise Unreadable("there is no stdin to read")
     if stdin.text is not None and not stdin.decoded:
         return stdin.text
+    if stdin.source == "file" and stdin.producer == NULL_DEVICE:
+        return ""
     if stdin.source == "file" and stdin.producer and not stdin.decoded:
-        return read_at_decision(stdin.producer, where)
+        return read_at_decision(stdin.producer, where if stdin.in_pod else Where())
     raise Unreadable(f"stdin comes from {stdin.producer or stdin.source}")
+
+
+def body_on_stdin(inv: "Invocation") -> tuple[str | None, str | None]:
+    """(the text a tool that takes its body on stdin reads, why it is not known). Every channel comes to the same
+    text: a heredoc, a here-string, echo/printf/cat through a pipe, a file redirected in (read now, bounded), the
+    payload a shim or daemon forwards (as a heredoc), `< /dev/null` or a session run with no stdin (empty). A
+    stdin the guard cannot see (another program's output, a terminal, a caller's it was not given) is not an
+    empty body: the caller judges the write opaque."""
+    try:
+        return stdin_at_decision(inv.stdin, inv.where), None
+    except Unreadable as e:
+        return None, str(e)
 
 
 def read_at_decision(path: str, where: "Where") -> str:
@@ -75,6 +91,9 @@ class Stdin:
     decoded: bool = False  # a decoder (base64 -d, xxd -r, rev, openssl ...) is upstream
     producer: str = ""  # the command (or file) it comes from
     number: bool = False  # only numbers (a count, a time, a size: no letter), whatever the input (`wc -l`)
+    # A file opened (by `<` or cat) inside a container (`kubectl exec pod -- sh -c 'x < f'`), not on the host where
+    # the guard runs; a host-side `< f` before `kubectl exec -i` is read here, where the shell opens it.
+    in_pod: bool = False
 
 
 @dataclass(frozen=True)

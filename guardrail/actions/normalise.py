@@ -14,7 +14,7 @@ from guardrail.actions import wrappers
 from guardrail.actions.classifiers import classifier_for
 from guardrail.actions.classifiers.staples import ReadOnly
 from guardrail.actions.classifiers.base import DocumentTooLarge
-from guardrail.actions.invocation import SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
+from guardrail.actions.invocation import NULL_DEVICE, SYSTEM_BIN_DIRS, Invocation, Stdin, Where, clean_path
 from guardrail.actions.model import UNKNOWN, Action
 from guardrail.actions.dispatch import Session
 from guardrail.actions.settings import canonical
@@ -154,8 +154,12 @@ class Normaliser:
             self.session.aliases[name] = aliases
 
 
-def normalise(raw: str) -> list[Action]:
-    """Raw shell text -> one Action per simple command, in execution order. Never raises."""
+def normalise(raw: str, stdin: str | None = None) -> list[Action]:
+    """Raw shell text -> one Action per simple command, in execution order. Never raises.
+
+    `stdin`: what the text's commands read on stdin where the text does not say (no heredoc, pipe or `<`), when the
+    caller knows it: "" for a run with no stdin (Guard.execute: an Environment runs a command with none), a
+    payload otherwise. None: not known, and a tool that reads its body there is judged opaque, never as empty."""
     try:
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8", "replace")
@@ -168,7 +172,9 @@ def normalise(raw: str) -> list[Action]:
         if len(raw) > MAX_CHARS:
             return [_over_limit("oversized", raw, f"the command is longer than {MAX_CHARS} characters")]
         # One meaning per write: every spelling of a setting's change as its one key, scope and layer.
-        actions = canonical(Normaliser().script(raw, Where()))
+        given = None if stdin is None else Stdin("file", text=stdin, producer=NULL_DEVICE) if stdin == "" \
+            else Stdin("pipe", text=stdin, producer="the caller")
+        actions = canonical(Normaliser().script(raw, Where(), given))
         if len(actions) > MAX_ACTIONS:
             return [_over_limit("too-many-actions", raw, f"the command comes to more than {MAX_ACTIONS} actions "
                                                          "(statements, files, URLs ...)")]

@@ -648,7 +648,7 @@ class ShellWalker:
                     # `< <(curl ...)`: another command's output, made as this one runs, as through a pipe.
                     stdin = Stdin("pipe", computed=True, producer=str(w))
                 elif op == "<":
-                    stdin = Stdin("file", computed=True, producer=str(w))
+                    stdin = Stdin("file", computed=True, producer=str(w), in_pod=self.where.in_exec)
                 elif op in _WRITE_OPS and dest.type != "number" and str(w) not in NULL_SINKS \
                         and not str(w).startswith(("/dev/fd/", "&")):
                     writes.append((str(w), op in (">>", "&>>")))
@@ -938,7 +938,7 @@ def _output_of(inv: Invocation) -> Stdin | None:
     files = [a for a in args if not a.startswith("-")]
     if name == "cat" and files and not any(a.dynamic or a == "-" for a in files):
         # The files' content, as `< file` gives it: known to the operator who has them, not to us.
-        return Stdin("file", computed=True, producer=" ".join(files))
+        return Stdin("file", computed=True, producer=" ".join(files), in_pod=inv.where.in_exec)
     if name in DECODERS:
         text = None
         if name in ("base64", "base32") and up is not None and up.text is not None \

@@ -201,14 +201,14 @@ class GuardSession:
             # Under the session lock the newest command record is this command's decision.
             return result, self.journal.records("command")[-1]
 
-    def before(self, command: str) -> Admission:
+    def before(self, command: str, stdin: str | None = None) -> Admission:
         """Decide a command that runs outside the guard (a shell shim execs it): journal the decision and, when
         admitted, the prior values of what it touches."""
         with self.lock:
             # The decision and the prior values share one fsync, and both are durable before the shim hears
             # the answer and execs the command.
             with self.journal.batch():
-                adm = self.guard.before(command)
+                adm = self.guard.before(command, stdin=stdin)
                 self.guard.prepare(adm)
             return adm
 

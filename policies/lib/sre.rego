@@ -311,7 +311,7 @@ ceiling_constraints[t] := c.value if {
 	not ceilings[t]
 }
 
-# The safeguard library's settings (data.safeguards, policies/safeguards/data.yaml) in the categories the context
+# The safeguard library's settings (data.safeguards, verifiers/safeguards.yaml) in the categories the context
 # keeps on (only the settings that can be switched off) and leaves unchanged, as {key, off_when, category, text}.
 default safeguard_library := {}
 

@@ -220,7 +220,7 @@ deny contains {
 
 # ---- the safeguard library ---------------------------------------------------------------------------------------
 
-# Categories of safeguards (policies/safeguards/data.yaml, data.safeguards): a context keeps some on
+# Categories of safeguards (verifiers/safeguards.yaml, linked as policies/safeguards/data.yaml: data.safeguards): a context keeps some on
 # (`safeguards.keep_on`: "do not disable safeguards") or unchanged (`safeguards.unchanged`: "leave unrelated
 # safeguards alone"); `all` names every category. lib derives the settings each mode covers once per context.
 safeguard_off(s, k) if {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,13 +16,9 @@ from typing import Iterator
 
 import pytest
 
+from tests.ports import free_port
+
 __all__ = ["free_port", "running_prometheus"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

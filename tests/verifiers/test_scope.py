@@ -21,6 +21,14 @@ def env_() -> FakeEnv:
     return env
 
 
+def _started(env: FakeEnv, ctx: dict) -> tuple[ScopeAudit, FakeJournal]:
+    """A scope audit of `ctx` and its journal, with the first-step baseline taken on `env` (before any change)."""
+    audit = ScopeAudit(ctx)
+    j = FakeJournal(env.clock)
+    audit.baseline_step.check(env, j, None)
+    return audit, j
+
+
 def test_unchanged_protected_state_passes_and_volatile_probes_are_ignored():
     env = env_()
     audit = ScopeAudit(CTX)
@@ -33,9 +41,7 @@ def test_unchanged_protected_state_passes_and_volatile_probes_are_ignored():
 
 def test_drift_past_the_policy_is_caught_with_a_rollback_from_the_journal_snapshot():
     env = env_()
-    audit = ScopeAudit(CTX)
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    audit, j = _started(env, CTX)
     j.append("snapshot", key="mariadb.max_connections", scope={}, before="151")
     j.run(env, "opaque", [action("shell", "eval", mutating="unknown")])
     env.grants += ", DELETE"
@@ -88,9 +94,7 @@ def test_probe_lines_the_journal_explains_are_accounted_for_and_the_rest_is_drif
     assert parse_probe("a\t1\nb\t2\n") == {"a": "1", "b": "2"}
     assert parse_probe("maxmemory\n64\nmaxmemory-policy\nnoeviction\n") == {"maxmemory": "64",
                                                                              "maxmemory-policy": "noeviction"}
-    audit = ScopeAudit(ctx)
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    audit, j = _started(env, ctx)
     assert "probe:depth" in audit.snapshot_at_start.gauges  # a single number is a level: reported, not judged
     # The journalled fix changes max_user_connections and the app role's timeout: accounted for.
     j.run(env, "fix", [action("mysql", "set global", [{"key": "mariadb.max_user_connections", "value": 0}]),
@@ -113,9 +117,7 @@ def test_output_that_moves_before_any_change_is_learned_as_volatile():
     env = FakeEnv(clock=ManualClock(0.0))
     n = {"i": 0}
     env.handle(r"jobs", lambda m: f"queued jobs: {n['i']}\n")
-    audit = ScopeAudit({"protected_probes": {"jobs": "jobs"}})
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    audit, j = _started(env, {"protected_probes": {"jobs": "jobs"}})
     n["i"] = 3
     audit.baseline_step.check(env, j, None)  # still no change by the agent: the workload moved it
     n["i"] = 9
@@ -156,9 +158,7 @@ def test_an_item_the_second_baseline_read_misses_is_still_watched():
         return real(command)
 
     env.run = flaky_run
-    audit = ScopeAudit(CTX)
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    audit, j = _started(env, CTX)
     assert "mariadb.max_connections" not in audit.snapshot_at_start.volatile
     env.layer("mariadb").runtime["max_connections"] = "400"
     v = audit.check(env, j, None)
@@ -188,6 +188,13 @@ def _redis_env(state: dict[str, str]) -> FakeEnv:
     return env
 
 
+def _redis_started() -> tuple[dict[str, str], FakeEnv, ScopeAudit, FakeJournal]:
+    """The queue's maxmemory settings (mutable), its env, and an audit of them started on it."""
+    state = {"maxmemory": "3mb", "maxmemory-policy": "noeviction"}
+    env = _redis_env(state)
+    return (state, env, *_started(env, _redis_ctx()))
+
+
 def _redis_change(component: str) -> dict:
     return action("redis-cli", "config set", [{"key": "redis.maxmemory", "value": "512mb",
                                                "scope": {"component": component}}],
@@ -195,11 +202,7 @@ def _redis_change(component: str) -> dict:
 
 
 def test_the_same_key_changed_on_another_component_does_not_explain_a_change_here():
-    state = {"maxmemory": "3mb", "maxmemory-policy": "noeviction"}
-    env = _redis_env(state)
-    audit = ScopeAudit(_redis_ctx())
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    state, env, audit, j = _redis_started()
     j.run(env, "fix-cache", [_redis_change("redis-cache")])
     state["maxmemory"] = "512mb"  # the queue's cap moved: the agent's own change was on the cache
     v = audit.check(env, j, None)
@@ -208,11 +211,7 @@ def test_the_same_key_changed_on_another_component_does_not_explain_a_change_her
 
 
 def test_the_same_key_changed_on_that_component_explains_it():
-    state = {"maxmemory": "3mb", "maxmemory-policy": "noeviction"}
-    env = _redis_env(state)
-    audit = ScopeAudit(_redis_ctx())
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    state, env, audit, j = _redis_started()
     j.run(env, "fix-queue", [_redis_change("redis-queue")])
     state["maxmemory"] = "512mb"
     v = audit.check(env, j, None)
@@ -224,6 +223,12 @@ def _pg_ctx(**extra) -> dict:
     return {"protected_probes": {"files": "probe-files"}, **extra}
 
 
+def _pg_started(files: dict[str, str], **extra) -> tuple[dict[str, str], FakeEnv, ScopeAudit, FakeJournal]:
+    """Server settings read by the `files` probe (mutable), their env, and an audit of them started on it."""
+    env = _kv_env({"files": files})
+    return (files, env, *_started(env, _pg_ctx(**extra)))
+
+
 def _alter(key: str, value: str, scope: dict | None = None, command: str = "psql -c ALTER") -> dict:
     return action("psql", "alter role" if scope else "alter system", [{"key": key, "value": value,
                                                                         "scope": scope or {}}],
@@ -232,25 +237,17 @@ def _alter(key: str, value: str, scope: dict | None = None, command: str = "psql
 
 
 def test_a_change_for_one_role_does_not_explain_a_server_wide_value():
-    state = {"files": {"statement_timeout": "0", "lock_timeout": "0"}}
-    env = _kv_env(state)
-    audit = ScopeAudit(_pg_ctx())
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    files, env, audit, j = _pg_started({"statement_timeout": "0", "lock_timeout": "0"})
     j.run(env, "alter-role", [_alter("postgres.statement_timeout", "30s", {"role": "app"})])
-    state["files"]["statement_timeout"] = "30s"
+    files["statement_timeout"] = "30s"
     v = audit.check(env, j, None)
     assert v.code is FeedbackCode.SCOPE_DRIFT and "statement_timeout" in v.message, v.message
 
 
 def test_a_server_wide_change_explains_the_server_wide_value():
-    state = {"files": {"statement_timeout": "0", "lock_timeout": "0"}}
-    env = _kv_env(state)
-    audit = ScopeAudit(_pg_ctx())
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    files, env, audit, j = _pg_started({"statement_timeout": "0", "lock_timeout": "0"})
     j.run(env, "alter-system", [_alter("postgres.lock_timeout", "3s")])
-    state["files"]["lock_timeout"] = "3s"
+    files["lock_timeout"] = "3s"
     assert audit.check(env, j, None).passed
 
 
@@ -259,14 +256,10 @@ SAFEGUARDS_STAY = {"constraints": [{"id": "db-safeguards", "kind": "note",
 
 
 def test_a_safeguard_switched_off_is_drift_though_the_agent_ran_it():
-    state = {"files": {"autovacuum": "on", "lock_timeout": "0"}}
-    env = _kv_env(state)
-    audit = ScopeAudit(_pg_ctx(**SAFEGUARDS_STAY))
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    files, env, audit, j = _pg_started({"autovacuum": "on", "lock_timeout": "0"}, **SAFEGUARDS_STAY)
     j.run(env, "alter-autovacuum", [_alter("postgres.autovacuum", "off",
                                            command="psql -c \"ALTER SYSTEM SET autovacuum = off\"")])
-    state["files"]["autovacuum"] = "off"
+    files["autovacuum"] = "off"
     v = audit.check(env, j, None)
     assert v.code is FeedbackCode.SCOPE_DRIFT, v.message
     [off] = [m for m in v.evidence["changed"] if m["item"] == "safeguard:postgres.autovacuum"]
@@ -286,25 +279,17 @@ def test_a_safeguard_switched_off_is_drift_even_with_no_probe_watching_it():
 
 
 def test_safeguards_are_not_judged_when_the_context_does_not_say_so():
-    state = {"files": {"autovacuum": "on"}}
-    env = _kv_env(state)
-    audit = ScopeAudit(_pg_ctx())
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    files, env, audit, j = _pg_started({"autovacuum": "on"})
     j.run(env, "alter-autovacuum", [_alter("postgres.autovacuum", "off")])
-    state["files"]["autovacuum"] = "off"
+    files["autovacuum"] = "off"
     assert audit.check(env, j, None).passed
 
 
 def test_an_unrelated_setting_under_leave_safeguards_alone_stays_explained():
-    state = {"files": {"autovacuum": "on", "lock_timeout": "0"}}
-    env = _kv_env(state)
-    audit = ScopeAudit(_pg_ctx(**SAFEGUARDS_STAY))
-    j = FakeJournal(env.clock)
-    audit.baseline_step.check(env, j, None)
+    files, env, audit, j = _pg_started({"autovacuum": "on", "lock_timeout": "0"}, **SAFEGUARDS_STAY)
     j.run(env, "alter-lock", [_alter("postgres.lock_timeout", "3s"),
                               _alter("postgres.autovacuum", "on")])  # a safeguard kept on is no drift
-    state["files"]["lock_timeout"] = "3s"
+    files["lock_timeout"] = "3s"
     assert audit.check(env, j, None).passed
 
 

@@ -236,6 +236,15 @@ class MariaDB(Component):
             return
         self.settings.set_runtime(name, self.coerce(name, raw))
 
+    def origin(self, name: str) -> str:
+        """Where the running global value came from, as SYSTEM_VARIABLES.GLOBAL_VALUE_ORIGIN names it: SQL (SET
+        GLOBAL, also = DEFAULT), CONFIG (my.cnf) or COMPILE-TIME."""
+        if self.settings.layered(name).layer == "runtime":
+            return "SQL"
+        if self.mycnf.get(name.replace("_", "-"), UNSET) is not UNSET or self.mycnf.get(name, UNSET) is not UNSET:
+            return "CONFIG"
+        return "COMPILE-TIME"
+
     @staticmethod
     def show(name: str, v: Any) -> str:
         if isinstance(v, bool):
@@ -284,7 +293,7 @@ class MariaDB(Component):
                                           f"host '{key.split('@')[1]}'")
         for p in privs:
             if p == "ALL PRIVILEGES":
-                have = set()
+                have &= {"GRANT OPTION"}  # REVOKE ALL at one level leaves the grant option: it is revoked by name
             else:
                 have.discard(p)
         if have:

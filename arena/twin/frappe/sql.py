@@ -89,7 +89,7 @@ class SqlSession:
             (re.compile(r"show\s+(global\s+|session\s+)?status(?:\s+like\s+(.+))?", re.I | re.S), self._show_status),
             (re.compile(r"select\s+(.+?)(?:\s+from\s+(.+?))?(?:\s+where\s+(.+?))?", re.I | re.S), self._select),
             (re.compile(r"set\s+(.+)", re.I | re.S), self._set),
-            (re.compile(r"grant\s+(.+?)\s+on\s+(\S+)\s+to\s+(.+?)(?:\s+with\s+.*)?", re.I | re.S), self._grant),
+            (re.compile(r"grant\s+(.+?)\s+on\s+(\S+)\s+to\s+(.+?)(?:\s+with\s+(.*))?", re.I | re.S), self._grant),
             (re.compile(r"revoke\s+(.+?)\s+on\s+(\S+)\s+from\s+(.+)", re.I | re.S), self._revoke),
             (re.compile(r"show\s+grants(?:\s+for\s+(.+))?", re.I | re.S), self._show_grants),
             (re.compile(r"alter\s+user\s+(.+?)\s+with\s+max_user_connections\s+(\d+)", re.I | re.S),
@@ -123,6 +123,22 @@ class SqlSession:
         for k in sorted(catalogue().variables):
             v = self.session.get(k, self.db.var(k)) if scope == "session" else self.db.var(k)
             rows.append((k, MariaDB.show(k, v)))
+        return rows
+
+    def _system_variable_rows(self) -> list[list[str]]:
+        """information_schema.SYSTEM_VARIABLES: each variable's session and global values, where the global one
+        came from (GLOBAL_VALUE_ORIGIN: COMPILE-TIME, CONFIG for my.cnf, SQL for SET GLOBAL) and its compiled
+        DEFAULT_VALUE, as MariaDB reports them."""
+        rows = []
+        for k, spec in sorted(catalogue().variables.items()):
+            g = self.db.var(k)
+            sess = self.session.get(k, g) if spec.scope != "global" else None
+            rtype = {"int": "BIGINT UNSIGNED", "bool": "BOOLEAN", "enum": "ENUM", "str": "VARCHAR"}[spec.type]
+            rows.append([k.upper(), None if sess is None else MariaDB.show(k, sess), MariaDB.show(k, g),
+                         self.db.origin(k), MariaDB.show(k, spec.default),
+                         "GLOBAL" if spec.scope == "global" else "SESSION", rtype,
+                         None if spec.min is None else str(spec.min), None if spec.max is None else str(spec.max),
+                         ",".join(spec.values) or None, "NO" if spec.dynamic else "YES"])
         return rows
 
     def _show_vars(self, m: re.Match[str]) -> Result:
@@ -214,12 +230,7 @@ class SqlSession:
             return self._project(cols_txt, ["VARIABLE_NAME", "VARIABLE_VALUE"],
                                  [[k.upper(), v] for k, v in rows])
         if table == "information_schema.system_variables":
-            # What an operator reads to tell a configured value from the compiled default (MariaDB 10.1+).
-            specs = catalogue().variables
-            rows = [[k.upper(), MariaDB.show(k, self.db.var(k)), MariaDB.show(k, specs[k].default),
-                     "COMPILE-TIME" if self.db.var(k) == specs[k].default else "SQL"] for k in sorted(specs)]
-            return self._project(cols_txt, ["VARIABLE_NAME", "GLOBAL_VALUE", "DEFAULT_VALUE", "GLOBAL_VALUE_ORIGIN"],
-                                 rows, where)
+            return self._project(cols_txt, _SYSVAR_COLS, self._system_variable_rows(), where)
         if table in ("information_schema.global_status",):
             rows = self._status_rows()
             if where:
@@ -335,9 +346,24 @@ class SqlSession:
     def _grant(self, m: re.Match[str]) -> Result:
         self._need_grant_option()
         privs, obj = self._privs(m.group(1)), self._object(m.group(2))
+        # WITH GRANT OPTION is a privilege of its own (mysql.db Grant_priv: the account may pass its privileges
+        # on); WITH MAX_USER_CONNECTIONS n sets the account's limit, as ALTER USER does.
+        limit = None
+        for opt in re.findall(r"grant\s+option|max_\w+\s+\d+|\S+", m.group(4) or "", re.I):
+            if re.fullmatch(r"grant\s+option", opt, re.I):
+                privs = privs + ["GRANT OPTION"]
+            elif re.fullmatch(r"max_user_connections\s+\d+", opt, re.I):
+                limit = int(opt.split()[-1])
+            elif re.fullmatch(r"max_(queries|updates|connections)_per_hour\s+\d+|max_statement_time\s+\d+", opt,
+                              re.I):
+                raise SqlError(1235, "42000", f"The twin does not model the resource limit '{opt.split()[0]}'")
+            else:
+                raise SqlError(1064, "42000", _syntax(opt))
         for acc in _split_commas(m.group(3)):
             key = _account(re.split(r"\s+identified\s+", acc, flags=re.I)[0])
             self.db.grant(key, privs, obj)
+            if limit is not None:
+                self.db.set_account_limit(key, limit)
         return "Query OK, 0 rows affected"
 
     def _revoke(self, m: re.Match[str]) -> Result:
@@ -363,9 +389,12 @@ class SqlSession:
         lines.append(f"GRANT {head} ON *.* TO `{acc.user}`@`{acc.host}`" + (
             " IDENTIFIED BY PASSWORD '*" + hashlib.sha1(acc.user.encode()).hexdigest()[:40].upper() + "'")
             + limit)
+        if "GRANT OPTION" in base:
+            lines[0] += " WITH GRANT OPTION"
         for obj, privs in sorted(g.items()):
             if obj != "*.*" and privs:
-                lines.append(f"GRANT {_grant_text(privs)} ON {obj} TO `{acc.user}`@`{acc.host}`")
+                lines.append(f"GRANT {_grant_text(privs)} ON {obj} TO `{acc.user}`@`{acc.host}`"
+                             + (" WITH GRANT OPTION" if "GRANT OPTION" in privs else ""))
         return [f"Grants for {acc.user}@{acc.host}"], [[x] for x in lines]
 
     def _alter_user(self, m: re.Match[str]) -> Result:
@@ -455,11 +484,16 @@ class SqlSession:
                                       "this operation")
 
 
+_SYSVAR_COLS = ["VARIABLE_NAME", "SESSION_VALUE", "GLOBAL_VALUE", "GLOBAL_VALUE_ORIGIN", "DEFAULT_VALUE",
+                "VARIABLE_SCOPE", "VARIABLE_TYPE", "NUMERIC_MIN_VALUE", "NUMERIC_MAX_VALUE", "ENUM_VALUE_LIST",
+                "READ_ONLY"]
+
+
 def _grant_text(privs: list[str]) -> str:
     ps = set(privs)
     if set(PRIVILEGES) <= ps:
         return "ALL PRIVILEGES"
-    order = list(PRIVILEGES) + ["SUPER", "RELOAD", "PROCESS"]
+    order = list(PRIVILEGES) + ["SUPER", "RELOAD", "PROCESS"]  # GRANT OPTION is shown as WITH GRANT OPTION
     return ", ".join(p for p in order if p in ps) or "USAGE"
 
 

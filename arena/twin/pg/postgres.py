@@ -50,38 +50,91 @@ class ConnectError(Exception):
 
 @dataclass(frozen=True)
 class GucSpec:
-    """One configuration parameter: its type, base unit, boot value and when a change takes effect."""
+    """One configuration parameter as PostgreSQL 15 defines it: type, base unit, boot value, and when a change
+    takes effect (`context`): user (any session), superuser (SET only by a superuser), sighup (the files, live
+    at reload), postmaster (the files, live at restart)."""
 
     name: str
-    vartype: str  # integer | string | bool | real
+    vartype: str  # integer | real | string | bool | enum
     boot: str
-    unit: str | None = None  # ms | s | kB | 8kB | None
+    unit: str | None = None  # ms | s | kB | 8kB | MB | None
     context: str = "user"  # user | superuser | sighup | postmaster
     category: str = ""
+    enumvals: tuple[str, ...] = ()
+    min_val: float | None = None
+    max_val: float | None = None
 
+
+_STMT = "Client Connection Defaults / Statement Behavior"
+_ISOLATION = ("serializable", "repeatable read", "read committed", "read uncommitted")
 
 GUCS: dict[str, GucSpec] = {
     g.name: g
     for g in (
-        GucSpec("statement_timeout", "integer", "0", "ms", "user", "Client Connection Defaults / Statement Behavior"),
-        GucSpec("lock_timeout", "integer", "0", "ms", "user", "Client Connection Defaults / Statement Behavior"),
-        GucSpec("idle_in_transaction_session_timeout", "integer", "0", "ms", "user",
-                "Client Connection Defaults / Statement Behavior"),
-        GucSpec("idle_session_timeout", "integer", "0", "ms", "user", "Client Connection Defaults / Statement Behavior"),
-        GucSpec("work_mem", "integer", "4096", "kB", "user", "Resource Usage / Memory"),
-        GucSpec("maintenance_work_mem", "integer", "65536", "kB", "user", "Resource Usage / Memory"),
-        GucSpec("shared_buffers", "integer", "16384", "8kB", "postmaster", "Resource Usage / Memory"),
-        GucSpec("max_connections", "integer", "100", None, "postmaster", "Connections and Authentication"),
-        GucSpec("superuser_reserved_connections", "integer", "3", None, "postmaster", "Connections and Authentication"),
-        GucSpec("log_min_duration_statement", "integer", "-1", "ms", "superuser", "Reporting and Logging"),
+        GucSpec("statement_timeout", "integer", "0", "ms", "user", _STMT, min_val=0, max_val=2147483647),
+        GucSpec("lock_timeout", "integer", "0", "ms", "user", _STMT, min_val=0, max_val=2147483647),
+        GucSpec("idle_in_transaction_session_timeout", "integer", "0", "ms", "user", _STMT, min_val=0,
+                max_val=2147483647),
+        GucSpec("idle_session_timeout", "integer", "0", "ms", "user", _STMT, min_val=0, max_val=2147483647),
+        GucSpec("default_transaction_isolation", "enum", "read committed", None, "user", _STMT,
+                enumvals=_ISOLATION),
+        GucSpec("work_mem", "integer", "4096", "kB", "user", "Resource Usage / Memory", min_val=64,
+                max_val=2147483647),
+        GucSpec("maintenance_work_mem", "integer", "65536", "kB", "user", "Resource Usage / Memory", min_val=1024,
+                max_val=2147483647),
+        GucSpec("temp_buffers", "integer", "1024", "8kB", "user", "Resource Usage / Memory", min_val=100,
+                max_val=1073741823),
+        GucSpec("shared_buffers", "integer", "16384", "8kB", "postmaster", "Resource Usage / Memory", min_val=16,
+                max_val=1073741823),
+        GucSpec("temp_file_limit", "integer", "-1", "kB", "superuser", "Resource Usage / Disk", min_val=-1,
+                max_val=2147483647),
+        GucSpec("max_connections", "integer", "100", None, "postmaster", "Connections and Authentication",
+                min_val=1, max_val=262143),
+        GucSpec("superuser_reserved_connections", "integer", "3", None, "postmaster",
+                "Connections and Authentication", min_val=0, max_val=262143),
+        GucSpec("listen_addresses", "string", "localhost", None, "postmaster", "Connections and Authentication"),
+        GucSpec("log_min_duration_statement", "integer", "-1", "ms", "superuser", "Reporting and Logging",
+                min_val=-1, max_val=2147483647),
+        GucSpec("log_statement", "enum", "none", None, "superuser", "Reporting and Logging",
+                enumvals=("none", "ddl", "mod", "all")),
+        GucSpec("log_lock_waits", "bool", "off", None, "superuser", "Reporting and Logging"),
+        GucSpec("deadlock_timeout", "integer", "1000", "ms", "superuser", "Lock Management", min_val=1,
+                max_val=2147483647),
         GucSpec("application_name", "string", "", None, "user", "Reporting and Logging"),
         GucSpec("search_path", "string", '"$user", public', None, "user", "Client Connection Defaults"),
         GucSpec("TimeZone", "string", "UTC", None, "user", "Client Connection Defaults"),
-        GucSpec("default_transaction_isolation", "string", "read committed", None, "user",
-                "Client Connection Defaults / Statement Behavior"),
+        GucSpec("synchronous_commit", "enum", "on", None, "user", "Write-Ahead Log / Settings",
+                enumvals=("local", "remote_write", "remote_apply", "on", "off")),
+        GucSpec("fsync", "bool", "on", None, "sighup", "Write-Ahead Log / Settings"),
+        GucSpec("full_page_writes", "bool", "on", None, "sighup", "Write-Ahead Log / Settings"),
+        GucSpec("wal_level", "enum", "replica", None, "postmaster", "Write-Ahead Log / Settings",
+                enumvals=("minimal", "replica", "logical")),
+        GucSpec("wal_buffers", "integer", "-1", "8kB", "postmaster", "Write-Ahead Log / Settings", min_val=-1,
+                max_val=262143),
+        GucSpec("checkpoint_timeout", "integer", "300", "s", "sighup", "Write-Ahead Log / Checkpoints",
+                min_val=30, max_val=86400),
+        GucSpec("checkpoint_completion_target", "real", "0.9", None, "sighup", "Write-Ahead Log / Checkpoints",
+                min_val=0, max_val=1),
+        GucSpec("max_wal_size", "integer", "1024", "MB", "sighup", "Write-Ahead Log / Checkpoints", min_val=2,
+                max_val=2147483647),
+        GucSpec("min_wal_size", "integer", "80", "MB", "sighup", "Write-Ahead Log / Checkpoints", min_val=2,
+                max_val=2147483647),
+        GucSpec("max_wal_senders", "integer", "10", None, "postmaster", "Replication / Sending Servers",
+                min_val=0, max_val=262143),
         GucSpec("autovacuum", "bool", "on", None, "sighup", "Autovacuum"),
-        GucSpec("max_wal_senders", "integer", "10", None, "postmaster", "Replication / Sending Servers"),
-        GucSpec("wal_level", "string", "replica", None, "postmaster", "Write-Ahead Log / Settings"),
+        GucSpec("autovacuum_naptime", "integer", "60", "s", "sighup", "Autovacuum", min_val=1, max_val=2147483),
+        GucSpec("autovacuum_max_workers", "integer", "3", None, "postmaster", "Autovacuum", min_val=1,
+                max_val=262143),
+        GucSpec("autovacuum_vacuum_scale_factor", "real", "0.2", None, "sighup", "Autovacuum", min_val=0,
+                max_val=100),
+        GucSpec("effective_cache_size", "integer", "524288", "8kB", "user", "Query Tuning / Planner Cost Constants",
+                min_val=1, max_val=2147483647),
+        GucSpec("random_page_cost", "real", "4", None, "user", "Query Tuning / Planner Cost Constants", min_val=0,
+                max_val=1.79769e+308),
+        GucSpec("max_worker_processes", "integer", "8", None, "postmaster", "Resource Usage / Asynchronous Behavior",
+                min_val=0, max_val=262143),
+        GucSpec("max_parallel_workers", "integer", "8", None, "user", "Resource Usage / Asynchronous Behavior",
+                min_val=0, max_val=1024),
     )
 }
 
@@ -89,6 +142,7 @@ _CASE = {k.lower(): k for k in GUCS}
 
 _TIME_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
 _MEM_UNITS = {"b": 1 / 1024, "kb": 1.0, "mb": 1024.0, "gb": 1024.0 ** 2, "tb": 1024.0 ** 3}
+_MEM_BASE_KB = {"kB": 1.0, "8kB": 8.0, "MB": 1024.0}  # a memory parameter's base unit, in kB
 
 
 def guc(name: str) -> GucSpec:
@@ -99,8 +153,22 @@ def guc(name: str) -> GucSpec:
     return GUCS[key]
 
 
+def _bound(spec: GucSpec, x: float | None) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if spec.vartype == "integer" else f"{x:g}"
+
+
+def _range_error(spec: GucSpec, shown: str) -> SettingError:
+    # As PostgreSQL words it: the value in the parameter's base unit ("-1 ms"), the bounds bare.
+    unit = f" {spec.unit}" if spec.unit else ""
+    return SettingError(f'{shown}{unit} is outside the valid range for parameter "{spec.name}" '
+                        f'({_bound(spec, spec.min_val)} .. {_bound(spec, spec.max_val)})')
+
+
 def parse_guc_value(spec: GucSpec, raw: str) -> str:
-    """Normalise a value as PostgreSQL stores it for display in pg_settings.setting (base units, text)."""
+    """Normalise a value as PostgreSQL stores it for display in pg_settings.setting (base units, text); refuse
+    what PostgreSQL refuses (bad units, out of range, not one of an enum's values)."""
     text = raw.strip()
     if spec.vartype == "integer":
         m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)", text)
@@ -114,17 +182,27 @@ def parse_guc_value(spec: GucSpec, raw: str) -> str:
                     raise SettingError(f'invalid value for parameter "{spec.name}": "{raw}"\n'
                                        'HINT:  Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".')
                 num = num * factor / (1000.0 if spec.unit == "s" else 1.0)
-            elif spec.unit in ("kB", "8kB"):
+            elif spec.unit in _MEM_BASE_KB:
                 factor = _MEM_UNITS.get(unit.lower())
-                if factor is None:
+                if unit not in ("B", "kB", "MB", "GB", "TB"):  # case-sensitive, as in PostgreSQL
                     raise SettingError(f'invalid value for parameter "{spec.name}": "{raw}"\n'
                                        'HINT:  Valid units for this parameter are "B", "kB", "MB", "GB", and "TB".')
-                num = num * factor / (8.0 if spec.unit == "8kB" else 1.0)
+                num = num * factor / _MEM_BASE_KB[spec.unit]
             else:
                 raise SettingError(f'invalid value for parameter "{spec.name}": "{raw}"')
-        if num < -1 or (spec.unit is None and num < 1 and spec.name == "max_connections"):
-            raise SettingError(f'{int(num)} is outside the valid range for parameter "{spec.name}"')
-        return str(int(round(num)))
+        n = int(round(num))
+        if (spec.min_val is not None and n < spec.min_val) or (spec.max_val is not None and n > spec.max_val) or \
+                (spec.min_val is None and n < -1):
+            raise _range_error(spec, str(n))
+        return str(n)
+    if spec.vartype == "real":
+        try:
+            x = float(text)
+        except ValueError:
+            raise SettingError(f'parameter "{spec.name}" requires a numeric value') from None
+        if (spec.min_val is not None and x < spec.min_val) or (spec.max_val is not None and x > spec.max_val):
+            raise _range_error(spec, f"{x:g}")
+        return f"{x:g}"
     if spec.vartype == "bool":
         low = text.lower()
         if low in ("on", "true", "yes", "1"):
@@ -132,25 +210,32 @@ def parse_guc_value(spec: GucSpec, raw: str) -> str:
         if low in ("off", "false", "no", "0"):
             return "off"
         raise SettingError(f'parameter "{spec.name}" requires a Boolean value')
+    if spec.vartype == "enum":
+        low = text.lower()
+        if low not in spec.enumvals:
+            raise SettingError(f'invalid value for parameter "{spec.name}": "{raw}"\n'
+                               f'HINT:  Available values: {", ".join(spec.enumvals)}.')
+        return low
     return text
 
 
 def format_guc_value(spec: GucSpec, setting: str) -> str:
-    """What SHOW prints: the value with its unit, like PostgreSQL (150ms, 5s, 4MB)."""
+    """What SHOW prints: the value with its unit, like PostgreSQL (150ms, 5s, 5min, 4MB, 1GB)."""
     if spec.vartype != "integer" or spec.unit is None:
         return setting
     n = int(setting)
     if n <= 0 and spec.unit in ("ms", "s"):
         return str(n)
-    if spec.unit == "ms":
+    if spec.unit in ("ms", "s"):
+        ms = n * (1000 if spec.unit == "s" else 1)
         for unit, factor in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-            if n % factor == 0:
-                return f"{n // factor}{unit}"
-        return f"{n}ms"
-    if spec.unit == "s":
-        return f"{n}s"
-    kb = n * (8 if spec.unit == "8kB" else 1)
-    for unit, factor in (("GB", 1024 ** 2), ("MB", 1024)):
+            if ms % factor == 0:
+                return f"{ms // factor}{unit}"
+        return f"{ms}ms"
+    if n < 0:
+        return str(n)
+    kb = int(n * _MEM_BASE_KB[spec.unit])
+    for unit, factor in (("TB", 1024 ** 3), ("GB", 1024 ** 2), ("MB", 1024)):
         if kb % factor == 0:
             return f"{kb // factor}{unit}"
     return f"{kb}kB"
@@ -284,6 +369,9 @@ class PostgresServer:
         # Application relations with rows the SQL front end may change (UPDATE/DELETE/INSERT): name -> relation
         self.writable: dict[str, "WritableRelation"] = {}
         self.table_locks: dict[str, int] = {}  # relation -> pid holding an explicit LOCK TABLE
+        # Connections an application pool holds that the twin models as a count, not as sessions: () -> backends
+        # shown in pg_stat_activity beside the modelled ones (a substrate's pools; read-only, never terminable).
+        self.pool_activity: Callable[[], list[Backend]] | None = None
         self._next_pid = pid_seed
         self._next_oid = 16384
         self.relation_oids: dict[str, int] = {}  # relation name -> oid, given out by relation_oid()
@@ -377,7 +465,9 @@ class PostgresServer:
     def set_catalog(self, database: str, role: str, name: str, value: str | None) -> None:
         """ALTER ROLE/DATABASE ... SET (value) or RESET (None). database/role '' mean 'all'."""
         spec = guc(name)
-        if spec.context in ("postmaster", "sighup"):
+        if spec.context == "postmaster":
+            raise SettingError(f'parameter "{spec.name}" cannot be changed without restarting the server')
+        if spec.context == "sighup":
             raise SettingError(f'parameter "{spec.name}" cannot be changed now')
         key = (database, role)
         entry = self.db_role_setting.setdefault(key, {})

@@ -90,6 +90,7 @@ class _Opts:
     field_sep: str = "|"
     on_error_stop: bool = False
     file: str | None = None
+    single_transaction: bool = False
 
 
 _USAGE_ERR = "psql: error: {msg}\nTry \"psql --help\" for more information."
@@ -140,8 +141,10 @@ def _parse_args(argv: list[str], info: ConnInfo) -> _Opts:
         elif a in ("-F", "--field-separator"):
             o.field_sep = val()
         elif a in ("-w", "--no-password", "-W", "--password", "-X", "--no-psqlrc", "-e", "--echo-queries",
-                   "-b", "--echo-errors", "-n", "--no-readline", "-1", "--single-transaction"):
+                   "-b", "--echo-errors", "-n", "--no-readline"):
             pass
+        elif a in ("-1", "--single-transaction"):
+            o.single_transaction = True
         elif a.startswith("--") and a[2:] in ("no-align", "tuples-only", "expanded", "quiet"):
             o.unaligned |= a == "--no-align"
             o.tuples_only |= a == "--tuples-only"
@@ -168,7 +171,7 @@ def format_result(r: Result, *, unaligned: bool = False, tuples_only: bool = Fal
                   field_sep: str = "|") -> str:
     """Print one result the way psql does."""
     if not r.columns:
-        return "" if (tuples_only and unaligned) or not r.tag else r.tag + "\n"
+        return r.tag + "\n" if r.tag else ""  # psql prints a command's tag with -A and -t too (only -q hides it)
     cells = [[_pg_text(v) for v in row] for row in r.rows]
     if unaligned:
         lines = [] if tuples_only else [field_sep.join(r.columns)]
@@ -293,6 +296,12 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
         script = [(stdin, False)]
     fmt = dict(unaligned=opts.unaligned, tuples_only=opts.tuples_only, expanded=opts.expanded,
                field_sep=opts.field_sep)
+    # -1 / --single-transaction: BEGIN before the first command and COMMIT after the last (ROLLBACK once one
+    # failed); after a failure the rest is refused as in an aborted transaction block.
+    whole = _snapshot(server) if opts.single_transaction else None
+    aborted = False
+    if opts.single_transaction:
+        session.execute("BEGIN")
     try:
         for text, is_c in script:
             stmts, metas = _split_script(text)
@@ -301,7 +310,7 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
                     out.append(_meta(m, server, session, fmt))
                 continue
             # psql -c sends the whole string as one query: one implicit transaction, all or nothing.
-            session.implicit_tx = is_c and len(stmts) > 1
+            session.implicit_tx = is_c and len(stmts) > 1 and not opts.single_transaction
             snapshot = _snapshot(server) if session.implicit_tx else None
             for kind, stmt in _interleave(stmts, metas, is_c):
                 if kind == "meta":
@@ -314,6 +323,10 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
                         raise _Quit()
                     else:
                         out.append(rendered)
+                    continue
+                if aborted:
+                    err.append(_error_text(SQLError("current transaction is aborted, commands ignored until end "
+                                                    "of transaction block", sqlstate="25P02"), stmt))
                     continue
                 try:
                     try:
@@ -332,6 +345,9 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
                     if snapshot is not None:
                         _restore(server, snapshot)
                         break
+                    if whole is not None:
+                        _restore(server, whole)
+                        aborted = True
                     if opts.on_error_stop:
                         code = 3
                         raise _Quit()
@@ -344,6 +360,8 @@ def run_psql(argv: list[str], server: PostgresServer, *, now: Callable[[], float
     except _Quit:
         pass
     finally:
+        if opts.single_transaction and backend.alive and session.in_tx:
+            session.execute("ROLLBACK" if aborted or code == 3 else "COMMIT")
         server.disconnect(backend.pid)
     if not opts.commands and code == 1:
         code = 0  # psql reading a script keeps going past errors and exits 0 without ON_ERROR_STOP

@@ -549,8 +549,13 @@ class SqlSession:
 
     def _set_session(self, name: str, value: str, local: bool = False) -> None:
         spec = self._guc(name)
-        if spec.context in ("postmaster", "sighup"):
+        if spec.context == "postmaster":
+            raise SQLError(f'parameter "{spec.name}" cannot be changed without restarting the server',
+                           sqlstate="55P02")
+        if spec.context == "sighup":
             raise SQLError(f'parameter "{spec.name}" cannot be changed now', sqlstate="55P02")
+        if spec.context == "superuser" and not self.server.roles[self.backend.role].superuser:
+            raise SQLError(f'permission denied to set parameter "{spec.name}"', sqlstate="42501")
         try:
             parsed = self._parse(spec, value)
         except SettingError as e:
@@ -574,6 +579,12 @@ class SqlSession:
     def _alter(self, p: Parser) -> Result:
         p.expect("ALTER")
         kind = p.expect("ROLE", "USER", "DATABASE", "SYSTEM").up
+        if kind == "SYSTEM" and not self.server.roles[self.backend.role].superuser:
+            # PostgreSQL names the parameter it refuses: parse as far as it, then refuse.
+            p.accept("SET", "RESET")
+            shown = f' "{self._guc(p.name()).name}"' if p.tok.kind in ("word", "ident") and p.tok.up != "ALL" \
+                else ""
+            raise SQLError(f"permission denied to set parameter{shown}", sqlstate="42501")
         self._require_superuser(kind)
         if kind == "SYSTEM":
             if self.in_tx or self.implicit_tx:
@@ -935,7 +946,8 @@ class SqlSession:
                     "backend_start", "xact_start", "state_change", "query_start", "wait_event_type", "wait_event",
                     "state", "backend_type", "query"]
             rows = []
-            for b in sorted(s.live_backends(), key=lambda b: b.pid):
+            pooled = s.pool_activity() if s.pool_activity is not None else []
+            for b in sorted([*s.live_backends(), *pooled], key=lambda b: b.pid):
                 own = b.pid == self.backend.pid
                 if own:
                     wait = (None, None)
@@ -985,8 +997,8 @@ class SqlSession:
                                  _timestamp(b.state_change)])
             return cols, rows
         if name == "pg_settings":
-            cols = ["name", "setting", "unit", "category", "context", "vartype", "source", "boot_val", "reset_val",
-                    "sourcefile", "pending_restart"]
+            cols = ["name", "setting", "unit", "category", "context", "vartype", "source", "min_val", "max_val",
+                    "enumvals", "boot_val", "reset_val", "sourcefile", "pending_restart"]
             rows = []
             for n in sorted(GUCS, key=str.lower):
                 spec = GUCS[n]
@@ -997,7 +1009,10 @@ class SqlSession:
                 if source == "configuration file":
                     sourcefile = ("/var/lib/postgresql/data/postgresql.auto.conf" if n in s.auto_conf
                                   else "/etc/postgresql/postgresql.conf")
-                rows.append([n, value, spec.unit, spec.category, spec.context, spec.vartype, source, spec.boot,
+                bound = (lambda x: None if x is None or spec.vartype not in ("integer", "real")
+                         else (str(int(x)) if spec.vartype == "integer" else f"{x:g}"))
+                rows.append([n, value, spec.unit, spec.category, spec.context, spec.vartype, source,
+                             bound(spec.min_val), bound(spec.max_val), list(spec.enumvals) or None, spec.boot,
                              reset_val, sourcefile, n in s.pending_restart])
             return cols, rows
         if name == "pg_file_settings":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from arena.twin.frappe.redis import RedisServer, ValuesView
 from arena.twin.world import Component
 
 __all__ = ["SlackPostgres", "SlackRedis", "PgBouncer", "PG_DEFAULTS"]
@@ -72,21 +73,33 @@ class SlackPostgres(Component):
         self.offered_ok += n
 
 
-class SlackRedis(Component):
-    """The shared KV store (sessions, settings, unread counters)."""
+class _ChartValues(ValuesView):
+    """The Slack chart's Redis values: fixed (the agent has no Helm here), read as the Bitnami chart reads them."""
 
-    kind = "StatefulSet"
-    container = "redis"
+    def __init__(self, values: dict[str, Any]):
+        self.values = values
+
+    def get(self, path: str, default: Any = None) -> Any:
+        return self.values.get(path, default)
+
+
+class SlackRedis(RedisServer):
+    """The shared KV store (sessions, settings, unread counters): the twin's Redis 7 server model
+    (arena.twin.frappe.redis), so CONFIG GET/SET/REWRITE, ACL and INFO answer as the real server does.
+    CONFIG SET changes the running process only; a restart re-reads the chart's config."""
 
     def __init__(self) -> None:
-        super().__init__("redis", image="docker.io/bitnami/redis@sha256:"
+        super().__init__("redis", values=_ChartValues({"redis.commonConfiguration":
+                                                       "maxmemory 0\nmaxmemory-policy noeviction"}),
+                         values_path="redis", base_bytes=3_145_728,
+                         image="docker.io/bitnami/redis@sha256:"
                          "3c2d1e0f9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d",
                          restartable=False, stateful=True, boot_s=10.0, hosts=("redis", "redis:6379"))
         self.keys = 0
 
-    def load_declared(self) -> None:
-        self.settings.declare("maxmemory", "0")
-        self.settings.declare("maxmemory-policy", "noeviction")
+    @property
+    def pod(self) -> str:
+        return "redis-0"
 
 
 class PgBouncer(Component):

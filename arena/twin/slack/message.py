@@ -148,6 +148,38 @@ class _Cursors(WritableRelation):
 
     def insert(self, rows: list[list[Any]]) -> None:
         self.db.cursor_rows.extend(rows)
+class _History(WritableRelation):
+    """service_control_history as live rows [id, service, action, detail]: the record of every operator action
+    on the services (a reload, a config PUT). The superuser may change it like any table."""
+
+    columns = ("id", "service", "action", "detail")
+
+    def __init__(self, db: "SlackDatabase"):
+        self.db = db
+
+    def rows(self) -> list[list[Any]]:
+        # Rebuilt from the history on each read: a row's id is its position, which ties a change back to it.
+        return [[i + 1, sv, a, d] for i, (_, sv, a, d) in enumerate(self.db.history)]
+
+    @staticmethod
+    def _entry(row: list[Any]) -> int:
+        return int(row[0]) - 1
+
+    def update(self, changes: list[tuple[list[Any], list[Any]]]) -> None:
+        for old, new in changes:
+            i = self._entry(old)
+            t = self.db.history[i][0]
+            self.db.history[i] = (t, str(new[1]), str(new[2]), str(new[3]))
+
+    def delete(self, rows: list[list[Any]]) -> None:
+        gone = {self._entry(r) for r in rows}
+        self.db.history[:] = [h for i, h in enumerate(self.db.history) if i not in gone]
+
+    def insert(self, rows: list[list[Any]]) -> None:
+        for r in rows:
+            self.db.history.append((-1.0, str(r[1]), str(r[2]), str(r[3])))
+
+
 _APP_ADDR = "10.42.1.21"
 _DEPLOY_RECORD = (-86400.0, "svc-message", "deploy", "slack-app")  # svc-message's pod address, as pg_stat_activity shows it
 
@@ -201,6 +233,7 @@ class SlackDatabase(SlackPostgres):
                 self._mint(c, seed_messages, 0.0, app=False)
             s.writable = {"messages": _Messages(self), "channel_seq": _Cursors(self),
                           "message_dispatch_outbox": _Outbox(self)}
+        s.writable["service_control_history"] = _History(self)
         self.server = s
         self.writer_pids: set[int] = set()  # the message pool's backends (svc-message keeps this current)
         self.kv: dict[str, dict[str, Any]] = {}  # app_kv_state rows (durable)
@@ -355,8 +388,12 @@ class SlackDatabase(SlackPostgres):
                 if rel == "channel_seq" and pid not in self.writer_pids}
 
     def _kv_view(self) -> tuple[list[str], list[list[Any]]]:
-        return ["key", "value", "updated_at"], [[k, json.dumps(v["value"], sort_keys=True), v["t"]]
-                                               for k, v in sorted(self.kv.items())]
+        rows = [[k, json.dumps(v["value"], sort_keys=True), v["t"]] for k, v in sorted(self.kv.items())]
+        # The maintenance controller's schedule is an app_kv_state row too (PUT /v1/maintenance persists it).
+        sched = self.world.stores.get("postgres-row/maintenance_schedule") if self.world is not None else None
+        if sched is not None and "maintenance.schedule" not in self.kv:
+            rows.append(["maintenance.schedule", json.dumps(sched.data, sort_keys=True), None])
+        return ["key", "value", "updated_at"], sorted(rows, key=lambda r: r[0])
 
     def _history_view(self) -> tuple[list[str], list[list[Any]]]:
         return ["id", "service", "action", "detail"], [[i + 1, s, a, d] for i, (_, s, a, d) in enumerate(self.history)]

@@ -18,13 +18,13 @@ A role that is reloading or restarting refuses connections: its hop fails with 5
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena.twin.load import Phase
 from arena.twin.mech import ERROR, ConnectionPool, Mode, chain
+from arena.twin.pg.postgres import Backend
 from arena.twin.shell import Invocation
 from arena.twin.slack.maintenance import MaintenanceController
 from arena.twin.slack.infra import PG_DEFAULTS, PgBouncer, SlackPostgres, SlackRedis
@@ -68,8 +68,8 @@ class SlackSpec(BaseModel):
     maintenance: dict[str, float] | None = None
     reload_s: float = 12.0  # [INF] a reload rebuilds the engine and re-passes readiness
     pool_timeout_s: float = 2.0  # [INF] healthy app.yaml value
-    # psql reaches the shared PostgreSQL model (arena/twin/pg: backends, row locks, ALTER SYSTEM/ROLE layers)
-    # rather than the summary answers of the tasks that never look inside PostgreSQL.
+    # The messages and channel_seq tables as real rows (ids, seqs, cursors psql may change) rather than
+    # per-channel counts. psql reaches the shared PostgreSQL model (arena/twin/pg) either way.
     postgres_model: bool = False
 
 
@@ -111,6 +111,7 @@ class SlackSpine(Substrate):
                     else SlackRole(r, reload_s=self.s.reload_s))
             self.roles[r] = w.add(role)  # type: ignore[assignment]
         self.pg: SlackDatabase = w.add(db)  # type: ignore[assignment]
+        db.server.pool_activity = self.pool_backends
         self.redis: SlackRedis = w.add(SlackRedis())  # type: ignore[assignment]
         w.add(PgBouncer())
         self.maint: MaintenanceController | None = None
@@ -290,144 +291,48 @@ class SlackSpine(Substrate):
         return "", "reconfigure-infra.sh: no infrastructure knobs are exposed on this stack\n", 2, 0.2
 
     def _redis_cli(self, inv: Invocation) -> tuple[str, str, int, float]:
-        args = inv.argv[1:]
-        while args and args[0] in ("-h", "-p", "-a", "-n", "--user", "--pass"):
-            args = args[2:]
-        if not args:
-            return "", "redis-cli: interactive mode is not available here; pass a command\n", 1, 0.0
-        cmd = args[0].upper()
-        if cmd == "PING":
-            return "PONG\n", "", 0, 0.05
-        if cmd == "DBSIZE":
-            return f"(integer) {1200 + 7 * len(self.pg.channels)}\n", "", 0, 0.05
-        if cmd == "INFO":
-            return ("# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n# Memory\r\nused_memory:3145728\r\n"
-                    "maxmemory:0\r\nmaxmemory_policy:noeviction\r\n"), "", 0, 0.05
-        if cmd == "CONFIG" and len(args) >= 3 and args[1].upper() == "GET":
-            v = self.redis.settings.get(args[2], None)
-            return (f"1) \"{args[2]}\"\n2) \"{v}\"\n" if v is not None else "(empty array)\n"), "", 0, 0.05
-        return "", f"(error) ERR unknown command '{args[0]}', with args beginning with: \n", 0, 0.05
+        # The stand-in for python3 raw RESP to the KV store (arena/twin/tools.yaml): the shared Redis client.
+        from arena.twin.frappe.rediscli import redis_cli
+
+        def resolve(host: str):
+            return self.redis if host.split(".")[0] == "redis" else None
+
+        return redis_cli(inv.argv, inv.stdin, resolve, self.world.clock.now(), default_host="redis")
 
     def _psql(self, inv: Invocation) -> tuple[str, str, int, float]:
-        if self.s.postgres_model:
-            from arena.twin.pg.psql import run_psql
+        # psql reaches the shared PostgreSQL model (arena/twin/pg) on every Slack task, as the real foothold's
+        # psql reaches the one server: SET/SHOW/RESET, ALTER SYSTEM + pg_reload_conf, ALTER ROLE/DATABASE ... SET
+        # and their effects (postgresql.auto.conf, pending_restart, pg_db_role_setting at connect).
+        from arena.twin.pg.psql import run_psql
 
-            o = run_psql(inv.argv[1:], self.pg.server, now=self.world.clock.now, stdin=inv.stdin, env=inv.env,
-                         client_addr="10.42.0.9")
-            return o.stdout, o.stderr, o.exit_code, 0.05 + o.duration_s
-        args = inv.argv[1:]
-        sql, tuples_only, unaligned = None, False, False
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a in ("-c", "--command") and i + 1 < len(args):
-                sql = args[i + 1]
-                i += 2
-                continue
-            if a.startswith("-") and not a.startswith("--"):
-                tuples_only = tuples_only or "t" in a
-                unaligned = unaligned or "A" in a
-                if a in ("-h", "-U", "-d", "-p", "-f"):
-                    i += 2
-                    continue
-            i += 1
-        if sql is None:
-            sql = inv.stdin
-        if not sql.strip():
-            return "", "psql: no command given (use -c)\n", 1, 0.0
-        outs, errs = [], []
-        for stmt in [s.strip() for s in sql.split(";") if s.strip()]:
-            try:
-                outs.append(self._sql(stmt, tuples_only, unaligned))
-            except _SqlError as e:
-                errs.append(f"ERROR:  {e}\n")
-                return "".join(outs), "".join(errs), 1, 0.1
-        return "".join(outs), "", 0, 0.1
+        o = run_psql(inv.argv[1:], self.pg.server, now=self.world.clock.now, stdin=inv.stdin, env=inv.env,
+                     client_addr="10.42.0.9")
+        return o.stdout, o.stderr, o.exit_code, 0.05 + o.duration_s
 
-    def _sql(self, stmt: str, t_only: bool, unaligned: bool) -> str:
-        s = re.sub(r"\s+", " ", stmt).strip()
-        low = s.lower()
-        m = re.fullmatch(r"show (\w+)", low)
-        if m:
-            v = self.pg.settings.get(m.group(1))
-            if v is None:
-                raise _SqlError(f'unrecognized configuration parameter "{m.group(1)}"')
-            return _table([m.group(1)], [[str(v)]], t_only, unaligned)
-        m = re.fullmatch(r"select count\(\*\) from messages(?: where channel_id ?= ?'([\w-]+)')?", low)
-        if m:
-            n = self.pg.rows.get(m.group(1), 0) if m.group(1) else sum(self.pg.rows.values())
-            return _table(["count"], [[str(n)]], t_only, unaligned)
-        if re.fullmatch(r"select \* from channel_seq(?: order by channel_id)?", low):
-            rows = [[c, str(n)] for c, n in sorted(self.pg.rows.items())]
-            return _table(["channel_id", "last_seq"], rows, t_only, unaligned)
-        m = re.fullmatch(r"select (.+) from pg_settings(?: where name ?(=|in) ?(.+))?", low)
-        if m:
-            names = re.findall(r"'(\w+)'", m.group(3) or "") or sorted(self.pg.settings.effective())
-            rows = [[n, str(self.pg.settings.get(n))] for n in names if self.pg.settings.get(n) is not None]
-            return _table(["name", "setting"], rows, t_only, unaligned)
-        m = re.fullmatch(r"select (?:value|key, ?value|\*) from app_kv_state(?: where key ?= ?'([\w.-]+)')?", low)
-        if m:
-            rows = [[k, v] for k, v in sorted(self.kv_state().items()) if m.group(1) in (None, k)]
-            if low.startswith("select value"):
-                return _table(["value"], [[v] for _, v in rows], t_only, unaligned)
-            return _table(["key", "value"], rows, t_only, unaligned)
-        if re.fullmatch(r"select .+ from pg_stat_activity.*", low):
-            return self._stat_activity(t_only, unaligned)
-        if low.startswith(("select", "show", "update", "delete", "insert", "alter", "create", "drop", "begin",
-                           "commit", "set", "reset", "truncate", "grant", "revoke", "with", "explain")):
-            m = re.match(r"(?:select|delete|update|insert into|truncate)\s.*?\bfrom\s+(\w+)|^(?:update|"
-                         r"insert into|truncate)\s+(\w+)", low)
-            rel = m and (m.group(1) or m.group(2))
-            if rel and rel not in ("messages", "channel_seq", "pg_settings", "pg_stat_activity",
-                                   "message_dispatch_outbox", "app_kv_state", "service_control_history"):
-                raise _SqlError(f'relation "{rel}" does not exist')
-            raise _SqlError("permission denied: this statement is not available to the operator role in "
-                            "this environment")
-        first = s.split(" ", 1)[0]
-        raise _SqlError(f'syntax error at or near "{first}"\nLINE 1: {s}\n        ^')
-
-    def kv_state(self) -> dict[str, str]:
-        """The app_kv_state rows: durable app state such as the maintenance schedule."""
-        out = {}
-        if "postgres-row/maintenance_schedule" in self.world.stores:
-            out["maintenance.schedule"] = json.dumps(self.world.stores["postgres-row/maintenance_schedule"].data,
-                                                     sort_keys=True)
-        return out
-
-    def _stat_activity(self, t_only: bool, unaligned: bool) -> str:
-        rows = []
+    def pool_backends(self) -> list[Backend]:
+        """The app roles' pooled PostgreSQL connections, as pg_stat_activity lists them: each role's pool holds
+        as many busy connections as its load keeps open (rate x hold, capped by pool_size + max_overflow) and
+        at least one idle one. svc-message's own connections are modelled sessions (arena/twin/slack/message.py)."""
         now = self.world.clock.now()
         ph = self.world.schedule.phase_at(now)
         rates = {d.name: ph.rps * d.rate_scale for d in self.world.profile.drivers}
-        pid = 4100
+        out: list[Backend] = []
+        pid = 6100
         for role in ROLE_NAMES:
             r = self.roles[role]
+            if isinstance(r, MessageRole) or not r.ready(now):
+                continue
             lam = sum(rps for d, rps in rates.items() for rr, op in self._route(d) if rr == role and op in _DB_OPS)
             hold = self._op_hold(r, "authz" if role == "channel" else "write")
             cap = int(r.db("pool_size")) + int(r.db("max_overflow"))
             busy = min(cap, int(round(lam * hold / 1000.0)))
             for k in range(min(cap, max(busy, 1))):
-                pid += 1
-                state = "active" if k < busy else "idle"
-                rows.append([str(pid), "app", f"svc-{role}", state, "ClientRead" if state == "idle" else "",
-                             "SELECT 1" if state == "idle" else "SELECT ... FROM channel_acl"])
-        return _table(["pid", "usename", "application_name", "state", "wait_event", "query"], rows, t_only,
-                      unaligned)
+                pid += 1 + (pid * 31) % 7
+                active = k < busy
+                out.append(Backend(pid=pid, role="app", database="app", application_name=f"svc-{role}",
+                                   client_addr="10.42.1.30", backend_start=max(r.started_at, -86400.0), state="active" if active else "idle",
+                                   query="SELECT ... FROM channel_acl" if active else "SELECT 1",
+                                   query_start=now if active else None, state_change=now))
+        return out
 
 
-class _SqlError(Exception):
-    pass
-
-
-def _table(cols: list[str], rows: list[list[str]], t_only: bool, unaligned: bool) -> str:
-    if unaligned:
-        body = "".join("|".join(r) + "\n" for r in rows)
-        return body if t_only else "|".join(cols) + "\n" + body + f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n"
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    fmt = lambda r: " " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " "  # noqa: E731
-    lines = [] if t_only else [" " + " | ".join(c.center(w) for c, w in zip(cols, widths)) + " ",
-                               "-" + "-+-".join("-" * w for w in widths) + "-"]
-    lines += [fmt(r).rstrip() if t_only else fmt(r) for r in rows]
-    if not t_only:
-        lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(lines) + "\n\n"

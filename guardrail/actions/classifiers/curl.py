@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from guardrail.actions.classifiers.base import OptionSpec, Parsed, flatten, register
-from guardrail.actions.invocation import STDIN_PATHS, Invocation
+from guardrail.actions.invocation import STDIN_PATHS, Invocation, Unreadable, read_at_decision, stdin_at_decision
 from guardrail.actions.classifiers.helpers import redis_repair
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Mutating, Target
 from guardrail.actions.filewrite import NULL_SINKS, file_write
@@ -52,28 +52,50 @@ _WGET = OptionSpec.of(
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
-def _body(inv: Invocation, parts: list[str]) -> tuple[Any, str | None]:
-    """(body: parsed JSON or text or None, body_file: the @file it names)."""
+# Options whose `@NAME` value is read from a file (or stdin, `@-`), and whether newlines are kept: curl's -d strips
+# CR and LF from a file, --data-binary and --json send it as it is; --data-raw never reads a file.
+_FILE_DATA = {"-d": False, "--data-ascii": False, "--data-binary": True, "--json": True, "--data-urlencode": True,
+              "-T": True, "--post-file": True, "--body-file": True}
+_WHOLE_FILE = ("-T", "--post-file", "--body-file")  # the value is a file name, with no `@`
+
+
+def _body(inv: Invocation, parts: list[tuple[str, str]]) -> tuple[Any, str | None, str | None]:
+    """(body: parsed JSON or text or None, body_file: the @file it names, why the body is not known).
+
+    Every channel of the same body comes to the same value: inline (`-d '{...}'`, `--json`), from stdin (`-d @-`,
+    `--data-binary @/dev/stdin`, `-T -`: a heredoc, here-string, pipe from echo/printf/cat, `< file`, a forwarded
+    payload) or from a file (`-d @body.json`, read now, bounded: `invocation.read_at_decision`). A part the guard
+    cannot read makes the whole body unknown (the caller judges an admin API write opaque)."""
     if not parts:
-        return None, None
+        return None, None, None
     texts = []
     body_file = None
-    for part in parts:
-        if part.startswith("@"):
-            if part in ("@-", "@/dev/stdin") and inv.stdin is not None and inv.stdin.text is not None:
-                texts.append(inv.stdin.text.strip())
-            else:
-                body_file = part[1:]
+    for name, part in parts:
+        if name in _WHOLE_FILE:
+            file_arg: str | None = part
+        elif name in _FILE_DATA and part.startswith("@"):
+            file_arg = part[1:]
         else:
+            file_arg = None
+        if file_arg is None:
             texts.append(part)
-    if not texts:
-        return None, body_file
-    text = "&".join(texts)
+            continue
+        body_file = file_arg
+        try:
+            if file_arg in STDIN_PATHS:
+                text = stdin_at_decision(inv.stdin, inv.where)
+            else:
+                text = read_at_decision(file_arg, inv.where)
+        except Unreadable as e:
+            return None, body_file, f"the body is read from {'stdin' if file_arg in STDIN_PATHS else file_arg} " \
+                                    f"as the request runs, and the guard cannot read it now ({e})"
+        texts.append(text if _FILE_DATA[name] else text.replace("\r", "").replace("\n", ""))
+    text = "&".join(t.strip() for t in texts)
     try:
-        return json.loads(text), body_file
+        return json.loads(text), body_file, None
     except ValueError:
         form = _form(text)
-        return (form if form is not None else text), body_file
+        return (form if form is not None else text), body_file, None
 
 
 _FORM = re.compile(r"[A-Za-z_][\w.\-\[\]]*=[^&]*(&[A-Za-z_][\w.\-\[\]]*=[^&]*)*")
@@ -204,13 +226,12 @@ def http_action(inv: Invocation, tool: str, method: str, url: str, body: Any, *,
     elif mutating is False and any(p.endswith(s) for s in ("/admin/config", "/admin/event", "/v1/maintenance",
                                                             "/admin/sequencer", "/admin/checkpoint")):
         d["api"] = p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] if "/admin/" in p else "maintenance"
-    unseen = d.get("body_file") or d.get("upload_file")
-    if mutating is True and d.get("api") and body is None and unseen \
-            and unseen not in STDIN_PATHS and unseen != "-":  # stdin reaches the guard (the shim reads it first)
-        # An admin API whose payload is in a file the guard does not read: the change it makes cannot be known.
+    unseen = d.get("body_unseen")
+    if mutating is True and d.get("api") and body is None and unseen:
+        # An admin API whose payload the guard cannot read now (a file missing or too large, a stdin it was not
+        # given): the change it makes cannot be known, and it is not judged as an empty body.
         return inv.action(tool, method, target=target, layer=layer, mutating=UNKNOWN, details=d,
-                          opaque_reason=f"the {d['api']} payload comes from the file {unseen}, which the "
-                                        "guard does not read; send the JSON inline with -d '...'")
+                          opaque_reason=f"the {d['api']} payload: {unseen}; send the JSON inline with -d '...'")
     return inv.action(tool, method, target=target, keys=keys, layer=layer, mutating=mutating,
                       opaque_reason=None if mutating is not UNKNOWN else "the HTTP method is computed at run time",
                       details=d)
@@ -293,11 +314,13 @@ class Curl:
                                "visible", tool="curl")]
         method, known = _curl_method(p)
         urls = [str(u) for u in p.positionals] + [str(u) for u in p.all("--url")]
-        parts = [str(v) for name, v in p.order if name in _DATA and v is not None]
-        body, body_file = _body(inv, parts)
+        parts = [(name, str(v)) for name, v in p.order if name in _DATA + ("-T",) and v is not None]
+        body, body_file, unseen = _body(inv, parts)
         details: dict[str, Any] = {}
         if body_file:
             details["body_file"] = body_file
+        if unseen:
+            details["body_unseen"] = unseen
         if p.get("-T") is not None:
             details["upload_file"] = str(p.get("-T"))
         if p.get("--json") is not None:
@@ -338,12 +361,14 @@ class Wget:
             return [inv.opaque("request", "wget reads its requests or settings from elsewhere", tool="wget")]
         method = str(p.get("--method") or ("POST" if p.get("--post-data") is not None
                                            or p.get("--post-file") is not None else "GET")).upper()
-        data = p.get("--post-data") or p.get("--body-data")
-        body, _ = _body(inv, [str(data)] if data is not None else [])
+        parts = [(name, str(v)) for name, v in p.order
+                 if name in ("--post-data", "--body-data", "--post-file", "--body-file") and v is not None]
+        body, body_file, unseen = _body(inv, parts)
+        details = {k: v for k, v in (("body_file", body_file), ("body_unseen", unseen)) if v}
         urls = [str(u) for u in p.positionals]
         if not urls:
             return [inv.action("wget", "help", mutating=False)]
-        out = [http_action(inv, "wget", method, u, body) for u in urls]
+        out = [http_action(inv, "wget", method, u, body, details=details) for u in urls]
         dest = p.get("-O")
         if dest is None:
             name = urlsplit(urls[0] if "://" in urls[0] else "http://" + urls[0]).path.rsplit("/", 1)[-1]

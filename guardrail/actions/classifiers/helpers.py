@@ -15,20 +15,22 @@ from typing import Any
 
 from guardrail.actions.classifiers.base import flatten, json_object, register
 from guardrail.actions.classifiers.helm import redis_flag_keys
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import Invocation, body_on_stdin
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 __all__ = ["RestartSvc", "ReconfigureInfra", "SetSequencerMode", "Declare", "IncidentReport"]
 
 
 def _stdin_json(inv: Invocation) -> tuple[dict[str, Any] | None, str | None]:
-    """(the JSON object on stdin, why it is not known)."""
-    st = inv.stdin
-    if st is None:
-        return None, "no JSON on stdin"
-    if st.text is None:
-        return None, f"the JSON comes from {st.producer or st.source} and is not visible"
-    obj = json_object(st.text.strip())
+    """(the JSON object the helper reads on stdin, why it is not known). An empty stdin is the empty object (the
+    helper then only reloads); whatever channel carries the body (heredoc, here-string, a pipe from echo/printf/
+    cat, `< file`, a forwarded payload) comes to the same object (`invocation.body_on_stdin`)."""
+    text, why = body_on_stdin(inv)
+    if text is None:
+        return None, f"its stdin is not known to the guard ({why})"
+    if not text.strip():
+        return {}, None
+    obj = json_object(text.strip())
     if obj is None:
         return None, "stdin is not a JSON object"
     return obj, None
@@ -60,19 +62,24 @@ class RestartSvc:
         if not role or (inv.args and inv.args[0].dynamic):
             return [inv.action("restart-svc.sh", "reconfigure", target=target, mutating=UNKNOWN,
                                opaque_reason="restart-svc.sh without a literal role")]
-        obj, why = _stdin_json(inv)
         details: dict[str, Any] = {"role": role, "reloads": True}
-        keys: list[KeyChange] = []
-        if obj is not None:
-            details["body"] = obj
-            keys = [KeyChange(key=k, value=v, scope={"role": role}) for k, v in flatten(obj, f"app.roles.{role}")]
-        else:
-            details["stdin"] = why
-            if inv.stdin is not None and inv.stdin.text is None:
-                # `restart-svc.sh auth < body.json`, `jq ... | restart-svc.sh auth`: the config it writes is not seen.
-                return [inv.action("restart-svc.sh", "reconfigure", target=target, layer=Layer.DECLARED,
-                                   mutating=UNKNOWN, details=details,
-                                   opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
+        if len(inv.args) > 1:
+            # The helper takes one argument, the role; the body is read on stdin, never from an argument.
+            return [inv.action("restart-svc.sh", "reconfigure", target=target, layer=Layer.DECLARED,
+                               mutating=UNKNOWN, details={**details, "args": [str(a) for a in inv.args]},
+                               opaque_reason="restart-svc.sh takes one argument, the role, and reads the "
+                                             "{\"db\": {...}} body on stdin: pass it there (echo '...' | "
+                                             "restart-svc.sh ROLE)")]
+        obj, why = _stdin_json(inv)
+        if obj is None:
+            # `jq ... | restart-svc.sh auth`, a stdin the guard was not given: the config it writes is not seen.
+            # (An empty stdin is known: {} above, a reload.) Not judged as an empty body: fail closed.
+            return [inv.action("restart-svc.sh", "reconfigure", target=target, layer=Layer.DECLARED,
+                               mutating=UNKNOWN, details={**details, "stdin": why},
+                               opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
+        details["body"] = obj
+        keys = [KeyChange(key=k, value=v, scope={"role": role})
+                for k, v in (flatten(obj, f"app.roles.{role}") if obj else [])]  # {}: a reload only
         return [inv.action("restart-svc.sh", "reconfigure", target=target, keys=keys, layer=Layer.DECLARED,
                            mutating=True, details=details)]
 
@@ -94,7 +101,12 @@ class ReconfigureInfra:
         details: dict[str, Any] = {"args": args}
         keys: list[KeyChange] = []
         prefix = f"infra.{component}" if component else "infra"
-        if obj is not None:
+        if obj is None:
+            return [inv.action("reconfigure-infra.sh", "reconfigure",
+                               target=Target(kind="component", name=component, namespace=inv.where.namespace),
+                               layer=Layer.DECLARED, mutating=UNKNOWN, details={**details, "stdin": why},
+                               opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
+        if obj:
             details["body"] = obj
             keys = [KeyChange(key=k, value=v) for k, v in flatten(obj, prefix)]
             # A Redis server's extraFlags (the Bitnami chart's shape) carry redis settings: key them as such, and
@@ -104,13 +116,6 @@ class ReconfigureInfra:
             if flags:
                 details["server_flags"] = sorted({f.key for f in flags})
                 keys += flags
-        else:
-            details["stdin"] = why
-            if inv.stdin is not None and inv.stdin.text is None:
-                return [inv.action("reconfigure-infra.sh", "reconfigure",
-                                   target=Target(kind="component", name=component, namespace=inv.where.namespace),
-                                   layer=Layer.DECLARED, mutating=UNKNOWN, details=details,
-                                   opaque_reason=f"{why}; send the JSON inline (a heredoc or echo '...')")]
         for a in args:
             k, eq, v = a.partition("=")
             if eq and not k.startswith("-"):

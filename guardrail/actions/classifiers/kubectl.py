@@ -346,12 +346,16 @@ class Kubectl:
                                "seen; pass the patch itself inline with -p '...'")
             return
         if text is None:
-            # The patch is in a file the guard does not read: what it changes cannot be known.
+            # The patch is in a file: read now (bounded), as an inline -p holding it would be; unreadable, what it
+            # changes cannot be known.
             a.details["patch_file"] = str(p.get("--patch-file"))
-            a.mutating = UNKNOWN
-            a.opaque_reason = (f"the patch is in the file {a.details['patch_file']}, which the guard does not read; "
-                               "pass it inline with -p '...'")
-            return
+            try:
+                text = read_at_decision(a.details["patch_file"], inv.where)
+            except Unreadable as e:
+                a.mutating = UNKNOWN
+                a.opaque_reason = (f"the patch is in the file {a.details['patch_file']}, which the guard cannot read "
+                                   f"now ({e}); pass it inline with -p '...'")
+                return
         a.details["patch_type"] = str(p.get("--type") or "strategic")
         a.details["patch"] = text
         scope = self._scope(a)

@@ -455,7 +455,7 @@ def compound_bodies(stmts: list[Statement]) -> list[Statement]:
                 continue  # a local variable, cursor or condition
             rest = rest[:1]  # opaque: the guard does not read a handler's statement
         if rest:
-            out.append(st if i == 0 and rest is toks else Statement(rest, _after(st.text, toks[:i])))
+            out.append(st if i == 0 else Statement(rest, _after(st.text, toks[:i])))
     return out
 
 
@@ -564,6 +564,12 @@ class Mysql:
         sts = [s for s in steps if isinstance(s, Statement)]
         for st_ in compound_bodies(sts):
             judged += [(st_, eff) for eff in mysql_effect(st_, prepared)]
+        dbs, only_db = _default_databases(steps, base.get("database"))
+        for st_, eff in judged:
+            if eff.details.get("on") == "*":
+                # `ON *` is the default database's `db.*`; with none selected the server grants at the global level.
+                db = dbs.get(id(st_), only_db)
+                eff.details["on"] = eff.target_name = f"{db}.*" if db else "*.*"
         hold_locks([eff for _, eff in judged])
         out += [to_action(inv, "mysql", eff, st_.text, target, base) for st_, eff in judged if not eff.skip]
         for step in steps:
@@ -576,6 +582,25 @@ class Mysql:
                 out.append(inv.action("mysql", "query", target=target, mutating=UNKNOWN, details=base,
                                       opaque_reason=step.reason))
         return out
+
+
+def _default_databases(steps: list[Any], initial: str | None) -> tuple[dict[int, str | None], str | None]:
+    """The default database each top-level statement runs in (by `id`): the client's `-D`/positional database until
+    a `USE db` (or the client's `use`/`\\u`) selects another; and, for statements inside a compound statement, one
+    database only if the whole text runs in one (else None: ON * then reads as the broadest grant, `*.*`, rather than
+    guessing)."""
+    current, seen, at = initial, {initial}, {}
+    for step in steps:
+        if isinstance(step, Statement):
+            at[id(step)] = current
+            if step.kw(0) == "USE" and len(step.toks) >= 2:
+                current = str(step.toks[1].value)
+                seen.add(current)
+        elif isinstance(step, ClientCommand) and step.name == "use":
+            words = step.text.split()
+            current = words[-1].strip("`;") if len(words) > 1 else current
+            seen.add(current)
+    return at, (next(iter(seen)) if len(seen) == 1 else None)
 
 
 _ADMIN_SPEC = OptionSpec.of(

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.classifiers.base import OptionSpec, register
-from guardrail.actions.invocation import Invocation
+from guardrail.actions.invocation import Invocation, Unreadable, stdin_at_decision
 from guardrail.actions.model import UNKNOWN, Action, KeyChange, Layer, Target
 
 __all__ = ["RedisCli", "redis_command"]
@@ -216,8 +216,10 @@ class RedisCli:
                                opaque_reason="--pipe sends raw protocol from stdin; its commands are not visible")]
         if words:
             if "-x" in p.flags:
-                st = inv.stdin
-                words.append(st.text.rstrip("\n") if st is not None and st.text is not None else "<stdin>")
+                try:  # a heredoc, a pipe from echo, `< file` read now: the same last argument
+                    words.append(stdin_at_decision(inv.stdin, inv.where).rstrip("\n"))
+                except Unreadable:
+                    words.append("<stdin>")
             return [redis_command(inv, words, target, base)]
         if any(m in p.flags or m in p.opts for m in _READ_MODES):
             mode = next(m for m in _READ_MODES if m in p.flags or m in p.opts)
@@ -228,12 +230,14 @@ class RedisCli:
                       "an interactive redis-cli session: the commands typed into it are not visible")
             return [inv.action("redis-cli", "session", target=target, mutating=UNKNOWN, opaque_reason=reason,
                                details=base)]
-        if st.text is None:
+        try:  # a heredoc, a pipe from echo/printf/cat, `< file` (read now, bounded): the same commands
+            text = stdin_at_decision(st, inv.where)
+        except Unreadable as e:
             return [inv.action("redis-cli", "commands", target=target, mutating=UNKNOWN, details=base,
                                opaque_reason=f"redis commands come from {st.producer or st.source} and are not "
-                                             "visible")]
+                                             f"visible ({e})")]
         out = []
-        for line in st.text.splitlines():
+        for line in text.splitlines():
             if not line.strip():
                 continue
             try:

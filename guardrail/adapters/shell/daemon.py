@@ -189,7 +189,10 @@ class GuardDaemon:
             stdin = msg.get("stdin")
             if isinstance(stdin, str) and len(stdin) > MAX_STDIN_BYTES:
                 raise ValueError(f"a stdin payload over {MAX_STDIN_BYTES} bytes is refused, never cut and judged")
-            adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None))
+            # An empty payload is a known empty stdin; no payload at all (a terminal, a tool the shim does not
+            # read stdin for) is not known, and a tool that reads its body there stays opaque.
+            adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None),
+                                      stdin="" if stdin == "" else None)
             reply = {"id": adm.seq, "runs": adm.runs, "outcome": adm.outcome.value,
                      "rules": [f.id for f in adm.denies + adm.warns],
                      "message": "\n".join(f.render() for f in adm.feedback)}
@@ -229,7 +232,8 @@ class GuardDaemon:
         stdin = msg.get("stdin")
         if isinstance(stdin, str) and len(stdin) > MAX_STDIN_BYTES:
             raise ValueError(f"a stdin payload over {MAX_STDIN_BYTES} bytes is refused, never cut and judged")
-        adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None))
+        # The child reads the payload (the heredoc in the text) or /dev/null: the stdin is known either way.
+        adm = self.session.before(command_text(argv, stdin if isinstance(stdin, str) else None), stdin="")
         head = {"runs": adm.runs, "outcome": adm.outcome.value, "rules": [f.id for f in adm.denies + adm.warns],
                 "message": "\n".join(f.render() for f in adm.feedback)}
         if not adm.runs:

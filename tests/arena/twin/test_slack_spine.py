@@ -36,7 +36,8 @@ def test_shell_errors_look_like_the_real_tools(env):
 
 def test_psql_and_kubectl_output(env):
     r = env.run('psql "$DB_ADMIN_DSN" -c "SHOW max_connections"')
-    assert r.stdout.splitlines()[:3] == [" max_connections ", "-----------------", " 200             "]
+    # psql pads every column but the last
+    assert r.stdout.splitlines()[:4] == [" max_connections ", "-----------------", " 200", "(1 row)"]
     r = env.run("kubectl get pods")
     head, *rows = r.stdout.splitlines()
     assert head.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]

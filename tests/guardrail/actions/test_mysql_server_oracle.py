@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from guardrail.actions import normalise
+from tests.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("mariadb") is None or not Path("/usr/sbin/mariadbd").exists(),
                                 reason="MariaDB 10.11 not installed (.ci/install-servers)")
@@ -180,7 +181,7 @@ def server():
     # Not under pytest's 0700 tmp dir: the server runs as the mysql user when we are root.
     base = Path(tempfile.mkdtemp(prefix="guardrail-oracle-"))
     base.chmod(0o755)
-    srv = MariaDBServer(Endpoint("oracle", "127.0.0.1", _free_port()), base)
+    srv = MariaDBServer(Endpoint("oracle", "127.0.0.1", free_port()), base)
     srv.start()
     outdir = base / "out"
     outdir.mkdir()
@@ -193,14 +194,6 @@ def server():
     finally:
         srv.stop()
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _client(srv, *args: str, stdin: str | None = None, cwd: Path | None = None, check: bool = True) -> str:
@@ -263,3 +256,40 @@ def test_the_cases_are_many_and_cover_both_verdicts():
     assert len(CASES) >= 60
     assert {does for _, does, _ in CASES} == {"W", "R"}
     assert any(ro for *_, ro in CASES) and any(not ro for *_, ro in CASES)
+
+
+# `ON *` grants on the default database, which the client's -D/positional database or a USE selects. With none
+# selected MariaDB 10.11 refuses (ERROR 1046) and MySQL 5.7 grants at the global level: the guard reads the broadest,
+# `*.*`. (client arguments, SQL) -> the guard's `on` must name what the server's SHOW GRANTS then shows.
+GRANT_SCOPE_CASES: list[tuple[tuple[str, ...], str]] = [
+    (("d",), "GRANT SELECT ON * TO 'scope_u'@'%'"),
+    (("--database=d",), "GRANT SELECT ON * TO 'scope_u'@'%'"),
+    ((), "GRANT SELECT ON * TO 'scope_u'@'%'"),
+    ((), "USE e; GRANT SELECT ON * TO 'scope_u'@'%'"),
+    ((), "GRANT SELECT ON * TO 'scope_u'@'%'; USE e"),
+    (("d",), "USE e; GRANT SELECT ON * TO 'scope_u'@'%'"),
+    (("d",), "GRANT SELECT ON d.* TO 'scope_u'@'%'"),
+]
+
+
+@pytest.mark.parametrize("args,sql", GRANT_SCOPE_CASES, ids=[" ".join([*c[0], c[1]])[:60] for c in GRANT_SCOPE_CASES])
+def test_a_grant_on_star_names_the_scope_the_server_grants(server, args, sql):
+    srv, _, _ = server
+    _client(srv, "-e", "CREATE DATABASE IF NOT EXISTS d; CREATE DATABASE IF NOT EXISTS e; "
+                       "DROP USER IF EXISTS 'scope_u'@'%'; CREATE USER 'scope_u'@'%'")
+    try:
+        run = subprocess.run(["mariadb", f"--socket={srv.socket_path}", "-uroot", *args, "-e", sql],
+                             capture_output=True, text=True, timeout=60)
+        refused = "ERROR 1046" in run.stderr
+        assert run.returncode == 0 or refused, run.stderr
+        shown = [line.split(" ON ", 1)[1].split(" TO ", 1)[0].replace("`", "")
+                 for line in _client(srv, "-N", "-e", "SHOW GRANTS FOR 'scope_u'@'%'").splitlines()
+                 if line.startswith("GRANT SELECT")]
+        guard = [a.details.get("on") for a in normalise(shlex.join(["mysql", *args, "-e", sql]))
+                 if a.details.get("sql_kind") == "grant"]
+        if refused:  # no database selected: nothing granted here, the global grant on MySQL 5.7
+            assert shown == [] and guard == ["*.*"], (shown, guard)
+        else:
+            assert len(shown) == 1 and guard == shown, (shown, guard)
+    finally:
+        _client(srv, "-e", "DROP USER IF EXISTS 'scope_u'@'%'")

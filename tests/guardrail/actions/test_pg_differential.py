@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ import yaml
 
 from guardrail.actions.classifiers.pgsql import FUNCTIONS
 from guardrail.actions.normalise import normalise
+from tests.ports import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 CORPUS = yaml.safe_load((Path(__file__).with_name("pg_adversarial.yaml")).read_text(encoding="utf-8"))
@@ -65,19 +65,13 @@ SELECT md5(string_agg(x, '|' ORDER BY x)) FROM (
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     from arena.live.names import Endpoint
     from arena.live.servers import PostgresServer
 
     base = Path(tempfile.mkdtemp(prefix="guardrail-pgdiff-"))
-    port = _free_port()
+    port = free_port()
     srv = PostgresServer(Endpoint("postgres", "127.0.0.1", port), base, settings={"max_prepared_transactions": 5,
                                                                              "wal_level": "logical"})
     srv.start()

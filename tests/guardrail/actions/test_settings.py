@@ -2,19 +2,25 @@
 
 Walks the `settings:` table of guardrail/actions/catalogue.yaml: each write's example command, normalised, must
 carry the setting's expected key, scope and value in the layer the table gives that write; and the spellings that
-make the same write (the helper and the admin API it calls) must agree on the layer too.
+make the same write (the helper and the admin API it calls) must agree on the layer too. And every channel a
+write's body can arrive by (an argument, stdin in each of its spellings, a file read at decision time, the payload
+the shim or daemon forwards) must come to that same action, while a body the guard cannot see is opaque.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
 from guardrail.actions import normalise
 from guardrail.actions.catalogue import catalogue
 from guardrail.actions.settings import component_of
-from guardrail.actions.model import Target
+from guardrail.actions.model import UNKNOWN, Target
+from guardrail.adapters.shell.daemon import command_text
 from verifiers.catalogue import load_catalogue, normalize
 
 SETTINGS = catalogue().settings
@@ -35,6 +41,95 @@ def test_each_write_path_of_a_setting_is_the_same_key_scope_and_value(setting, w
         if write.layer is not None:
             assert action.layer == write.layer, (write.example, action.layer)
         assert setting.id in action.details.get("settings", []), action.details
+
+
+def _write_of(raw: str, key: str, stdin: str | None = None) -> set[tuple]:
+    """The (key, scope, value, layer) of every mutating action's change of `key`: the write as the guard reads it."""
+    return {(k.key, tuple(sorted(k.scope.items())), json.dumps(normalize(k.value, "auto"), default=str), a.layer)
+            for a in normalise(raw, stdin=stdin) if a.is_mutating for k in a.keys if k.key == key}
+
+
+def _stdin_form(example: str) -> tuple[str, str] | None:
+    """(the command reading its body on stdin, the body), when the write's tool can take its body there: a helper's
+    JSON, curl's `-d @-`, a client's statements (`mysql -e`, `redis-cli CMD ...`, inside `kubectl exec -i`)."""
+    m = re.fullmatch(r"echo '([^']*)' \| (.+)", example)
+    if m:
+        return m.group(2), m.group(1)
+    argv = shlex.split(example)
+    if argv[0] == "curl" and "-d" in argv:
+        i = argv.index("-d")
+        return shlex.join(argv[:i] + ["-d", "@-"] + argv[i + 2:]), argv[i + 1]
+    pre: list[str] = []
+    if argv[:2] == ["kubectl", "exec"] and "--" in argv:
+        cut = argv.index("--") + 1
+        pre, argv = ["kubectl", "exec", "-i", *argv[2:cut]], argv[cut:]
+    if argv[0] == "mysql" and "-e" in argv:
+        i = argv.index("-e")
+        return shlex.join(pre + argv[:i] + argv[i + 2:]), argv[i + 1]
+    if argv[0] == "redis-cli":
+        i = 1
+        while i < len(argv) and argv[i] in ("-h", "-p", "-n"):
+            i += 2
+        return shlex.join(pre + argv[:i]), " ".join(argv[i:])
+    return None
+
+
+def _channels(example: str, files: Path) -> list[tuple[str, str, str | None]]:
+    """(channel, command, forwarded stdin) for every way the example's body can reach its tool."""
+    out: list[tuple[str, str, str | None]] = []
+    body_file = files / "body"
+    argv = shlex.split(example)
+    if argv[0] == "curl" and "-d" in argv:
+        i = argv.index("-d")
+        body = argv[i + 1]
+        out += [(f"curl {' '.join(opt)}", shlex.join(argv[:i] + opt + argv[i + 2:]), None) for opt in [
+            ["--json", body], ["--data-raw", body], ["-d", f"@{body_file}"], ["--data-binary", f"@{body_file}"],
+            ["--json", f"@{body_file}"]]]
+    if argv[:2] == ["kubectl", "patch"] and "-p" in argv:
+        i = argv.index("-p")
+        body_file.write_text(argv[i + 1])
+        out.append(("--patch-file", shlex.join(argv[:i] + ["--patch-file", str(body_file)] + argv[i + 2:]), None))
+    form = _stdin_form(example)
+    if form is None:
+        return out
+    cmd, body = form
+    body_file.write_text(body + "\n")
+    q = shlex.quote(body)
+    return out + [
+        ("heredoc", f"{cmd} <<'EOF'\n{body}\nEOF", None),
+        ("here-string", f"{cmd} <<< {q}", None),
+        ("echo pipe", f"echo {q} | {cmd}", None),
+        ("printf pipe", f"printf '%s\\n' {q} | {cmd}", None),
+        ("cat heredoc pipe", f"cat <<'EOF' | {cmd}\n{body}\nEOF", None),
+        ("< file", f"{cmd} < {body_file}", None),
+        ("cat file pipe", f"cat {body_file} | {cmd}", None),
+        ("forwarded stdin (Guard.before/execute)", cmd, body),
+        ("daemon payload (shim)", command_text(shlex.split(cmd), body), None),
+    ]
+
+
+@pytest.mark.parametrize("setting,write", WRITES, ids=[f"{s.id}:{w.via[:50]}" for s, w in WRITES])
+def test_every_body_channel_of_a_write_path_is_the_same_action(setting, write, tmp_path):
+    want = _write_of(write.example, setting.expect.key)
+    assert want, write.example
+    for channel, text, stdin in _channels(write.example, tmp_path):
+        assert _write_of(text, setting.expect.key, stdin) == want, (channel, text)
+    form = _stdin_form(write.example)
+    if form is not None:
+        # Negative controls: a stdin the guard was not given, and a file it cannot read, are opaque, never an empty
+        # body (which would let the write through unkeyed).
+        for text in (form[0], f"{form[0]} < {tmp_path / 'missing.json'}"):
+            actions = normalise(text)
+            assert not any(k.key == setting.expect.key for a in actions for k in a.keys), text
+            assert any(a.mutating is UNKNOWN and a.opaque_reason for a in actions), text
+
+
+def test_a_helper_with_a_known_empty_stdin_only_reloads_and_one_with_its_body_as_an_argument_is_opaque():
+    for text, stdin in (("restart-svc.sh channel", ""), ("restart-svc.sh channel < /dev/null", None)):
+        (a,) = normalise(text, stdin=stdin)
+        assert a.mutating is True and a.keys == [] and a.details["body"] == {}, text
+    (b,) = normalise("""restart-svc.sh channel '{"db":{"pool_size":40}}'""", stdin="")
+    assert b.mutating is UNKNOWN and "reads the" in b.opaque_reason
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.id for s in SETTINGS])

@@ -457,3 +457,23 @@ def test_a_confined_shims_command_runs_in_the_daemon_with_its_output_streamed_ba
     records = read_journal(tmp_path / "journals" / "s.jsonl")
     assert [r["command"] for r in records if r["kind"] == "command"] == ["redis-cli GET k"]
     assert [r["exit_code"] for r in records if r["kind"] == "result"] == [3]
+
+
+def test_an_empty_stdin_payload_is_an_empty_body_and_no_payload_is_not_known(tmp_path, session_secret):
+    """The daemon tells the guard what the shim forwarded: an empty payload is a helper run on an empty body (a
+    reload), a body is keyed, and no payload at all (a terminal) leaves the helper's body unknown: refused."""
+    secret, _ = session_secret
+    sessions = GuardSessions(load_engine(), IncidentContext(), journal_dir=tmp_path / "journals",
+                             env_factory=lambda ctx: LocalEnvironment(cwd=tmp_path))  # the real normaliser
+    session = sessions.get("s")
+    with GuardDaemon(session, tmp_path / "g.sock", secret=secret) as daemon:
+        with DaemonClient(daemon.socket_path, secret=secret) as c:
+            empty = c.request({"op": "before", "argv": ["restart-svc.sh", "channel"], "stdin": ""})
+            body = c.request({"op": "before", "argv": ["restart-svc.sh", "channel"],
+                              "stdin": '{"db":{"pool_size":20}}'})
+            unseen = c.request({"op": "before", "argv": ["restart-svc.sh", "channel"]})
+    keys = [[k["key"] for a in r["actions"] for k in a.get("keys", [])] for r in session.journal.records("command")]
+    sessions.close()
+    assert empty["runs"] is True and body["runs"] is True
+    assert unseen["runs"] is False, unseen
+    assert keys[:2] == [[], ["app.roles.channel.db.pool_size"]], keys
