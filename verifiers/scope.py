@@ -21,6 +21,7 @@ be read is not judged. Nothing here reads a grader: only the context, the journa
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
