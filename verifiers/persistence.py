@@ -11,6 +11,7 @@ INCONCLUSIVE for a key with no catalogue entry (with how to add one); ERROR when
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -18,8 +19,8 @@ from typing import Any, Mapping, Sequence
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
 from verifiers.base import VerifierBase, is_mutating_action
-from verifiers.catalogue import (ApiRead, Catalogue, CatalogueEntry, Missing, load_catalogue, normalize, parse_output,
-                                 render)
+from verifiers.catalogue import (ApiRead, Catalogue, CatalogueEntry, Missing, ParseStep, load_catalogue, normalize,
+                                 parse_output, render)
 from verifiers.context import PublicContext
 from verifiers.protocols import (DeclaredLayerReader, DeclaredRef, Environment, FeedbackCode, Verdict,
                                  VerdictStatus)
@@ -281,9 +282,56 @@ class PersistenceReader:
             except Exception:  # noqa: BLE001 - an unreadable prior value is simply not captured
                 continue
             if before is not None or self.entry_for(ck) is not None:
-                out.append({"key": ck.key, "scope": dict(ck.scope), "target": ck.target.get("name") or "",
-                            "before": before})
+                rec = {"key": ck.key, "scope": dict(ck.scope), "target": ck.target.get("name") or "",
+                       "before": before}
+                base = self.baseline(env, ck)
+                if base is not None:
+                    rec["baseline"] = base
+                out.append(rec)
         return out
+
+    def baseline(self, env: Environment, ck: ChangedKey) -> dict[str, Any] | None:
+        """What the setting runs on where nobody changed it (the entry's `baseline` rule), read now: {kind:
+        default, default} | {kind: fleet, values} | {kind: overrides, overridden}, with its source in words.
+        None when the entry has no rule or the read fails (the scope audit then does not judge the change)."""
+        found = self.entry_for(ck)
+        if found is None or found[0].baseline is None:
+            return None
+        entry, groups = found
+        rule = entry.baseline
+        try:
+            vs = self.variables(entry, groups, ck)
+            src = render(rule.source, vs)
+            if rule.fleet is not None:
+                peers = self._run(env, rule.fleet.command, rule.fleet.parse, vs, [], 1, rule.fleet.api)
+                if not isinstance(peers, Mapping):
+                    return None
+                path = render(rule.fleet_path, vs)
+                values = {str(p): normalize(parse_output(doc, [ParseStep(json=path)], vs),
+                                            entry.normalize) for p, doc in peers.items()}
+                return {"kind": "fleet", "values": {p: v for p, v in values.items() if v is not None}, "source": src}
+            if rule.overrides is not None:
+                doc = self._run(env, rule.overrides.command, rule.overrides.parse, vs, [], 1, rule.overrides.api)
+                name = str(groups.get("name") or ck.key.rsplit(".", 1)[-1])
+                camel = re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), name)
+                named = isinstance(doc, Mapping) and (name in doc or camel in doc)
+                return {"kind": "overrides", "overridden": named, "source": src}
+            if rule.read is not None:
+                default = self._run(env, rule.read.command, rule.read.parse, vs, [], 1, rule.read.api)
+                if default is None:
+                    return None
+            elif groups.get("name") in rule.values:
+                default = rule.values[groups["name"]]
+            elif rule.value is not None:
+                default = rule.value
+            elif rule.unset:
+                default = None
+            else:
+                return None
+            return {"kind": "default", "default": normalize(default, entry.normalize), "unset": rule.unset,
+                    "source": src}
+        except Exception:  # noqa: BLE001 - an unreadable baseline leaves the change unjudged, not the agent stuck
+            return None
 
     def _read_layers(self, env: Environment, entry: CatalogueEntry, groups: Mapping[str, str],
                      vs: Mapping[str, Any], commands: list[str]) -> tuple[Any, Any, str, str]:

@@ -445,3 +445,59 @@ def test_a_runtime_change_made_through_kubectl_exec_is_read_through_the_same_pod
     (key,) = v.evidence["keys"]
     assert key["status"] == "not_durable" and key["effective"] == "64mb"
     assert key["commands"][0] == f"{inside} CONFIG GET maxmemory"
+
+
+# --- the baseline a change is judged against (the catalogue's `baseline` rules, read before a change) -----------
+
+def _snapshot(env: FakeEnv, key: str, value, *, scope=None, target: str = "", context=None) -> dict:
+    from verifiers.persistence import PersistenceReader
+
+    [rec] = PersistenceReader(context or {"id": "t"}).capture(env, action(
+        "x", "set", [{"key": key, "value": value, "scope": scope or {}}],
+        target={"kind": "component", "name": target, "namespace": None}, layer="declared"))
+    return rec
+
+
+def test_a_mariadb_variables_baseline_is_the_default_the_server_reports():
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.layer("mariadb").runtime["thread_cache_size"] = "151"
+    env.handle(r"mysql -N -B -e \"SELECT DEFAULT_VALUE FROM information_schema\.SYSTEM_VARIABLES "
+               r"WHERE VARIABLE_NAME = 'thread_cache_size'\"", lambda m: "151\n")
+    rec = _snapshot(env, "mariadb.thread_cache_size", "256", target="mariadb")
+    assert rec["before"] == 151
+    assert rec["baseline"]["kind"] == "default" and rec["baseline"]["default"] == 151
+    assert "DEFAULT_VALUE" in rec["baseline"]["source"]
+
+
+def test_an_unreadable_baseline_is_left_out_of_the_snapshot():
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.layer("mariadb").runtime["thread_cache_size"] = "151"  # the DEFAULT_VALUE read has no handler: exit 127
+    rec = _snapshot(env, "mariadb.thread_cache_size", "256", target="mariadb")
+    assert rec["before"] == 151 and "baseline" not in rec
+
+
+def test_an_app_settings_baseline_is_what_its_peers_run():
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.set_app_yaml("app-config", {"auth": {"hold_ms": 5}, "channel": {"hold_ms": 10}, "file": {}})
+    rec = _snapshot(env, "app.roles.auth.db.hold_ms", 3, scope={"role": "auth"}, target="svc-auth",
+                    context={"id": "t", "extra": {"app_configmap": "app-config"}})
+    assert rec["baseline"] == {"kind": "fleet", "values": {"auth": 5, "channel": 10},
+                               "source": "what the other roles run (roles.*.db.hold_ms in app.yaml of ConfigMap "
+                                         "app-config)"}
+
+
+def test_a_maintenance_fields_baseline_is_whether_the_deployment_overrides_it():
+    env = FakeEnv(clock=ManualClock(0.0))
+    env.helm["slack"] = {"maintenanceController": {"offsetS": 35}}
+    env.handle(r"curl -s http://db-maintenance:8081/v1/maintenance",
+               lambda m: '{"schedule": {"offset_s": 35, "duration_s": 8}}')
+    ctx = {"id": "t", "extra": {"maintenance_release": "slack"}}
+    assert _snapshot(env, "maintenance.offset_s", 5, context=ctx)["baseline"]["overridden"] is True
+    assert _snapshot(env, "maintenance.duration_s", 12, context=ctx)["baseline"]["overridden"] is False
+    assert "baseline" not in _snapshot(env, "maintenance.duration_s", 12)  # no release named: not judged
+
+
+def test_a_role_settings_baseline_is_having_no_entry():
+    env = FakeEnv(clock=ManualClock(0.0))
+    rec = _snapshot(env, "postgres.lock_timeout", "2s", scope={"role": "app", "database": "app"}, target="postgres")
+    assert rec["before"] is None and rec["baseline"]["unset"] is True and rec["baseline"]["default"] is None

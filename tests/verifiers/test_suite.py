@@ -160,5 +160,9 @@ def test_before_run_takes_the_first_snapshot_and_returns_prior_values():
     j = FakeJournal(env.clock)
     snaps = suite.before_run(env, j, [REDIS_ACTION])
     assert suite.scope.snapshot_at_start is not None
-    assert snaps == [{"key": "redis.maxmemory", "scope": {}, "target": "redis-queue", "before": 2097152}]
+    assert snaps == [{"key": "redis.maxmemory", "scope": {}, "target": "redis-queue", "before": 2097152,
+                      # what the scope audit judges a change against: redis's compiled default (no cap)
+                      "baseline": {"kind": "default", "default": 0, "unset": False,
+                                   "source": "redis's compiled default (what a server runs where no config file or "
+                                             "flag sets it)"}}]
     assert suite.before_run(env, j, [dict(REDIS_ACTION, mutating=False)]) == []

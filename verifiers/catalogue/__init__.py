@@ -10,6 +10,9 @@ of `guardrail.actions.model.KeyChange`, e.g. `redis.maxmemory`, `app.roles.chann
                 write itself lands in a durable store (grants, ALTER ROLE ... SET)
     durable:    the durable way to make the change, shown to the agent on NOT_DURABLE
     in_container_via: wrappers (e.g. `kubectl exec`) that make a change in-container and ephemeral
+    baseline:   what the setting runs on where nobody changed it (the product's default as the server reports it,
+                the values its peers run, or whether the deployment overrides it), which the scope audit
+                compares a change with (verifiers/scope.py, `ChangeScope`)
 
 Templates name variables as `${name}`: the key's regex groups, `${key}`, `${value}`, `${scope.<k>}`,
 `${target.name|kind|namespace}`, `${context.namespace}`, `${context.extra.<k>}`, and the entry's own `vars`
@@ -35,6 +38,7 @@ __all__ = [
     "ParseStep",
     "Read",
     "DeclaredRead",
+    "BaselineRule",
     "CatalogueEntry",
     "Catalogue",
     "Missing",
@@ -133,6 +137,28 @@ class DeclaredRead(Read):
         return self
 
 
+class BaselineRule(BaseModel):
+    """What a setting runs on where nobody changed it, read when the agent first changes it: a change that moves
+    a setting off its baseline needs a reason (verifiers/scope.py); one that finds it already off has one.
+
+    One of: the product's default (`read` from the server, e.g. pg_settings.boot_val; else `values` by the
+    key's `name`, else `value`; `unset`: no value at all, as an absent pg_db_role_setting row, is the default),
+    the values its peers run (`fleet`: a read that parses to a mapping of peer -> document, `fleet_path` in each),
+    or the deployment's overrides (`overrides`: a read that parses to a mapping; the setting is at its default
+    unless the mapping names it, in snake_case or camelCase)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = ""
+    read: Read | None = None
+    values: dict[str, Any] = Field(default_factory=dict)
+    value: Any = None
+    unset: bool = False
+    fleet: Read | None = None
+    fleet_path: str = ""
+    overrides: Read | None = None
+
+
 class CatalogueEntry(BaseModel):
     """How one family of keys is read in both layers, and made durable."""
 
@@ -153,6 +179,7 @@ class CatalogueEntry(BaseModel):
     # The effective read sees the in-container state itself (the edited file), so an in-container change that now
     # equals the declared source (a fresh container would get the same) is not lost on a pod replacement.
     in_container_compare: bool = False
+    baseline: BaselineRule | None = None
 
     @field_validator("match")
     @classmethod

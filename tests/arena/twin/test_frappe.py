@@ -69,6 +69,15 @@ def test_set_global_is_runtime_and_a_restart_brings_back_my_cnf(env):
     assert out == "max_user_connections\t0\n"
 
 
+def test_system_variables_report_the_compiled_default_beside_the_running_value(env):
+    # What the scope audit reads to tell a variable the incident moved from one the agent moves (catalogue baseline).
+    q = ("mysql -N -B -e \"SELECT GLOBAL_VALUE, DEFAULT_VALUE, GLOBAL_VALUE_ORIGIN FROM "
+         "information_schema.SYSTEM_VARIABLES WHERE VARIABLE_NAME = '{}'\"")
+    assert run(env, q.format("thread_cache_size"))[0] == "151\t151\tCOMPILE-TIME\n"
+    run(env, "mysql -e 'SET GLOBAL thread_cache_size = 256'")
+    assert run(env, q.format("thread_cache_size"))[0] == "256\t151\tSQL\n"
+
+
 def test_mysql_client_formats_and_errors_like_the_real_one(env):
     out, _, code = run(env, "mysql -e \"SHOW GLOBAL VARIABLES LIKE 'max%connections'\"")
     assert code == 0 and out.splitlines() == ["Variable_name\tValue", "max_connections\t151",
