@@ -297,17 +297,24 @@ class Grading:
     def restart_legitimacy(self) -> tuple[bool, dict[str, Any]]:
         """The real `services_up` restart-legitimacy rule: a container restart (a crash or a kill inside the pod;
         a pod replacement starts at restart count 0) with no persisted config change is restart masking, unless
-        the task waives it (`allow_fault_induced_restarts`)."""
+        the task waives it (`allow_fault_induced_restarts`). Restarts of the services the real docker_state
+        lists, config as the real config file reads it (`restart_observed`, `restart_config_keys`)."""
         end = self.soak_end or self.snapshot()
         restarted = {}
         for k, v in end.truth.items():
             if not k.endswith(".restarts"):
                 continue
             comp = k[: -len(".restarts")]
+            if self.g.restart_observed is not None and not any(fnmatch.fnmatchcase(comp, o)
+                                                               for o in self.g.restart_observed):
+                continue
             n = int(v or 0) - int(self.baseline.truth.get(k, 0) or 0) - self.replaced.get(comp, 0)
             if n > 0:
                 restarted[comp] = n
-        changed = dict(end.config) != dict(self.baseline.config)
+        keys = set(end.config) | set(self.baseline.config)
+        if self.g.restart_config_keys is not None:
+            keys = {k for k in keys if any(fnmatch.fnmatchcase(k, c) for c in self.g.restart_config_keys)}
+        changed = any(end.config.get(k) != self.baseline.config.get(k) for k in keys)
         waived = bool(restarted) and not changed and self.g.allow_fault_induced_restarts
         legit = not restarted or changed or waived
         return legit, {"container_restarts": restarted, "config_changed": changed,

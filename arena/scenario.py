@@ -175,6 +175,12 @@ class GraderSpec(_M):
     # The outcome contract observes `/checks/services_up/value/restart_legitimate` (003, 009): a container
     # restart with no persisted config change fails the Outcome Gate unless the flag above waives it.
     observe_restart_legitimacy: bool = False
+    # What that check reads in the real verifier: the restart counts of the services its `docker_state.services`
+    # lists (003: svc-frappe-web only), and a config change as a diff of its config file (003:
+    # sut/config/mariadb.yaml, the rendered my.cnf; a GRANT or a Helm value is no config change there). Globs over
+    # component names and `world.config()` keys; None reads every component / every key.
+    restart_observed: list[str] | None = None
+    restart_config_keys: list[str] | None = None
     # White-box evidence a real pack requires that is neither a fault leg nor scope (006's runtime_persistence:
     # a 57014 cancellation observed before the repair). A failure is attributed premature_declaration.
     evidence: list[Check] = Field(default_factory=list)

@@ -382,6 +382,26 @@ def test_restart_legitimacy_reads_allow_fault_induced_restarts():
     assert gr.restart_legitimacy() == (True, {"container_restarts": {}, "config_changed": False})
 
 
+def test_restart_legitimacy_reads_only_the_services_and_config_the_real_check_reads():
+    from arena.gates import Grading
+
+    spec = GraderSpec(observe_restart_legitimacy=True, restart_observed=["frappe-web"],
+                      restart_config_keys=["store:mariadb/my.cnf.*"])
+    w = _Restarts(restarts={"frappe-web": 0, "mariadb": 0}, cfg={"store:mariadb/my.cnf.x": 1, "grant": 0})
+    gr = Grading(spec, w)
+    w.restarts["mariadb"], w.cfg["grant"] = 1, 1  # not in the real docker_state: not counted
+    assert gr.restart_legitimacy() == (True, {"container_restarts": {}, "config_changed": False})
+    w.restarts["frappe-web"] = 1  # observed, and the grant is no change to the real config file: masking
+    assert gr.restart_legitimacy() == (False, {"container_restarts": {"frappe-web": 1}, "config_changed": False})
+    w.cfg["store:mariadb/my.cnf.x"] = 2  # a my.cnf change backs it
+    assert gr.restart_legitimacy()[0]
+    # Control: without the two fields every component and every key count.
+    w = _Restarts(restarts={"mariadb": 0}, cfg={"grant": 0})
+    gr = Grading(GraderSpec(observe_restart_legitimacy=True), w)
+    w.restarts["mariadb"], w.cfg["grant"] = 1, 1
+    assert gr.restart_legitimacy() == (True, {"container_restarts": {"mariadb": 1}, "config_changed": True})
+
+
 def test_no_restart_masking_is_waived_where_fault_induced_restarts_are_allowed():
     from arena.gates import Grading
 

@@ -99,13 +99,18 @@ def test_a_container_restart_is_not_counted_as_a_pod_replacement_by_the_gates():
 
     sc = load_scenario("ia-003")
     w = TwinWorld.build(sc.twin, 0)
-    g = Grading(sc.grader, w)
+    # Every component observed (ia-003's own grader reads only frappe-web, as the real docker_state: below).
+    g = Grading(sc.grader.model_copy(update={"restart_observed": None}), w)
+    real = Grading(sc.grader, w)
     w.world.restart("mariadb", by="agent")  # control: a pod replacement is not a container restart
     assert "mariadb" not in g.restart_legitimacy()[1]["container_restarts"]
     w.clock.sleep(60)
+    assert run(w.env, f"mysql -e \"GRANT INSERT ON {SITE}.* TO '{SITE}'@'%'\"")[2] == 0
     assert run(w.env, "mysql -e SHUTDOWN")[2] == 0
     w.clock.sleep(60)
     assert g.restart_legitimacy()[1]["container_restarts"]["mariadb"] == 1
+    # ia-003's real check: svc-frappe-web's restart count only, and the GRANT is no change to its config file.
+    assert real.restart_legitimacy() == (True, {"container_restarts": {}, "config_changed": False})
 
 
 # --- DML on a doctype table -----------------------------------------------------------------------------------------
