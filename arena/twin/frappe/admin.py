@@ -48,6 +48,8 @@ def helper_refuses(kind: str, key: str, value: str) -> str | None:
 def queue_runtime_change(operation: str, value: str | None) -> list[str]:
     """frappe-admin's allowlist: the Redis command for an accepted repair; ValueError (HTTP 400) otherwise."""
     if operation == "maxmemory":
+        if value is None:
+            raise ValueError("maxmemory repair requires a value")
         m = re.fullmatch(r"([1-9][0-9]*)(kb|mb|gb)", value or "")
         if m is None:
             raise ValueError("maxmemory must be a positive integer with kb/mb/gb suffix")

@@ -36,6 +36,7 @@ REFUSED = [  # (operation, value, the real sidecar's 400 message)
     ("maxmemory", "15mb", "maxmemory repair must stay between 16mb and 128mb"),
     ("maxmemory", "129mb", "maxmemory repair must stay between 16mb and 128mb"),
     ("maxmemory", "1gb", "maxmemory repair must stay between 16mb and 128mb"),
+    ("maxmemory", None, "maxmemory repair requires a value"),
     ("maxmemory", "0", "maxmemory must be a positive integer with kb/mb/gb suffix"),
     ("maxmemory", "64MB", "maxmemory must be a positive integer with kb/mb/gb suffix"),
     ("min-replicas-to-write", "1", "min-replicas-to-write repair must restore standalone value 0"),
