@@ -96,7 +96,7 @@ class CycleJudgement:
 class Assessment:
     """What one measurement shows: the judged cycles and what they add up to."""
 
-    state: str  # converged | failing | pending | no_data
+    state: str  # converged | converging | failing | pending | no_data
     cycles: tuple[CycleJudgement, ...]
     consecutive_ok: int
     failed_cycles: int  # failures not explained by a draining backlog
@@ -109,6 +109,8 @@ class Assessment:
     # Finished segments inside the window before the first full cycle (the rest of the cycle the last change landed
     # in), judged for failures only: what the system did while it settled. Evidence; never counted for a run.
     settling: tuple[CycleJudgement, ...] = ()
+    # State "converging": what explains the remaining failures (see `_converging`); empty otherwise.
+    converging: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def latest_failure(self) -> CycleJudgement | None:
@@ -413,8 +415,15 @@ def assess(
                 name = band.label() if band.phase or not ph else f"{band.label()}[{ph}]"
                 pooled[name] = {**_pooled_check(band, part, z), "z": z, "earlier_looks": looks}
     weak = [k for k, v in pooled.items() if not v["holds"]]
+    full_judged = [j for j in judged if j.cycle in full]
+    converging: dict[str, Any] = {}
+    if not (consecutive >= need and not not_ready and not weak) and not not_ready:
+        converging = _converging(full_judged[-need:] if len(full_judged) >= need else [], trailing_fail, backlog,
+                                 {c: backlog_falling(c) for c in full}, criteria, cycle_s, in_cycle, z)
     if consecutive >= need and not not_ready and not weak:
         state = "converged"
+    elif converging:
+        state = "converging"
     elif judged and judged[-1].state == "fail":
         state = "failing"
     elif judged and all(j.state == "nodata" for j in judged):
@@ -422,7 +431,58 @@ def assess(
     else:
         state = "pending"
     return Assessment(state, tuple(judged), consecutive, failed, nodata, window_start, now, backlog,
-                      tuple(not_ready), pooled, tuple(settling))
+                      tuple(not_ready), pooled, tuple(settling), converging)
+
+
+# The SLIs a backlog of accepted work explains while it drains: goodput counts work completed within its budget,
+# so work queued behind the backlog misses it however well the system serves (and the backlog's own band fails
+# while it moves). Errors and latency of the serving path are not explained by a drain and must hold.
+DRAIN_EXPLAINED_SLIS = frozenset({"goodput", "backlog"})
+
+
+def _converging(run: Sequence[CycleJudgement], trailing_fail: Sequence[BandResult],
+                backlog: Mapping[str, Mapping[str, float | None]], falling: Mapping[str, bool],
+                criteria: ConvergenceCriteria, cycle_s: float,
+                in_cycle: Mapping[tuple[str, Band], Sequence[Sample]], z: float) -> dict[str, Any]:
+    """Are the last consecutive_cycles full cycles a recovered system finishing a backlog of accepted work? Each
+    cycle's backlog fell, every failure in them (and in the segments since) is a goodput or backlog band, every
+    other band held (required ones with data, ratio bands pooled with confidence as for convergence), and a
+    backlog drains with a known ETA within accept_draining_eta_cycles. Returns the evidence, or {} when not. Pure."""
+    max_eta = criteria.accept_draining_eta_cycles * cycle_s
+    if max_eta <= 0 or not run or len(run) < criteria.consecutive_cycles:
+        return {}
+    if any(b.sli not in DRAIN_EXPLAINED_SLIS for b in (r.band for r in trailing_fail)):
+        return {}
+    explained: set[str] = set()
+    for c in run:
+        if not falling.get(c.cycle) or c.state not in ("ok", "fail"):
+            return {}
+        for r in c.results:
+            if r.band.sli in DRAIN_EXPLAINED_SLIS:
+                if r.state == "fail":
+                    explained.add(r.band.label())
+            elif r.state == "fail" or (r.state == "nodata" and r.band.required):
+                return {}
+    if not explained:
+        return {}
+    # A drain that completes the work lifts goodput as it goes; one that fails the work (jobs taken off the queue
+    # and failed) drains the backlog with goodput flat. Every failing goodput band must improve across the run.
+    for label in explained:
+        vals = [r.value for c in run for r in c.results if r.band.label() == label and r.band.sli == "goodput"]
+        if vals and (None in vals or not (vals[-1] > vals[0] + 1e-9)):
+            return {}
+    for band in {b for (_, b) in in_cycle}:
+        if band.sli in DRAIN_EXPLAINED_SLIS or band.sli not in RATIO_SLIS or band.op == "stable":
+            continue
+        ss = [s for c in run for s in in_cycle.get((c.cycle, band), ())]
+        if ss and z > 0 and not _pooled_check(band, ss, z)["holds"]:
+            return {}
+    drains = {k: dict(v) for k, v in backlog.items()
+              if v.get("eta_s") is not None and (v.get("drain_per_s") or 0) > 0 and float(v["eta_s"]) <= max_eta}
+    if not drains:
+        return {}
+    return {"explained": sorted(explained), "draining": drains, "cycles": [c.cycle for c in run],
+            "max_eta_s": max_eta}
 
 
 RATIO_SLIS = frozenset({"error_ratio", "goodput"})
@@ -635,6 +695,19 @@ def _verdict(a: Assessment, criteria: ConvergenceCriteria, *, extra: Mapping[str
                                                     "pooled": {k: dict(v) for k, v in a.pooled.items()},
                                                     "settling": [c.to_dict() for c in a.settling],
                                                     "window_start": a.window_start, "now": a.now})
+    if a.state == "converging":
+        cv = a.converging
+        drains = "; ".join(f"{k} = {v['value']:.4g} draining at {v['drain_per_s']:.3g}/s, ETA {v['eta_s']:.0f} s"
+                           for k, v in cv["draining"].items())
+        return Verdict(VerdictStatus.PASS, "convergence",
+                       message=f"SLIs converging: every other SLI in band for {len(cv['cycles'])} consecutive "
+                               f"{unit.split(' (')[0]} since the last change; {', '.join(cv['explained'])} still "
+                               f"out of band while a backlog of accepted work drains ({drains}). Accepted: that "
+                               f"work will complete.",
+                       evidence={**ev_base, "converging": dict(cv), "cycles": [c.to_dict() for c in a.cycles[-6:]],
+                                 "backlog": {k: dict(v) for k, v in a.backlog.items()},
+                                 "settling": [c.to_dict() for c in a.settling],
+                                 "window_start": a.window_start, "now": a.now})
     if a.state == "no_data":
         # Not a pass: what has no data cannot be shown to hold (see ConvergenceCheck._check), so not accepted.
         return Verdict(VerdictStatus.INCONCLUSIVE, "convergence", FeedbackCode.NOT_CONVERGED,
@@ -881,7 +954,7 @@ class ConvergenceCheck(VerifierBase):
                               f"{max_wait:.0f} s", done=a.consecutive_ok, total=crit.consecutive_cycles,
                    waited_s=waited, max_wait_s=max_wait)
             due[0] = segment_end_due([smp for ss in series.values() for smp in ss], env.clock.now(), cycle_s)
-            terminal = (a.state == "converged" or a.failed_cycles > crit.failure_limit
+            terminal = (a.state in ("converged", "converging") or a.failed_cycles > crit.failure_limit
                         or a.nodata_cycles > crit.inconclusive_limit)
             return terminal, a, None
 

@@ -29,6 +29,11 @@ class ConvergenceCriteria:
     max_wait_cycles: float = 8.0  # the bounded wait, in load cycles
     drain_wait_cycles: float = 24.0  # the wait may run on to this while SLIs visibly recover (a backlog drains)
     failure_limit: int = 5  # failed cycles (not explained by a draining backlog) before giving up early
+    # Converging: the last consecutive_cycles cycles failed only goodput (or the backlog's own band) while a backlog
+    # drained in each, every other SLI held, and the drain's ETA is known and at most this many cycles: accepted
+    # work that will complete, accepted with that evidence (as the Frappe harness verifies accepted work to
+    # completion after a declaration). 0 turns it off: then only converged SLIs are accepted.
+    accept_draining_eta_cycles: float = 90.0
     inconclusive_limit: int = 4  # cycles with no data for a public SLO before answering INCONCLUSIVE
     error_limit: int = 2  # consecutive measurements the source failed to answer
     min_count: int = 5  # requests a ratio or latency sample needs before it counts as data
@@ -94,7 +99,7 @@ MANY, SOME = {"ge": 1, "le": 1_000_000}, {"ge": 0, "le": 1_000_000}
 SIGMAS = {"ge": 0, "le": 1_000}
 RANGES: dict[str, dict[str, dict[str, float]]] = {
     "convergence": {"consecutive_cycles": MANY, "interval_s": SECONDS, "count": MANY, "max_wait_cycles": CYCLES,
-                    "drain_wait_cycles": SOME_CYCLES, "failure_limit": SOME,
+                    "drain_wait_cycles": SOME_CYCLES, "accept_draining_eta_cycles": SOME_CYCLES, "failure_limit": SOME,
                     "inconclusive_limit": SOME, "error_limit": SOME, "min_count": SOME,
                     "noise_z": SIGMAS, "confidence_z": SIGMAS, "first_look_z": SIGMAS,
                     "default_cycle_s": SECONDS, "window_s": SECONDS,

@@ -284,10 +284,54 @@ def test_backlog_trend_gives_drain_rate_and_eta():
 def test_draining_backlog_failure_names_eta_and_is_not_counted():
     band = Band("backlog", "<=", 10.0, phase="trough", source="default", required=False)
     s = series({"error_ratio": [(0.0, 0.0)] * 4, "backlog": [(400 - 100 * c, 350 - 100 * c) for c in range(4)]})
-    a = assess(s, [ERR, band], ConvergenceCriteria(), window_start=0, now=240, cycle_s=60)
+    off = ConvergenceCriteria(accept_draining_eta_cycles=0)
+    a = assess(s, [ERR, band], off, window_start=0, now=240, cycle_s=60)
     assert a.state == "failing" and a.failed_cycles == 0
+    v = evaluate(s, [ERR, band], off, window_start=0, now=240, cycle_s=60)
+    assert v.status is VerdictStatus.FAIL and "draining" in v.message and "ETA" in v.message
+    # By default the same evidence is a system finishing its backlog: accepted as converging, with the ETA.
     v = evaluate(s, [ERR, band], window_start=0, now=240, cycle_s=60)
-    assert "draining" in v.message and "ETA" in v.message
+    assert v.status is VerdictStatus.PASS and "converging" in v.message and "ETA" in v.message
+    assert v.evidence["converging"]["explained"] == ["backlog{phase=trough}"]
+
+
+RQ_GOOD = Band("goodput", ">=", 0.90, (("driver", "rq_complete"),))
+STABLE = Band("backlog", "stable", 10.0, phase="trough", source="default", required=False)
+
+
+def _drain(goodput, backlog, err=0.0):
+    """Four cycles: rq_complete goodput per cycle, the backlog (peak, trough) per cycle, the error ratio."""
+    s = series({"error_ratio": [(err, err)] * 4, "backlog": backlog})
+    s.update(series({"goodput": [(g, g) for g in goodput]}, labels=(("driver", "rq_complete"),)))
+    return evaluate(s, [ERR, RQ_GOOD, STABLE], window_start=0, now=240, cycle_s=60)
+
+
+DRAINING = [(1200 - 20 * c, 1190 - 20 * c) for c in range(4)]
+
+
+def test_goodput_held_down_by_a_draining_backlog_is_accepted_as_converging():
+    """The Frappe ia-005 shape: the queue is fixed, the worker drains ~1200 accepted jobs at a net 0.3/s, and the
+    completion polls claim old reports still behind it; errors hold and goodput climbs as the drain goes on."""
+    v = _drain([0.2, 0.4, 0.55, 0.7], DRAINING)
+    assert v.status is VerdictStatus.PASS, v.message
+    assert "converging" in v.message and "ETA" in v.message and "goodput{driver=rq_complete}" in v.message
+    cv = v.evidence["converging"]
+    assert cv["explained"] == ["backlog{phase=trough}", "goodput{driver=rq_complete}"]
+    assert cv["draining"]["backlog"]["eta_s"] > 0
+
+
+@pytest.mark.parametrize("case, goodput, backlog, err", [
+    # Negative controls: each breaks one condition of the converging acceptance and must still hold.
+    ("backlog not draining", [0.2, 0.4, 0.55, 0.7], [(1200, 1200)] * 4, 0.0),
+    ("backlog growing", [0.2, 0.4, 0.55, 0.7], [(1000 + 20 * c, 1010 + 20 * c) for c in range(4)], 0.0),
+    ("work drained by failing it: goodput flat", [0.0, 0.0, 0.0, 0.0], DRAINING, 0.0),
+    ("an error SLI out of band too", [0.2, 0.4, 0.55, 0.7], DRAINING, 0.3),
+    ("drain ETA beyond the cap", [0.2, 0.4, 0.55, 0.7], [(100000 - 20 * c, 99990 - 20 * c) for c in range(4)], 0.0),
+])
+def test_a_failure_the_drain_does_not_explain_still_holds(case, goodput, backlog, err):
+    v = _drain(goodput, backlog, err)
+    assert v.status is VerdictStatus.FAIL and v.code is FeedbackCode.NOT_CONVERGED, case
+    assert "converging" not in v.evidence
 
 
 def test_a_backlog_that_emptied_counts_as_settled_in_the_cycle_it_emptied():
@@ -470,13 +514,21 @@ def test_draining_backlog_is_waited_for_and_accepted():
             return (max(0.0, 300 - 1.0 * (t - 600)), 0)
         return {"error_ratio": (0.0, 100), "goodput": (1.0, 100)}.get(sli, (0.0, 100))
 
+    # With the converging acceptance off, the wait runs on until the backlog has settled.
+    off = {"max_wait_cycles": 12, "accept_draining_eta_cycles": 0}
+    env = _env(fix_at=0, health=health)
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": off})
+    assert v.status is VerdictStatus.PASS and "converging" not in v.message
+    assert env.clock.now() >= 600 + 290  # it waited for the drain (300 items at 1/s)
+    # By default two cycles of a visible drain with every other SLI in band are accepted at once, with the ETA.
     env = _env(fix_at=0, health=health)
     v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 12}})
-    assert v.status is VerdictStatus.PASS
-    assert env.clock.now() >= 600 + 290  # it waited for the drain (300 items at 1/s)
-    env = _env(fix_at=0, health=lambda s, lab, ph, t, c: (max(0.0, 300 - 0.2 * (t - 600)), 0)
-               if s == "backlog" else ({"goodput": 1.0}.get(s, 0.0), 100))
-    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {"max_wait_cycles": 4}})
+    assert v.status is VerdictStatus.PASS and "converging" in v.message and "ETA" in v.message
+    assert env.clock.now() < 600 + 290
+    slow = lambda s, lab, ph, t, c: ((max(0.0, 300 - 0.2 * (t - 600)), 0) if s == "backlog"  # noqa: E731
+                                     else ({"goodput": 1.0}.get(s, 0.0), 100))
+    env = _env(fix_at=0, health=slow)
+    v = ConvergenceCheck(CTX).check(env, FakeJournal(env.clock), {"convergence": {**off, "max_wait_cycles": 4}})
     assert v.status is VerdictStatus.FAIL and "ETA" in v.message and "draining" in v.message
 
 
