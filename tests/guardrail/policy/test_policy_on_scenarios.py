@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from arena.episode import _with_stdin
+
 from guardrail.actions import normalise
 from guardrail.context import load_context
 from guardrail.policy.embedded import EmbeddedOPA
@@ -38,7 +40,9 @@ def denied(engine, scenario: Path, solution: Path) -> list[tuple[str, list[str]]
         cmd = step.get("run") if isinstance(step, dict) else None
         if not cmd:
             continue
-        for action in normalise(cmd):
+        # As the episode hands it to Guard.execute: a step's stdin as a heredoc, the command itself on no stdin.
+        cmd = _with_stdin(cmd, step.get("stdin"))
+        for action in normalise(cmd, stdin=""):
             d = engine.decide({"action": action.to_input(), "context": ctx, "command": cmd})
             if d.denies:
                 out.append((cmd, d.rule_ids))
