@@ -138,6 +138,9 @@ class IncidentContext(BaseModel):
     not_restartable: list[str] = Field(default_factory=list)
     # Settings that must not change (dotted keys as in KeyChange.key, e.g. postgres.max_connections).
     protected_settings: list[str] = Field(default_factory=list)
+    # Settings the incident is about (key globs as in KeyChange.key, e.g. redis.maxmemory-policy): moving one of
+    # them off its baseline needs no further reason in the scope audit's "changes beyond the incident".
+    expected_changes: list[str] = Field(default_factory=list)
     # Capacity ceilings the runbook states (the peer budget), key -> max value.
     ceilings: dict[str, float] = Field(default_factory=dict)
     # Floors the runbook states ("pool_timeout_s not below 1"), key -> min value.

@@ -86,8 +86,9 @@ def problems(ctx: Any) -> list[tuple[tuple[Any, ...], str]]:
     for field_name in ("restartable", "not_restartable", "protected_components"):
         for i, c in enumerate(getattr(ctx, field_name)):
             comp((field_name, i), c)
-    for i, k in enumerate(ctx.protected_settings):
-        key(("protected_settings", i), k)
+    for field_name in ("protected_settings", "expected_changes"):
+        for i, k in enumerate(getattr(ctx, field_name)):
+            key((field_name, i), k)
     for field_name in ("ceilings", "floors"):
         for k in getattr(ctx, field_name):
             key((field_name, k), k)
@@ -167,6 +168,9 @@ def explain(ctx: Any) -> list[Entry]:
         add(Entry("protected_settings", k, f"setting key {k} (and keys under it) must not change, by any write "
                   "path; the scope audit re-reads it at the declaration", ["SRE-CAP-002", "SRE-HELM-002",
                                                                              "ScopeAudit"]))
+    for k in ctx.expected_changes:
+        add(Entry("expected_changes", k, f"setting key {k} is what the incident is about: moving it off its "
+                  "baseline is not a change beyond the incident (other rules still apply)", ["ScopeAudit"]))
     for k, v in ctx.ceilings.items():
         add(Entry("ceilings", k, f"{k} <= {v:g} (0 or -1 read as unlimited where they mean it)", ["SRE-CAP-001"]))
     for k, v in ctx.floors.items():

@@ -54,6 +54,7 @@ def clone(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(960)  # the tour's bench line runs a whole (one-seed) bench; each command is bounded at 900 s
 @pytest.mark.parametrize("command,expected", TOUR, ids=[c for c, _ in TOUR])
 def test_each_tour_command_runs_as_written_with_its_documented_exit_code(clone, command, expected):
     if NEEDS_LIVE_STACK.search(command):

@@ -287,6 +287,9 @@ class ChangeScope:
 
     def reason(self, ck: ChangedKey, before: Any, after: Any) -> str | None:
         """What in the context accounts for moving this setting off its baseline, in words; None: nothing."""
+        for pat in self.context.raw.get("expected_changes") or ():
+            if fnmatch.fnmatchcase(ck.key, str(pat)) or ck.key.startswith(f"{pat}."):
+                return f"the context names {pat} as a setting the incident is about"
         b, a = _number(before), _number(after)
         if b is not None and a is not None:
             for kind, moved, ok in (("ceiling", a > b, lambda lim: a <= lim), ("floor", a < b, lambda lim: a >= lim)):

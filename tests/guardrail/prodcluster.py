@@ -54,6 +54,9 @@ id: shop-redis
 namespaces: [{NS}]
 components: [redis]
 restartable: [redis]
+# The incident (evictions refused under memory pressure) is about the eviction policy: moving it off Redis's
+# default is no change beyond the incident.
+expected_changes: [redis.maxmemory-policy]
 declared_sources:
   redis.*: configmap/redis-config:redis.conf
 """

@@ -351,6 +351,21 @@ def test_a_setting_moved_off_its_default_with_no_reason_is_drift_with_its_way_ba
     assert "thread_cache_size = 151" in m["rollback"]  # the catalogue's durable way, with the value it had
 
 
+def test_a_setting_the_context_names_as_the_incidents_may_move_off_its_default_and_no_other():
+    env = _env()
+    j = FakeJournal(env.clock)
+    _changed(env, j, "mariadb.thread_cache_size", "256", 151, DEFAULT_151, scope={"component": "mariadb"})
+    _changed(env, j, "mariadb.max_connections", "500", 151, DEFAULT_151, scope={"component": "mariadb"})
+    v = ScopeAudit({"id": "t", "expected_changes": ["mariadb.thread_cache_size"]}).check(env, j, None)
+    # The named setting needs no further reason; the other one moved off its default is still drift.
+    assert v.code is FeedbackCode.SCOPE_DRIFT, v.message
+    assert [m["item"].split("@")[0].split(" ")[0] for m in v.evidence["changed"]] == \
+        ["change:mariadb.max_connections"], v.evidence["changed"]
+    j2 = FakeJournal(env.clock)
+    _changed(env, j2, "mariadb.thread_cache_size", "256", 151, DEFAULT_151, scope={"component": "mariadb"})
+    assert ScopeAudit({"id": "t", "expected_changes": ["mariadb.*"]}).check(env, j2, None).passed
+
+
 def test_a_setting_the_incident_had_already_moved_off_its_default_may_be_changed():
     env = _env()
     j = FakeJournal(env.clock)

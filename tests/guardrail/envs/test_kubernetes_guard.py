@@ -51,7 +51,7 @@ def stack(tmp_path):
         api, port, runtime = redis.api, redis.port, redis.runtime
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         context = IncidentContext(id="prod-redis", namespaces=[NS], components=["redis"], restartable=["redis"],
-                                  declared_sources={"redis.*": "configmap/redis-config:redis.conf"})
+                                  expected_changes=["redis.maxmemory-policy"], declared_sources={"redis.*": "configmap/redis-config:redis.conf"})
         env = KubernetesEnvironment(KubeClient(kubeconfig=str(kubeconfig), namespace=NS), context=context,
                                     kubeconfig=str(kubeconfig), poll_s=0.2, rollout_timeout_s=60,
                                     sli_source=SteadySLIs(RealClock()),
