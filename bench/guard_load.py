@@ -211,12 +211,15 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def socket_session(idx: int, n: int, path: str, interval: float, t0: float, t_end: float, out: dict,
-                   progress: list[int], targets: int = 0) -> None:
+def socket_session(idx: int, n: int, path: str, interval: float, window: list[float], out: dict,
+                   progress: list[int], targets: int = 0, connected: threading.Barrier | None = None) -> None:
     from guardrail.adapters.shell.protocol import DaemonClient
 
     lat, service, markers, errors, late, scheduled = [], [], [], 0, 0, 0
     with DaemonClient(path) as c:
+        if connected is not None:
+            connected.wait()  # the run's clock starts once every session is connected (`window` is set then)
+        t0, t_end = window
         i = 0
         while True:
             due = t0 + idx * interval / n + i * interval
@@ -265,16 +268,21 @@ def run_socket(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cpu0, load0 = sum(cpu_s(p) for p in pids), os.getloadavg()
     interval = args.sessions / args.rate
     out: dict[int, Any] = {}
-    t0 = time.perf_counter() + 0.5
-    t_end = t0 + args.duration
+    window = [0.0, 0.0]
+
+    def start_clock() -> None:
+        window[0] = time.perf_counter() + 0.5
+        window[1] = window[0] + args.duration
+
+    connected = threading.Barrier(args.sessions, action=start_clock)
     threads = [threading.Thread(target=socket_session, args=(i, args.sessions, str(workdir / f"s{i:02d}.sock"), interval,
-                                                             t0, t_end, out, progress, args.targets))
+                                                             window, out, progress, args.targets, connected))
                for i in range(args.sessions)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - window[0]
     cpu = sum(cpu_s(p) for p in pids) - cpu0
     sampler.stop()
     for p in procs:

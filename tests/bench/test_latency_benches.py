@@ -36,7 +36,7 @@ def test_guard_load_journals_every_decision_once(tmp_path):
                "--targets", "2", out=tmp_path / "gl.json")
     assert doc["params"]["targets"] == 2
     r = doc["results"][0]
-    assert r["decisions"] > 20 and r["errors"] == 0
+    assert r["decisions"] >= 2 and r["errors"] == 0  # each session decided (a count, not a speed)
     assert r["journal"]["dropped"] == 0 and r["journal"]["duplicated"] == 0
     assert r["journal"]["sessions_with_seq_gaps"] == 0
     assert r["rss_mb"]["max"] > 50  # an interpreter with the OPA engine loaded (the milestones: a unit test below)
@@ -48,7 +48,7 @@ def test_guard_load_with_a_server_per_session_sums_them(tmp_path):
                "--duration", "2", out=tmp_path / "gl.json")
     r = doc["results"][0]
     assert r["transport"] == "socket, a server per session" and doc["params"]["server_per_session"] is True
-    assert r["decisions"] > 20 and r["errors"] == 0
+    assert r["decisions"] >= 2 and r["errors"] == 0  # each session decided (a count, not a speed)
     assert r["journal"]["journals"] == 2 and r["journal"]["dropped"] == 0 and r["journal"]["duplicated"] == 0
     assert set(doc["go_runtime"]) == {"GOGC", "GOMEMLIMIT", "set_by"}
     # Two processes, each with its own interpreter and OPA engine: well above one server's ~100 MB.
