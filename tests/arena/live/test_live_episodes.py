@@ -213,8 +213,14 @@ def test_immediate_declaration_is_held_until_prometheus_shows_two_clean_cycles(e
     assert decl["held_s"] >= 2 * world.cycle_s - 1.0, decl
     conv = [r for r in guard.journal.records() if r.get("kind") == "verdict" and r.get("verifier") == "convergence"]
     assert conv and conv[-1]["status"] == "PASS", conv
-    ok = [c for c in conv[-1]["evidence"]["cycles"] if c["state"] == "ok"]
-    assert len(ok) >= 2, conv[-1]["evidence"]["cycles"]
+    ev = conv[-1]["evidence"]
+    if ev.get("converging"):
+        # Accepted as converging (ia-004's accepted backlog drains on the frappe_jobs load): two or more full cycles
+        # in which only goodput/backlog bands failed while a backlog visibly drained.
+        assert len(ev["converging"]["cycles"]) >= 2 and ev["converging"]["draining"], ev["converging"]
+        return
+    ok = [c for c in ev["cycles"] if c["state"] == "ok"]
+    assert len(ok) >= 2, ev["cycles"]
     # Every clean cycle it counted ended before the acceptance, after the repair.
     assert all(c["t_end"] <= decl["t"] + decl["held_s"] + 1e-6 for c in ok)
 
